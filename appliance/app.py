@@ -1,0 +1,193 @@
+"""The composition root: builds the store, the services, the servers and the jobs.
+
+`Panel` is the one object that knows every part; routes receive it and call one service
+each. It also owns what spans services: the ports the panel holds (which inbounds must
+not take), settings changes that involve two-factor, and restarting the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+
+import gevent
+from gevent.event import Event
+
+from appliance import __version__
+from appliance.config import Options
+from appliance.jobs import every
+from appliance.services.auth import Auth
+from appliance.services.errors import ServiceError
+from appliance.services.inbounds import Inbounds
+from appliance.services.settings import Settings, parse_trusted_proxies
+from appliance.services.status import STEP_SECONDS, History, StatusSampler
+from appliance.services.tokens import Tokens
+from appliance.store import Store
+from appliance.sub.app import subscription_app
+from appliance.web.api import build_app
+from appliance.web.hub import Hub
+from appliance.web.inbound_routes import inbound_routes
+from appliance.web.openapi import openapi_routes
+from appliance.web.server import BasePath, listen, make_server
+from appliance.web.server_routes import server_routes
+from appliance.web.session_routes import session_routes
+from appliance.web.setting_routes import setting_routes
+
+log = logging.getLogger(__name__)
+
+TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
+RESTART_EXIT_GRACE = 1
+
+
+class Panel:
+    def __init__(self, options: Options):
+        self.options = options
+        self.store = Store(options.db)
+        self.settings = Settings(self.store)
+        self.auth = Auth(self.store, self.settings)
+        self.tokens = Tokens(self.store)
+        self.inbounds = Inbounds(self.store, self.reserved_ports)
+        self.hub = Hub()
+        self.history = History()
+        self.sampler = StatusSampler(__version__, self.core_info, lambda: 0)
+        self.base_path = "/"
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._status: dict | None = None
+        self._servers: list = []
+        self._stopped = Event()
+        self._trusted: tuple[str, list] = ("", [])
+
+    # ---- start-up ----------------------------------------------------------------------
+
+    def open(self) -> tuple[str, str] | None:
+        """Open and migrate the database; returns first-run credentials, if created now."""
+        self.store.open()
+        self.settings.load()
+        return self.auth.bootstrap()
+
+    def routes(self) -> list:
+        tables = [
+            session_routes(self),
+            inbound_routes(self),
+            server_routes(self),
+            setting_routes(self),
+        ]
+        routes = [route for table in tables for route in table.routes]
+        return routes + openapi_routes(routes).routes
+
+    def serve(self) -> None:
+        """Listen on both ports and run until stopped; never returns on restart."""
+        self.base_path = self.settings.get("webBasePath")
+        panel_app = BasePath(build_app(self, self.routes()), self.base_path)
+        web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
+        sub_host = self.settings.get("subListen") or web_host
+        web_sock = listen(web_host, self._web_port_wanted())
+        sub_sock = listen(sub_host, self._sub_port_wanted())
+        self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
+        tls = self.settings.get("webCertFile"), self.settings.get("webKeyFile")
+        self._servers = [
+            make_server(web_sock, panel_app, websockets=True, certfile=tls[0], keyfile=tls[1]),
+            make_server(sub_sock, subscription_app, websockets=False),
+        ]
+        for server in self._servers:
+            server.start()
+        scheme = "https" if all(tls) else "http"
+        log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
+        log.info("subscription server listening on http://%s:%d/", *self.bound["sub"])
+        every(STEP_SECONDS, self.sample_status, "status")
+        gevent.signal_handler(signal.SIGTERM, self._stopped.set)
+        gevent.signal_handler(signal.SIGINT, self._stopped.set)
+        self._stopped.wait()
+        self.stop()
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.stop(timeout=RESTART_EXIT_GRACE)
+        self._servers = []
+        self.store.close()
+        log.info("panel stopped")
+
+    def restart_later(self, seconds: float) -> None:
+        self.hub.notify("Panel restart", f"The panel restarts in {seconds:g} seconds.", "warning")
+        gevent.spawn_later(seconds, self._restart)
+
+    def _restart(self) -> None:
+        log.info("restarting the panel process")
+        self.stop()
+        argv = sys.argv if getattr(sys, "frozen", False) else sys.orig_argv
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+
+    # ---- ports ---------------------------------------------------------------------------
+
+    def _web_port_wanted(self) -> int:
+        return self.options.port if self.options.port is not None else self.settings.get("webPort")
+
+    def _sub_port_wanted(self) -> int:
+        if self.options.sub_port is not None:
+            return self.options.sub_port
+        return self.settings.get("subPort")
+
+    def reserved_ports(self) -> list[tuple[str, int, str]]:
+        """Ports inbounds must not take: the panel's and the subscription server's."""
+        web = self.bound.get("web", (self.settings.get("webListen"), self._web_port_wanted()))
+        sub = self.bound.get("sub", (self.settings.get("subListen"), self._sub_port_wanted()))
+        return [
+            (_wildcard(web[0]), web[1], "the panel itself"),
+            (_wildcard(sub[0]), sub[1], "the subscription server"),
+        ]
+
+    def trusted_proxies(self) -> list:
+        raw = self.settings.get("trustedProxies")
+        if raw != self._trusted[0]:
+            self._trusted = (raw, parse_trusted_proxies(raw))
+        return self._trusted[1]
+
+    # ---- status ----------------------------------------------------------------------------
+
+    def core_info(self) -> dict:
+        return {"state": "stop", "errorMsg": "", "version": ""}
+
+    def status(self) -> dict:
+        if self._status is None:
+            self.sample_status()
+        return self._status
+
+    def sample_status(self) -> None:
+        now = time.time()
+        status = self.sampler.sample(now)
+        self.history.record(now, self.sampler.metrics(status))
+        self._status = status
+        self.hub.publish({"type": "status", "data": status})
+
+    # ---- settings that involve the admin account --------------------------------------
+
+    def two_factor_view(self) -> dict:
+        return {"twoFactorEnable": self.auth.two_factor_enabled(), "twoFactorToken": ""}
+
+    def update_settings(self, body: dict, session) -> list[str]:
+        """Validate every key first, then apply the two-factor part, then write the rest,
+        so a rejected value leaves everything as it was."""
+        two_factor = {key: body.pop(key) for key in TWO_FACTOR_KEYS if key in body}
+        changes = self.settings.check(body)
+        for key in ("webPort", "subPort"):
+            if key in changes:
+                owner = self.inbounds.port_owner(changes[key])
+                if owner:
+                    raise ServiceError(f"{key} {changes[key]} is already used by {owner}")
+        changed = list(changes)
+        if "twoFactorEnable" in two_factor and self.auth.update_two_factor(
+            session,
+            two_factor["twoFactorEnable"],
+            two_factor.get("twoFactorToken", ""),
+            two_factor.get("twoFactorCode"),
+        ):
+            changed.append("twoFactorEnable")
+        self.settings.write(changes)
+        return changed
+
+
+def _wildcard(host: str) -> str:
+    return "" if host in ("0.0.0.0", "::") else host

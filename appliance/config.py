@@ -1,0 +1,79 @@
+"""Where the panel keeps its data and how it listens, from flags, environment or defaults.
+
+Every option of `appliance run` has an environment variable, so a systemd unit or a
+container can configure the panel without editing a command line. A flag beats its
+variable; a port given either way beats the stored setting, so a user locked out by a
+bad port can always get back in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV = {
+    "data_dir": "APPLIANCE_DATA_DIR",
+    "listen": "APPLIANCE_LISTEN",
+    "port": "APPLIANCE_PORT",
+    "sub_port": "APPLIANCE_SUB_PORT",
+    "db": "APPLIANCE_DB",
+    "log_level": "APPLIANCE_LOG_LEVEL",
+}
+DB_FILE = "appliance.db"
+
+
+@dataclass(frozen=True)
+class Options:
+    data_dir: str
+    db: str
+    listen: str | None = None
+    port: int | None = None
+    sub_port: int | None = None
+    log_level: str = "info"
+
+    @property
+    def log_file(self) -> str:
+        return os.path.join(self.data_dir, "logs", "panel.log")
+
+
+def default_data_dir() -> str:
+    if os.geteuid() == 0:
+        return "/var/lib/appliance"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(base, "appliance")
+
+
+def resolve(args) -> Options:
+    """Merge parsed CLI arguments (attributes named like `ENV`'s keys) with the
+    environment and defaults."""
+
+    def pick(name: str):
+        value = getattr(args, name, None)
+        if value in (None, ""):
+            value = os.environ.get(ENV[name]) or None
+        return value
+
+    data_dir = os.path.abspath(pick("data_dir") or default_data_dir())
+    db = pick("db") or os.path.join(data_dir, DB_FILE)
+    return Options(
+        data_dir=data_dir,
+        db=db,
+        listen=pick("listen"),
+        port=_port(pick("port"), "--port"),
+        sub_port=_port(pick("sub_port"), "--sub-port"),
+        log_level=pick("log_level") or "info",
+    )
+
+
+def _port(value, flag: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise SystemExit(f"{flag} must be a port number from 0 to 65535 (got {value!r})") from None
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"{flag} must be a port number from 0 to 65535 (got {port})")
+    return port

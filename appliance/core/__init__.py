@@ -1,0 +1,1 @@
+"""The proxy core: its config template, and (with the supervisor) the process itself."""

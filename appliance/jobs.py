@@ -1,0 +1,26 @@
+"""Background work as small greenlets, each with its interval in one place.
+
+A job that raises is logged and runs again at its next tick: one bad sample or one
+failed write must not stop status pushes or traffic accounting for good.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import gevent
+
+log = logging.getLogger(__name__)
+
+
+def every(seconds: float, job: Callable[[], None], name: str) -> gevent.Greenlet:
+    def loop() -> None:
+        while True:
+            try:
+                job()
+            except Exception:
+                log.exception("background job %s failed; it runs again in %ss", name, seconds)
+            gevent.sleep(seconds)
+
+    return gevent.spawn(loop)

@@ -1,0 +1,1 @@
+"""Business rules, one module per resource. Nothing here imports Bottle."""

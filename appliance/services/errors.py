@@ -1,0 +1,30 @@
+"""Errors a caller can act on.
+
+Services raise `ServiceError` with a sentence that names what is wrong; the web layer
+turns it into the `success:false` envelope. Business failures (validation, conflicts,
+unknown ids) are answered with HTTP 200 like the panels whose API we keep, so clients
+that read only the envelope keep working; the few classes below carry a status where
+HTTP has a word for the situation.
+"""
+
+
+class ServiceError(Exception):
+    """A request that cannot be carried out, with a message for the person who sent it."""
+
+    status = 200
+
+    def __init__(self, msg: str):
+        super().__init__(msg)
+        self.msg = msg
+
+
+class Unauthorized(ServiceError):
+    status = 401
+
+
+class Forbidden(ServiceError):
+    status = 403
+
+
+class TooManyRequests(ServiceError):
+    status = 429

@@ -1,0 +1,302 @@
+"""Inbounds: the listening proxy endpoints, stored once and shown in several shapes.
+
+Payloads are normalised by `inbound_rules` before anything is written; this module adds
+what needs the database: unique tags, port conflicts with other inbounds and with the
+panel's own ports, and the derived parts of the returned record (`settings.clients`
+from client rows, `settings.fallbacks` from fallback rows, `clientStats`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pony.orm import db_session, select
+
+from appliance.services import inbound_rules
+from appliance.services.errors import ServiceError
+from appliance.services.fallbacks import Fallbacks
+from appliance.services.parse import parse_id
+
+# (listen, port, what) of sockets the panel itself holds.
+ReservedPorts = Callable[[], list[tuple[str, int, str]]]
+
+
+class Inbounds:
+    def __init__(self, store, reserved_ports: ReservedPorts, clock=time.time):
+        self.store = store
+        self.reserved_ports = reserved_ports
+        self.clock = clock
+        self.fallbacks = Fallbacks(store)
+
+    # ---- reads -----------------------------------------------------------------------
+
+    def list(self, slim: bool = False) -> list[dict]:
+        """Every inbound; `slim` reduces each client entry to email, enable and comment,
+        which is all a page of inbounds needs."""
+        with db_session:
+            rows = select(i for i in self.store.Inbound).order_by(lambda i: i.id)[:]
+            fallbacks = self.fallbacks.by_master()
+            views = [self._view(row, fallbacks.get(row.id, [])) for row in rows]
+        if slim:
+            for view in views:
+                clients = view["settings"].get("clients")
+                if clients:
+                    view["settings"]["clients"] = [
+                        {key: client.get(key) for key in ("email", "enable", "comment")}
+                        for client in clients
+                    ]
+        return views
+
+    def options(self) -> list[dict]:
+        with db_session:
+            rows = select(i for i in self.store.Inbound).order_by(lambda i: i.id)[:]
+            options = []
+            for row in rows:
+                record = _record(row)
+                options.append(
+                    {
+                        "id": row.id,
+                        "remark": row.remark,
+                        "tag": row.tag,
+                        "protocol": row.protocol,
+                        "port": row.port,
+                        "tlsFlowCapable": inbound_rules.tls_flow_capable(record),
+                        "ssMethod": inbound_rules.ss_method(record),
+                    }
+                )
+            return options
+
+    def get(self, inbound_id) -> dict:
+        with db_session:
+            row = self._row(inbound_id)
+            return self._view(row, self.fallbacks.rendered(row.id))
+
+    # ---- writes ----------------------------------------------------------------------
+
+    def add(self, payload) -> dict:
+        record = inbound_rules.normalize_inbound(_object(payload))
+        with db_session:
+            self._check_unique(record, None)
+            now = int(self.clock() * 1000)
+            row = self.store.Inbound(
+                created_at=now,
+                **_columns(record, self._tag_for(record, None), now),
+            )
+            row.flush()
+            self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
+            return self._view(row, self.fallbacks.rendered(row.id))
+
+    def update(self, inbound_id, payload) -> dict:
+        record = inbound_rules.normalize_inbound(_object(payload))
+        with db_session:
+            row = self._row(inbound_id)
+            self._check_unique(record, row.id)
+            now = int(self.clock() * 1000)
+            row.set(**_columns(record, self._tag_for(record, row), now))
+            return self._view(row, self.fallbacks.rendered(row.id))
+
+    def import_(self, data) -> dict:
+        """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
+        if not isinstance(data, str) or not data.strip():
+            raise ServiceError("data must be a JSON-encoded inbound")
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise ServiceError(f"data is not valid JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise ServiceError("data must encode a JSON object (one inbound)")
+        payload = {k: v for k, v in payload.items() if k not in ("id", "up", "down")}
+        return self.add(payload)
+
+    def delete(self, inbound_id) -> None:
+        with db_session:
+            self._row(inbound_id).delete()
+
+    def bulk_delete(self, ids) -> dict:
+        if not isinstance(ids, list):
+            raise ServiceError("ids must be an array of inbound ids")
+        deleted, skipped = 0, []
+        for inbound_id in ids:
+            try:
+                self.delete(inbound_id)
+                deleted += 1
+            except ServiceError as exc:
+                skipped.append({"id": inbound_id, "reason": exc.msg})
+        return {"deleted": deleted, "skipped": skipped}
+
+    def set_enable(self, inbound_id, enable) -> None:
+        if not isinstance(enable, bool):
+            raise ServiceError("enable must be true or false")
+        with db_session:
+            row = self._row(inbound_id)
+            row.enable = enable
+            row.updated_at = int(self.clock() * 1000)
+
+    def delete_all_clients(self, inbound_id) -> int:
+        """Detach-and-delete every client of an inbound; client records arrive with the
+        clients API, until then an existing inbound has none to delete."""
+        with db_session:
+            self._row(inbound_id)
+        return 0
+
+    def reset_traffic(self, inbound_id) -> None:
+        with db_session:
+            row = self._row(inbound_id)
+            row.up = row.down = 0
+
+    def reset_all_traffics(self) -> None:
+        with db_session:
+            for row in select(i for i in self.store.Inbound if i.up > 0 or i.down > 0):
+                row.up = row.down = 0
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _row(self, inbound_id):
+        inbound_id = parse_id(inbound_id, "inbound id")
+        row = self.store.Inbound.get(id=inbound_id)
+        if row is None:
+            raise ServiceError(f"no inbound with id {inbound_id}")
+        return row
+
+    def _tag_for(self, record: dict, row) -> str:
+        if record["tag"]:
+            return record["tag"]
+        if row is not None and row.port == record["port"] and row.listen == record["listen"]:
+            return row.tag
+        base = (
+            f"inbound-{record['listen']}:{record['port']}"
+            if record["listen"]
+            else (f"inbound-{record['port']}")
+        )
+        base = base[:60]
+        tag, n = base, 2
+        while self.store.Inbound.get(tag=tag) is not None:
+            tag, n = f"{base}-{n}", n + 1
+        return tag
+
+    def port_owner(self, port: int) -> str | None:
+        """Which local inbound listens on TCP `port`, for settings that move the panel."""
+        with db_session:
+            for other in select(
+                i for i in self.store.Inbound if i.port == port and i.node_id is None
+            ):
+                if "tcp" in inbound_rules.transports(_record(other)):
+                    return f"inbound {other.id} ({other.remark or other.tag})"
+        return None
+
+    def _check_unique(self, record: dict, own_id: int | None) -> None:
+        if record["nodeId"] is not None:
+            raise ServiceError(f"nodeId {record['nodeId']}: no node with that id")
+        if record["tag"]:
+            other = self.store.Inbound.get(tag=record["tag"])
+            if other is not None and other.id != own_id:
+                raise ServiceError(
+                    f"tag '{record['tag']}' is already used by inbound {other.id} ({other.remark})"
+                )
+        if _is_socket(record["listen"]):
+            return
+        wanted = inbound_rules.transports(record)
+        port = record["port"]
+        if "tcp" in wanted:
+            for listen, reserved, what in self.reserved_ports():
+                if reserved == port and _overlap(listen, record["listen"]):
+                    raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
+        same_port = select(i for i in self.store.Inbound if i.port == port and i.node_id is None)[:]
+        for other in same_port:
+            if other.id == own_id or not _overlap(other.listen, record["listen"]):
+                continue
+            shared = wanted & inbound_rules.transports(_record(other))
+            if shared:
+                raise ServiceError(
+                    f"port {port}/{'+'.join(sorted(shared))} is already used by inbound "
+                    f"{other.id} ({other.remark or other.tag})"
+                )
+
+    def _view(self, row, fallbacks: list[dict]) -> dict:
+        settings = json.loads(row.settings)
+        if row.protocol in inbound_rules.CLIENT_PROTOCOLS:
+            settings["clients"] = []
+        if fallbacks:
+            settings["fallbacks"] = fallbacks
+        return {
+            "id": row.id,
+            "remark": row.remark,
+            "tag": row.tag,
+            "protocol": row.protocol,
+            "listen": row.listen,
+            "port": row.port,
+            "enable": row.enable,
+            "expiryTime": row.expiry_time,
+            "total": row.total,
+            "up": row.up,
+            "down": row.down,
+            "settings": settings,
+            "streamSettings": json.loads(row.stream_settings),
+            "sniffing": json.loads(row.sniffing),
+            "clientStats": [],
+            "nodeId": row.node_id,
+            "createdAt": row.created_at,
+            "updatedAt": row.updated_at,
+        }
+
+
+def _object(payload) -> dict:
+    if not isinstance(payload, dict):
+        raise ServiceError("the inbound must be a JSON object")
+    return payload
+
+
+def _record(row) -> dict:
+    """A stored row in the normalised shape `inbound_rules` works on."""
+    return {
+        "protocol": row.protocol,
+        "listen": row.listen,
+        "port": row.port,
+        "settings": json.loads(row.settings),
+        "streamSettings": json.loads(row.stream_settings),
+    }
+
+
+def _columns(record: dict, tag: str, now: int) -> dict:
+    return {
+        "remark": record["remark"],
+        "tag": tag,
+        "protocol": record["protocol"],
+        "listen": record["listen"],
+        "port": record["port"],
+        "enable": record["enable"],
+        "expiry_time": record["expiryTime"],
+        "total": record["total"],
+        "settings": _dump(record["settings"]),
+        "stream_settings": _dump(record["streamSettings"]),
+        "sniffing": _dump(record["sniffing"]),
+        "node_id": record["nodeId"],
+        "updated_at": now,
+    }
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_socket(listen: str) -> bool:
+    return listen.startswith(("/", "@"))
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Two listen addresses collide when equal or when either is a wildcard."""
+    if a == b:
+        return True
+    for value in (a, b):
+        if not value:
+            return True
+        try:
+            if ipaddress.ip_address(value).is_unspecified:
+                return True
+        except ValueError:
+            continue
+    return False

@@ -1,0 +1,17 @@
+"""Small parsers for values that arrive from paths, forms and JSON bodies alike."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from appliance.services.errors import ServiceError
+
+
+def parse_id(value: Any, what: str) -> int:
+    """Ids arrive from paths as strings and from bodies as numbers."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 12:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+        raise ServiceError(f"{what} must be a positive integer (got {json.dumps(value)})")
+    return value

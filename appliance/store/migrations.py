@@ -1,0 +1,185 @@
+"""Numbered schema migrations, recorded in the database they changed.
+
+Every change to a table is a new entry at the end of `MIGRATIONS`; entries are never
+edited once released. On open, `migrate()` applies, in order and each in its own
+transaction, the entries newer than the highest version recorded in `schema_version`,
+so a database written by any older release upgrades itself on start. (MySQL commits DDL
+implicitly; there a failed step can leave a half-applied version, which is why each
+step is small.)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from appliance.store.ddl import Column, Index, Table
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[str], list[str]]
+
+
+def _v1_foundation(dialect: str) -> list[str]:
+    tables = [
+        Table(
+            "setting",
+            (Column("key", "str", 64), Column("value", "text")),
+            (Index(("key",), unique=True),),
+        ),
+        Table(
+            "admin",
+            (
+                Column("username", "str", 64),
+                Column("password_hash", "str", 255),
+                Column("totp_secret", "str", 64, default=""),
+                Column("totp_enabled", "bool", default=False),
+                Column("totp_last_step", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (Index(("username",), unique=True),),
+        ),
+        Table(
+            "session",
+            (
+                Column("token_hash", "str", 64),
+                Column("admin_id", "int", references="admin"),
+                Column("csrf_token", "str", 64),
+                Column("created_at", "bigint"),
+                Column("expires_at", "bigint"),
+                Column("remote_addr", "str", 64, default=""),
+            ),
+            (Index(("token_hash",), unique=True), Index(("expires_at",))),
+        ),
+        Table(
+            "api_token",
+            (
+                Column("name", "str", 64),
+                Column("token_hash", "str", 64),
+                Column("enabled", "bool", default=True),
+                Column("created_at", "bigint"),
+            ),
+            (Index(("name",), unique=True), Index(("token_hash",), unique=True)),
+        ),
+        Table(
+            "inbound",
+            (
+                Column("remark", "str", 255, default=""),
+                Column("tag", "str", 64),
+                Column("protocol", "str", 16),
+                Column("listen", "str", 255, default=""),
+                Column("port", "int"),
+                Column("enable", "bool", default=True),
+                Column("expiry_time", "bigint", default=0),
+                Column("total", "bigint", default=0),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+                Column("settings", "text"),
+                Column("stream_settings", "text"),
+                Column("sniffing", "text"),
+                Column("node_id", "int", null=True),
+                Column("created_at", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (Index(("tag",), unique=True), Index(("port",))),
+        ),
+        Table(
+            "fallback",
+            (
+                Column("master_id", "int", references="inbound"),
+                Column("child_id", "int", null=True, references="inbound"),
+                Column("name", "str", 255, default=""),
+                Column("alpn", "str", 64, default=""),
+                Column("path", "str", 255, default=""),
+                Column("dest", "str", 255, default=""),
+                Column("xver", "int", default=0),
+                Column("sort_order", "int", default=0),
+            ),
+            (Index(("master_id", "sort_order")),),
+        ),
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
+MIGRATIONS: list[tuple[int, str, Step]] = [
+    (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+VERSION_TABLE = Table(
+    "schema_version",
+    (Column("version", "int"), Column("name", "str", 255), Column("applied_at", "bigint")),
+    (Index(("version",), unique=True),),
+)
+
+
+def current_version(conn, dialect: str) -> int:
+    """Highest applied version; 0 for an empty database."""
+    cur = conn.cursor()
+    if not _has_table(cur, dialect, "schema_version"):
+        return 0
+    cur.execute("SELECT MAX(version) FROM schema_version")
+    row = cur.fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn, dialect: str, target: int = LATEST) -> list[int]:
+    """Bring the database to `target`; returns the versions applied now."""
+    version = current_version(conn, dialect)
+    if version > LATEST:
+        raise RuntimeError(
+            f"database schema version {version} is newer than this release knows ({LATEST}); "
+            "upgrade the panel instead of downgrading it"
+        )
+    applied = []
+    cur = conn.cursor()
+    if version == 0:
+        _run(conn, VERSION_TABLE.create(dialect))
+    mark = "?" if dialect == "sqlite" else "%s"
+    for number, name, step in MIGRATIONS:
+        if number <= version or number > target:
+            continue
+        log.info("applying schema migration %d: %s", number, name)
+        _begin(cur, dialect)
+        try:
+            for sql in step(dialect):
+                cur.execute(sql)
+            cur.execute(
+                "INSERT INTO schema_version (version, name, applied_at) "
+                f"VALUES ({mark}, {mark}, {mark})",
+                (number, name, int(time.time())),
+            )
+            conn.commit()
+        except Exception:
+            conn.rollback()
+            raise
+        applied.append(number)
+    return applied
+
+
+def _begin(cur, dialect: str) -> None:
+    if dialect == "sqlite":
+        cur.execute("BEGIN IMMEDIATE")
+
+
+def _run(conn, statements: list[str]) -> None:
+    cur = conn.cursor()
+    for sql in statements:
+        cur.execute(sql)
+    conn.commit()
+
+
+def _has_table(cur, dialect: str, name: str) -> bool:
+    if dialect == "sqlite":
+        cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,))
+    elif dialect == "postgres":
+        cur.execute("SELECT 1 FROM information_schema.tables WHERE table_name=%s", (name,))
+    else:
+        cur.execute(
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE table_schema=DATABASE() AND table_name=%s",
+            (name,),
+        )
+    return cur.fetchone() is not None

@@ -1,0 +1,91 @@
+"""Pony entities mapped onto the tables the migrations create.
+
+Entities are defined per `Database` object (see `define_entities`) rather than at module
+level, so one process can open more than one store: `migrate-db` reads one and writes
+another, and tests open a fresh database each. Pony never creates or alters tables here
+(`create_tables=False`); `check_tables=True` makes a drift between these classes and the
+migrations fail at start instead of at the first query.
+
+JSON documents (inbound settings and the like) are text columns; the services
+serialise them, so every backend returns the same bytes in the same key order.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from pony.orm import Database, Optional, Required, Set
+
+
+def define_entities(db: Database) -> SimpleNamespace:
+    class Setting(db.Entity):
+        _table_ = "setting"
+        key = Required(str, 64, unique=True)
+        value = Optional(str, autostrip=False)
+
+    class Admin(db.Entity):
+        _table_ = "admin"
+        username = Required(str, 64, unique=True, autostrip=False)
+        password_hash = Required(str, 255)
+        totp_secret = Optional(str, 64)
+        totp_enabled = Required(bool, default=False)
+        totp_last_step = Required(int, size=64, default=0)
+        updated_at = Required(int, size=64, default=0)
+        sessions = Set("Session")
+
+    class Session(db.Entity):
+        _table_ = "session"
+        token_hash = Required(str, 64, unique=True)
+        admin = Required(Admin, column="admin_id")
+        csrf_token = Required(str, 64)
+        created_at = Required(int, size=64)
+        expires_at = Required(int, size=64, index="ix_session_expires_at")
+        remote_addr = Optional(str, 64)
+
+    class ApiToken(db.Entity):
+        _table_ = "api_token"
+        name = Required(str, 64, unique=True, autostrip=False)
+        token_hash = Required(str, 64, unique=True)
+        enabled = Required(bool, default=True)
+        created_at = Required(int, size=64)
+
+    class Inbound(db.Entity):
+        _table_ = "inbound"
+        remark = Optional(str, 255, autostrip=False)
+        tag = Required(str, 64, unique=True)
+        protocol = Required(str, 16)
+        listen = Optional(str, 255)
+        port = Required(int, index="ix_inbound_port")
+        enable = Required(bool, default=True)
+        expiry_time = Required(int, size=64, default=0)
+        total = Required(int, size=64, default=0)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        settings = Required(str, autostrip=False)
+        stream_settings = Required(str, autostrip=False)
+        sniffing = Required(str, autostrip=False)
+        node_id = Optional(int, nullable=True)
+        created_at = Required(int, size=64, default=0)
+        updated_at = Required(int, size=64, default=0)
+        fallbacks = Set("Fallback", reverse="master")
+        fallback_children = Set("Fallback", reverse="child", cascade_delete=True)
+
+    class Fallback(db.Entity):
+        _table_ = "fallback"
+        master = Required(Inbound, column="master_id", reverse="fallbacks")
+        child = Optional(Inbound, column="child_id", reverse="fallback_children")
+        name = Optional(str, 255)
+        alpn = Optional(str, 64)
+        path = Optional(str, 255)
+        dest = Optional(str, 255)
+        xver = Required(int, default=0)
+        sort_order = Required(int, default=0)
+
+    return SimpleNamespace(
+        Setting=Setting,
+        Admin=Admin,
+        Session=Session,
+        ApiToken=ApiToken,
+        Inbound=Inbound,
+        Fallback=Fallback,
+    )

@@ -1,0 +1,1 @@
+"""The subscription server: what client apps poll, on its own port."""

@@ -1,0 +1,112 @@
+"""The Bottle app of the panel port, built from the route table.
+
+One plugin does what every route needs, so no handler repeats it: authenticate (session
+cookie or `Authorization: Bearer`), enforce CSRF for cookie sessions on unsafe methods,
+turn the handler's result or `ServiceError` into the envelope, push `invalidate` after a
+successful change, and turn anything unexpected into an envelope error with the details
+in the panel log only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+import bottle
+from bottle import HTTPError, HTTPResponse, request
+
+from appliance.services.errors import ServiceError, Unauthorized
+from appliance.web.http import Reply, encode, envelope, fail
+from appliance.web.routes import UNSAFE_METHODS, Route
+
+log = logging.getLogger(__name__)
+
+SESSION_KEY = "appliance.session"
+
+
+class ApiPlugin:
+    name = "appliance-api"
+    api = 2
+
+    def __init__(self, panel):
+        self.panel = panel
+
+    def apply(self, callback, route):
+        spec: Route = route.config["spec"]
+
+        def wrapper(*args, **kwargs):
+            try:
+                request.environ[SESSION_KEY] = self.identify(spec)
+                result = callback(*args, **kwargs)
+            except ServiceError as exc:
+                return fail(exc.msg, exc.status)
+            except HTTPResponse:
+                raise
+            except Exception:
+                log.exception("%s %s failed", request.method, request.path)
+                return fail("internal error; the panel log has the details", 500)
+            if spec.resource and request.method in UNSAFE_METHODS:
+                self.panel.hub.invalidate(spec.resource)
+            if spec.raw or isinstance(result, HTTPResponse):
+                return result
+            if isinstance(result, Reply):
+                return envelope(True, result.msg, result.obj)
+            return envelope(True, "", result)
+
+        return wrapper
+
+    def identify(self, spec: Route):
+        """The caller's session (None for bearer tokens and public routes)."""
+        authorization = request.headers.get("Authorization", "")
+        if authorization[:7].lower() == "bearer ":
+            if not spec.auth:
+                return None
+            if not self.panel.tokens.authenticate(authorization[7:].strip()):
+                raise Unauthorized("the API token is unknown or disabled")
+            return None
+        session = self.panel.auth.session(request.get_cookie(self.panel.auth.cookie_name))
+        if session is None:
+            if spec.auth:
+                raise Unauthorized("sign in first: no valid session cookie or API token")
+            return None
+        if spec.csrf and request.method in UNSAFE_METHODS:
+            sent = request.headers.get("X-CSRF-Token", "")
+            if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
+                raise CsrfError(
+                    "missing or wrong X-CSRF-Token header; get the token from GET /csrf-token"
+                )
+        return session
+
+
+class CsrfError(ServiceError):
+    status = 403
+
+
+def current_session():
+    return request.environ.get(SESSION_KEY)
+
+
+def build_app(panel, routes: list[Route]) -> bottle.Bottle:
+    app = bottle.Bottle(catchall=True, autojson=False)
+    app.install(ApiPlugin(panel))
+    for spec in routes:
+        app.route(spec.path, spec.method, spec.handler, spec=spec)
+    app.default_error_handler = _error_page
+    return app
+
+
+def _error_page(error: HTTPError) -> str:
+    """Bottle's own errors (unknown route, wrong method, crashes) as envelopes."""
+    error.content_type = "application/json; charset=utf-8"
+    if error.status_code == 404:
+        msg = f"no such route: {request.method} {request.path}"
+    elif error.status_code == 405:
+        allowed = error.headers.get("Allow", "")
+        msg = f"{request.method} is not allowed on {request.path}; use {allowed}"
+    elif error.status_code >= 500:
+        if error.exception is not None:
+            log.error("unhandled error on %s %s: %r", request.method, request.path, error.exception)
+        msg = "internal error; the panel log has the details"
+    else:
+        msg = str(error.body or error.status_line)
+    return encode(False, msg)

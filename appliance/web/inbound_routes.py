@@ -1,0 +1,115 @@
+"""Routes of /panel/api/inbounds."""
+
+from __future__ import annotations
+
+from appliance.web.http import Reply, body, json_object
+from appliance.web.routes import RouteTable
+
+INBOUND_BODY = {
+    "remark": "string",
+    "listen": "string",
+    "port": "integer",
+    "protocol": "string",
+    "enable": "boolean",
+    "expiryTime": "integer",
+    "total": "integer",
+    "tag": "string",
+    "settings": "object",
+    "streamSettings": "object",
+    "sniffing": "object",
+}
+
+
+def inbound_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/inbounds", "inbounds")
+    inbounds = panel.inbounds
+
+    @table.get("/list", "Every inbound with its client stats")
+    def list_inbounds():
+        return inbounds.list()
+
+    @table.get("/list/slim", "Every inbound with clients reduced to email, enable, comment")
+    def list_slim():
+        return inbounds.list(slim=True)
+
+    @table.get("/options", "Inbounds as choices for client forms")
+    def options():
+        return inbounds.options()
+
+    @table.get("/get/<id>", "One inbound")
+    def get(id):
+        return inbounds.get(id)
+
+    @table.post(
+        "/add", "Create an inbound (with no clients)", resource="inbounds", body=INBOUND_BODY
+    )
+    def add():
+        return Reply("inbound created", inbounds.add(body(1 << 20)))
+
+    @table.post(
+        "/update/<id>", "Replace an inbound's fields", resource="inbounds", body=INBOUND_BODY
+    )
+    def update(id):
+        return Reply("inbound updated", inbounds.update(id, body(1 << 20)))
+
+    @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource="inbounds")
+    def delete(id):
+        inbounds.delete(id)
+        return Reply("inbound deleted")
+
+    @table.post(
+        "/bulkDel", "Delete several inbounds", resource="inbounds", body={"ids": "integer[]"}
+    )
+    def bulk_delete():
+        return inbounds.bulk_delete(json_object(1 << 20).get("ids"))
+
+    @table.post(
+        "/setEnable/<id>",
+        "Enable or disable an inbound",
+        resource="inbounds",
+        body={"enable": "boolean"},
+    )
+    def set_enable(id):
+        inbounds.set_enable(id, json_object(8192).get("enable"))
+        return Reply("inbound updated")
+
+    @table.post("/<id>/resetTraffic", "Zero an inbound's own counters", resource="inbounds")
+    def reset_traffic(id):
+        inbounds.reset_traffic(id)
+        return Reply("inbound traffic reset")
+
+    @table.post(
+        "/<id>/delAllClients", "Delete every client attached to an inbound", resource="inbounds"
+    )
+    def delete_all_clients(id):
+        return {"deleted": inbounds.delete_all_clients(id)}
+
+    @table.post("/resetAllTraffics", "Zero every inbound's counters", resource="inbounds")
+    def reset_all_traffics():
+        inbounds.reset_all_traffics()
+        return Reply("all inbound traffic reset")
+
+    @table.post(
+        "/import",
+        "Create an inbound from its exported JSON (form field data)",
+        resource="inbounds",
+        form=True,
+        body={"data": "string"},
+    )
+    def import_inbound():
+        return Reply("inbound imported", inbounds.import_(json_object(1 << 20).get("data")))
+
+    @table.get("/<id>/fallbacks", "Fallback rules of a master inbound")
+    def list_fallbacks(id):
+        return inbounds.fallbacks.list(id)
+
+    @table.post(
+        "/<id>/fallbacks",
+        "Replace the fallback rules of a master inbound",
+        resource="inbounds",
+        body={"fallbacks": "object[]"},
+    )
+    def replace_fallbacks(id):
+        return Reply("fallbacks saved", inbounds.fallbacks.replace(id, body(1 << 20)))
+
+    return table

@@ -1,0 +1,61 @@
+"""Routes of /panel/api/server: status, history, generators, logs."""
+
+from __future__ import annotations
+
+from appliance import logbuffer
+from appliance.services import keys
+from appliance.services.errors import ServiceError
+from appliance.web.http import body
+from appliance.web.routes import RouteTable
+
+
+def server_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/server", "server")
+
+    @table.get("/status", "Host and panel status, refreshed every 2 s")
+    def status():
+        return panel.status()
+
+    @table.get("/cpuHistory/<bucket>", "CPU history (legacy; use history/cpu)")
+    def cpu_history(bucket):
+        return panel.history.series("cpu", bucket)
+
+    @table.get("/history/<metric>/<bucket>", "A metric's history over about 6 hours")
+    def history(metric, bucket):
+        return panel.history.series(metric, bucket)
+
+    @table.get("/getNewUUID", "A random UUID v4")
+    def new_uuid():
+        return keys.new_uuid()
+
+    @table.get("/getNewX25519Cert", "A new X25519 key pair in the core's base64url form")
+    def new_x25519():
+        return keys.new_x25519()
+
+    @table.get("/getWebCertFiles", "The panel's certificate and key file paths")
+    def web_cert_files():
+        return {
+            "webCertFile": panel.settings.get("webCertFile"),
+            "webKeyFile": panel.settings.get("webKeyFile"),
+        }
+
+    @table.post(
+        "/logs/<count>",
+        "The panel's own log, newest last",
+        body={"level": "string", "syslog": "boolean"},
+    )
+    def logs(count):
+        data = body(8192)
+        if not isinstance(data, dict):
+            raise ServiceError("send {level, syslog} as a JSON object")
+        level = data.get("level") or "info"
+        if not isinstance(level, str):
+            raise ServiceError("level must be one of debug, info, notice, warning, error")
+        syslog = data.get("syslog", False)
+        if syslog not in (True, False, "true", "false"):
+            raise ServiceError("syslog must be true or false")
+        if syslog in (True, "true"):
+            return logbuffer.read_journal(count, level)
+        return logbuffer.read_logs(count, level)
+
+    return table

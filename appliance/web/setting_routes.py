@@ -1,0 +1,98 @@
+"""Routes of /panel/api/setting: panel settings, the admin account, API tokens."""
+
+from __future__ import annotations
+
+from bottle import request
+
+from appliance.core.template import default_template
+from appliance.services.settings import DEFAULTS
+from appliance.web.api import current_session
+from appliance.web.http import Reply, json_object
+from appliance.web.routes import RouteTable
+
+BOOL_BODY = {"enabled": "boolean"}
+
+
+def setting_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/setting", "settings")
+
+    @table.post("/all", "Every panel setting; secrets redacted")
+    def all_settings():
+        return {**panel.settings.all(), **panel.two_factor_view()}
+
+    @table.post("/defaultSettings", "Default settings, with domains taken from this request")
+    def default_settings():
+        host = request.urlparts.hostname or ""
+        return {**DEFAULTS, "webDomain": host, "subDomain": host}
+
+    @table.post(
+        "/update",
+        "Validate and save settings; web listener changes apply on restart",
+        resource="settings",
+        body={"<setting>": "value"},
+    )
+    def update():
+        changed = panel.update_settings(json_object(1 << 20), current_session())
+        if not changed:
+            return Reply("nothing changed")
+        return Reply("settings saved", changed)
+
+    @table.post(
+        "/updateUser",
+        "Change the admin username and password; ends other sessions",
+        resource="settings",
+        body={
+            "oldUsername": "string",
+            "oldPassword": "string",
+            "newUsername": "string",
+            "newPassword": "string",
+            "twoFactorCode": "string",
+        },
+    )
+    def update_user():
+        panel.auth.update_user(current_session(), json_object(8192))
+        return Reply("username and password changed; other sessions were signed out")
+
+    @table.post("/restartPanel", "Restart the panel process after a 3 s grace")
+    def restart_panel():
+        panel.restart_later(3)
+        return Reply("the panel restarts in 3 seconds")
+
+    @table.get("/getDefaultJsonConfig", "The built-in core config template")
+    def default_json_config():
+        return default_template()
+
+    tokens = RouteTable("/panel/api/setting/apiTokens", "api tokens")
+
+    @tokens.get("", "API tokens (never their values)")
+    def list_tokens():
+        return panel.tokens.list()
+
+    @tokens.post(
+        "/create",
+        "Create a token; its value is shown only in this response",
+        resource="apiTokens",
+        body={"name": "string"},
+    )
+    def create_token():
+        return Reply(
+            "API token created; copy it now, it is not shown again",
+            panel.tokens.create(json_object(8192).get("name")),
+        )
+
+    @tokens.post(
+        "/delete/<id>", "Delete a token; callers using it are refused at once", resource="apiTokens"
+    )
+    def delete_token(id):
+        panel.tokens.delete(id)
+        return Reply("API token deleted")
+
+    @tokens.post(
+        "/setEnabled/<id>", "Enable or disable a token", resource="apiTokens", body=BOOL_BODY
+    )
+    def set_token_enabled(id):
+        panel.tokens.set_enabled(id, json_object(8192).get("enabled"))
+        return Reply("API token updated")
+
+    table.routes.extend(tokens.routes)
+    return table
