@@ -1,0 +1,166 @@
+"""Fixtures that run the real panel: a child process on ephemeral ports, driven over HTTP.
+
+`start_panel()` launches `python -m appliance run` with a fresh data directory and
+`--port 0 --sub-port 0`, then reads the process output for the first-run credentials and
+the ports it bound. `ApiClient` is a signed-in `requests` session that sends the CSRF
+header, the way a browser page does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+
+LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
+SUB_RE = re.compile(r"subscription server listening on https?://[^:]+:(\d+)/")
+START_TIMEOUT = 30
+
+
+@dataclass
+class PanelServer:
+    data_dir: str
+    args: list[str]
+    env: dict
+    process: subprocess.Popen | None = None
+    lines: list[str] = field(default_factory=list)
+    url: str = ""
+    sub_url: str = ""
+    username: str = ""
+    password: str = ""
+
+    def start(self) -> PanelServer:
+        mark = len(self.lines)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "run", "--data-dir", self.data_dir, *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
+        threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
+        self.wait_listening(mark)
+        return self
+
+    def _pump(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_listening(self, mark: int, timeout: float = START_TIMEOUT) -> None:
+        """Wait until the output after line `mark` shows both ports bound."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            panel = sub = None
+            for line in self.lines[mark:]:
+                if match := LISTEN_RE.search(line):
+                    panel = match
+                if match := SUB_RE.search(line):
+                    sub = match
+                if "username:" in line and not self.username:
+                    self.username = line.split("username:", 1)[1].strip()
+                if "password:" in line and not self.password:
+                    self.password = line.split("password:", 1)[1].strip()
+            if panel and sub:
+                scheme, port, base = panel.groups()
+                self.url = f"{scheme}://127.0.0.1:{port}{base.rstrip('/')}"
+                self.sub_url = f"http://127.0.0.1:{sub.group(1)}"
+                return
+            if self.process.poll() is not None and not any(
+                LISTEN_RE.search(line) for line in self.lines[mark:]
+            ):
+                raise RuntimeError("panel exited:\n" + "\n".join(self.lines[mark:]))
+            time.sleep(0.05)
+        raise RuntimeError("panel did not start:\n" + "\n".join(self.lines[mark:]))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def client(self, login: bool = True) -> ApiClient:
+        client = ApiClient(self.url)
+        if login:
+            client.sign_in(self.username, self.password)
+        return client
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def rss(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+class ApiClient:
+    """A browser-like session: cookie plus X-CSRF-Token on unsafe requests."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.http = requests.Session()
+
+    def sign_in(self, username: str, password: str, code: str | None = None) -> dict:
+        payload = {"username": username, "password": password}
+        if code is not None:
+            payload["twoFactorCode"] = code
+        reply = self.http.post(self.url + "/login", json=payload, timeout=10).json()
+        if reply["success"]:
+            token = self.http.get(self.url + "/csrf-token", timeout=10).json()["obj"]
+            self.http.headers["X-CSRF-Token"] = token
+        return reply
+
+    def get(self, path: str, **kwargs) -> dict:
+        return self.http.get(self.url + path, timeout=30, **kwargs).json()
+
+    def post(self, path: str, json=None, **kwargs) -> dict:
+        return self.http.post(self.url + path, json=json, timeout=30, **kwargs).json()
+
+    def raw(self, method: str, path: str, **kwargs) -> requests.Response:
+        return self.http.request(method, self.url + path, timeout=30, **kwargs)
+
+
+def start_panel(tmp_path, *args: str, env: dict | None = None) -> PanelServer:
+    data_dir = str(tmp_path / f"data-{time.monotonic_ns()}")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    environment.update(env or {})
+    server = PanelServer(
+        data_dir,
+        ["--listen", "127.0.0.1", "--port", "0", "--sub-port", "0", *args],
+        environment,
+    )
+    return server.start()
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    """One panel per test module; tests in it share its database."""
+    server = start_panel(tmp_path_factory.mktemp("panel"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh_panel(tmp_path):
+    """A panel of the test's own, for tests that change sign-in state."""
+    server = start_panel(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(panel) -> ApiClient:
+    return panel.client()
