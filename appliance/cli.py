@@ -10,10 +10,14 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import ctypes  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
 from appliance.config import ENV, resolve  # noqa: E402
+from appliance.services.errors import ServiceError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except ServiceError as exc:
+        # A bad database URL, a taken port, no admin yet: a sentence and a non-zero exit.
+        print(f"error: {exc.msg}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,38 +88,64 @@ def cmd_run(args) -> int:
 
     options = resolve(args)
     logbuffer.setup_logging(options.log_file, options.log_level)
+    release_freed_memory()
     panel = Panel(options)
     credentials = panel.open()
-    if credentials:
-        print_credentials("A new admin account was created", *credentials)
-    panel.serve()
+
+    def announce(url: str) -> None:
+        """First-run credentials appear only once the panel really answers at `url`."""
+        if credentials:
+            print_credentials("A new admin account was created", *credentials, url)
+
+    panel.serve(announce)
     return 0
 
 
+def release_freed_memory() -> None:
+    """Make glibc serve large blocks (scrypt's 16 MiB per sign-in) straight from mmap, so
+    they go back to the system when freed instead of staying in the heap: an idle panel
+    keeps its small footprint after the first sign-in. Other C libraries need nothing."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_mmap_threshold = -3
+    libc.mallopt(m_mmap_threshold, 128 * 1024)
+
+
+@contextmanager
 def _offline_panel(args):
+    """The panel's store and services without its servers, for the admin commands.
+
+    A SQLite file that does not exist yet is refused rather than created: the admin
+    commands repair an existing panel, and a typo in --data-dir should say so."""
     from appliance.app import Panel
 
     panel = Panel(resolve(args))
-    panel.open()
-    return panel
+    url = panel.store.url
+    if url.kind == "sqlite" and not os.path.isfile(url.path):
+        raise ServiceError(
+            f"no panel database at {url.path}; start the panel once with `appliance run`, "
+            "or point --data-dir / --db at the existing one"
+        )
+    panel.open_store()
+    try:
+        yield panel
+    finally:
+        panel.store.close()
 
 
 def cmd_admin_show(args) -> int:
-    admin = _offline_panel(args).auth.show_admin()
+    with _offline_panel(args) as panel:
+        admin = panel.auth.show_admin()
     print(f"username: {admin['username']}")
     print(f"two-factor: {'on' if admin['twoFactor'] else 'off'}")
     return 0
 
 
 def cmd_admin_reset(args) -> int:
-    from appliance.services.errors import ServiceError
-
-    panel = _offline_panel(args)
-    try:
+    with _offline_panel(args) as panel:
         username, password = panel.auth.reset_admin(args.username, args.password)
-    except ServiceError as exc:
-        print(f"error: {exc.msg}", file=sys.stderr)
-        return 1
     print_credentials(
         "The admin account was reset; every session was signed out",
         username,
@@ -120,15 +155,20 @@ def cmd_admin_reset(args) -> int:
 
 
 def cmd_admin_disable_2fa(args) -> int:
-    _offline_panel(args).auth.disable_two_factor()
+    with _offline_panel(args) as panel:
+        panel.auth.disable_two_factor()
     print("two-factor sign-in is off")
     return 0
 
 
-def print_credentials(title: str, username: str, password: str) -> None:
+def print_credentials(title: str, username: str, password: str, url: str = "") -> None:
     """Credentials go to stdout once, never into the log."""
     line = "=" * 60
-    print(f"{line}\n{title}.\n  username: {username}\n  password: {password}\n{line}", flush=True)
+    where = f"  sign in at: {url}\n" if url else ""
+    print(
+        f"{line}\n{title}.\n  username: {username}\n  password: {password}\n{where}{line}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,15 @@ class PanelServer:
     url: str = ""
     sub_url: str = ""
     username: str = ""
+    expect_credentials: bool = False
     password: str = ""
 
     def start(self) -> PanelServer:
         mark = len(self.lines)
+        # A new data directory means a first run: its credentials follow the listen lines.
+        self.expect_credentials = not self.username and not (
+            "--db" in self.args or os.path.exists(os.path.join(self.data_dir, "appliance.db"))
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "appliance", "run", "--data-dir", self.data_dir, *self.args],
             stdout=subprocess.PIPE,
@@ -68,7 +73,7 @@ class PanelServer:
                     self.username = line.split("username:", 1)[1].strip()
                 if "password:" in line and not self.password:
                     self.password = line.split("password:", 1)[1].strip()
-            if panel and sub:
+            if panel and sub and (self.password or not self.expect_credentials):
                 scheme, port, base = panel.groups()
                 self.url = f"{scheme}://127.0.0.1:{port}{base.rstrip('/')}"
                 self.sub_url = f"http://127.0.0.1:{sub.group(1)}"

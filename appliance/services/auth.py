@@ -28,6 +28,7 @@ from appliance.services.errors import ServiceError, TooManyRequests
 
 COOKIE_NAME = "appliance_session"
 TOTP_STEP = 30
+TOTP_SECRET_LENGTHS = (16, 64)  # 80 to 320 bits; the upper bound is the column's size
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,14 @@ class LoginThrottle:
         self._failures.pop((address, username), None)
 
     def _forget_old(self, now: float) -> None:
-        """Keep memory bounded under a spray of usernames."""
-        if len(self._failures) < 10_000:
+        """Keep memory bounded under a spray of usernames: blocks that ran out are
+        dropped too, not only when their pair signs in again."""
+        if len(self._failures) + len(self._blocked_until) < 10_000:
             return
         for key in [k for k, v in self._failures.items() if not v or v[-1] <= now - self.window]:
             del self._failures[key]
+        for key in [k for k, until in self._blocked_until.items() if until <= now]:
+            del self._blocked_until[key]
 
 
 class Auth:
@@ -155,6 +159,8 @@ class Auth:
         """Check credentials; returns the session cookie value."""
         if not isinstance(username, str) or not isinstance(password, str):
             raise ServiceError("username and password are required strings")
+        if not _is_unicode(username):
+            raise ServiceError("the username is not valid Unicode text")
         if code is not None and not isinstance(code, str | int):
             raise ServiceError("twoFactorCode must be a string of digits")
         self.throttle.check(address, username)
@@ -276,9 +282,10 @@ class Auth:
                     if not admin.totp_enabled:
                         raise ServiceError("twoFactorToken is required to enable two-factor")
                     return False
-                if len(secret) < 16 or not _is_base32(secret):
+                low, high = TOTP_SECRET_LENGTHS
+                if not low <= len(secret) <= high or not _is_base32(secret):
                     raise ServiceError(
-                        "twoFactorToken must be a base32 secret of at least 16 characters"
+                        f"twoFactorToken must be a base32 secret of {low} to {high} characters"
                     )
                 if admin.totp_enabled:
                     self._require_current_code(admin, code)
@@ -302,9 +309,13 @@ class Auth:
         """RFC 6238 with one step of drift either way; a code is good once."""
         if isinstance(code, int) and not isinstance(code, bool):
             code = f"{code:06d}"
-        if not isinstance(code, str) or not code.strip().isdigit():
+        if not isinstance(code, str):
             return False
         code = code.strip()
+        # ASCII only: str.isdigit() also accepts other scripts' digits, which
+        # hmac.compare_digest refuses to compare.
+        if not code.isascii() or not code.isdigit():
+            return False
         totp = pyotp.TOTP(admin.totp_secret)
         now_step = int(self.clock()) // TOTP_STEP
         for step in (now_step - 1, now_step, now_step + 1):
@@ -331,6 +342,18 @@ def check_username(username) -> None:
         or username != username.strip()
     ):
         raise ServiceError("the username must be 1-64 characters without surrounding spaces")
+    if not username.isprintable():
+        raise ServiceError("the username may not contain control or invisible characters")
+
+
+def _is_unicode(text: str) -> bool:
+    """False for strings with unpaired surrogates (JSON can carry them), which no
+    database accepts."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_base32(secret: str) -> bool:

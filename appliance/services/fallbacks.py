@@ -16,9 +16,12 @@ from typing import Any
 from pony.orm import db_session, select
 
 from appliance.services.errors import ServiceError
+from appliance.services.inbound_protocols import to_int
 from appliance.services.parse import parse_id
 
 MASTER_PROTOCOLS = ("vless", "trojan")
+DEST_MAX = 255
+SORT_ORDER_MIN, SORT_ORDER_MAX = -(2**31), 2**31 - 1
 HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 
 
@@ -32,12 +35,14 @@ class Fallbacks:
             return [_view(rule) for rule in self._rules(master.id)]
 
     def replace(self, master_id, body) -> list[dict]:
-        """Replace the whole list of a master's rules."""
+        """Replace the whole list of a master's rules. An empty list is always accepted, so
+        rules can be cleared even from an inbound that no longer qualifies as a master."""
         if not isinstance(body, dict) or not isinstance(body.get("fallbacks"), list):
             raise ServiceError("fallbacks must be an array of rules")
         with db_session:
             master = self._master(master_id)
-            check_master(master)
+            if body["fallbacks"]:
+                check_master(master)
             rules = [
                 self._clean(master, item, index) for index, item in enumerate(body["fallbacks"])
             ]
@@ -89,14 +94,15 @@ class Fallbacks:
         child = None
         child_id = item.get("childId")
         if child_id not in (None, 0, ""):
-            if isinstance(child_id, bool) or not isinstance(child_id, int):
-                raise ServiceError(f"{where}.childId must be an inbound id")
+            child_id = parse_id(child_id, f"{where}.childId")
             child = self.store.Inbound.get(id=child_id)
             if child is None:
                 raise ServiceError(f"{where}.childId: no inbound with id {child_id}")
             if child.id == master.id:
                 raise ServiceError(f"{where}.childId: an inbound cannot fall back to itself")
-        dest = item.get("dest", "")
+        dest = item.get("dest")
+        if dest is None:
+            dest = ""
         if isinstance(dest, int) and not isinstance(dest, bool):
             dest = str(dest)
         if not isinstance(dest, str):
@@ -116,34 +122,43 @@ class Fallbacks:
             text[key] = value.strip()
         if text["path"] and not text["path"].startswith("/"):
             raise ServiceError(f"{where}.path must start with / (got '{text['path']}')")
-        xver = item.get("xver", 0)
-        if xver in (None, ""):
-            xver = 0
-        if isinstance(xver, bool) or xver not in (0, 1, 2):
-            raise ServiceError(f"{where}.xver must be 0, 1 or 2 (PROXY protocol version)")
-        sort_order = item.get("sortOrder", index)
-        if isinstance(sort_order, bool) or not isinstance(sort_order, int):
-            raise ServiceError(f"{where}.sortOrder must be an integer")
+        xver = item.get("xver")
+        xver = 0 if xver in (None, "") else to_int(xver, f"{where}.xver", 0, 2)
+        sort_order = item.get("sortOrder")
+        sort_order = (
+            index
+            if sort_order in (None, "")
+            else to_int(sort_order, f"{where}.sortOrder", SORT_ORDER_MIN, SORT_ORDER_MAX)
+        )
         return {**text, "child": child, "dest": dest, "xver": xver, "sort_order": sort_order}
 
 
 def check_master(master) -> None:
-    stream = json.loads(master.stream_settings)
+    problem = master_problem(master.protocol, json.loads(master.stream_settings))
+    if problem:
+        raise ServiceError(f"inbound {master.id} cannot hold fallbacks: {problem}")
+
+
+def master_problem(protocol: str, stream: dict) -> str | None:
+    """Why an inbound of this protocol and transport cannot hold fallback rules; None
+    when it can."""
     network = stream.get("network", "tcp")
     security = stream.get("security", "none")
     if (
-        master.protocol not in MASTER_PROTOCOLS
-        or network not in ("tcp", "raw")
-        or security not in ("tls", "reality")
+        protocol in MASTER_PROTOCOLS
+        and network in ("tcp", "raw")
+        and security in ("tls", "reality")
     ):
-        raise ServiceError(
-            f"inbound {master.id} cannot hold fallbacks: only VLESS or Trojan inbounds on TCP "
-            f"with TLS or REALITY can (this one is {master.protocol} on {network} "
-            f"with security {security})"
-        )
+        return None
+    return (
+        f"only VLESS or Trojan inbounds on TCP with TLS or REALITY can (this one is "
+        f"{protocol} on {network} with security {security})"
+    )
 
 
 def check_dest(where: str, dest: str) -> None:
+    if len(dest) > DEST_MAX:
+        raise ServiceError(f"{where}.dest must be at most {DEST_MAX} characters")
     if dest.isdigit():
         if not 1 <= int(dest) <= 65535:
             raise ServiceError(f"{where}.dest port must be from 1 to 65535 (got {dest})")
@@ -155,6 +170,18 @@ def check_dest(where: str, dest: str) -> None:
         raise ServiceError(
             f"{where}.dest must be a port, host:port or a socket path (got '{dest}')"
         )
+
+
+def child_dest(listen: str, port: int) -> str | int:
+    """Where a child inbound can be reached: its port when it listens on every interface,
+    host:port for one address, and the path for a unix socket (without the core's
+    ",mode" suffix, which belongs to the listener, not to an address)."""
+    if listen.startswith(("/", "@")):
+        return listen.split(",", 1)[0]
+    if not listen or listen in ("0.0.0.0", "::"):
+        return port
+    host = f"[{listen}]" if ":" in listen else listen
+    return f"{host}:{port}"
 
 
 def _view(rule) -> dict:
@@ -174,10 +201,7 @@ def _view(rule) -> dict:
 def _render(rule) -> dict:
     dest: str | int = rule.dest
     if not dest and rule.child is not None:
-        listen = rule.child.listen
-        wildcard = not listen or listen in ("0.0.0.0", "::")
-        host = f"[{listen}]" if ":" in listen else listen
-        dest = rule.child.port if wildcard else f"{host}:{rule.child.port}"
+        dest = child_dest(rule.child.listen, rule.child.port)
     elif isinstance(dest, str) and dest.isdigit():
         dest = int(dest)
     entry: dict[str, Any] = {"dest": dest}

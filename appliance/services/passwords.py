@@ -58,6 +58,10 @@ def dummy_hash() -> str:
 
 def check_new_password(username: str, password: str) -> None:
     """Refuse passwords a scanner tries first. Raises ValueError with the reason."""
+    try:
+        password.encode()
+    except UnicodeEncodeError:
+        raise ValueError("the password is not valid Unicode text (unpaired surrogate)") from None
     if len(password) < MIN_LENGTH:
         raise ValueError(f"the password must be at least {MIN_LENGTH} characters long")
     if password.lower() in WEAK or password == username:

@@ -75,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
 }
 SECRET_KEYS = frozenset({"tgBotToken", "smtpPassword"})
 # Stored alongside settings but never part of the settings API.
-INTERNAL_KEYS = frozenset({"sessionSecret"})
+INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid"})
 PORT_KEYS = ("webPort", "subPort", "smtpPort")
 PATH_KEYS = ("webBasePath", "subPath", "subJsonPath", "subYamlPath")
 CERT_PAIRS = (("webCertFile", "webKeyFile"), ("subCertFile", "subKeyFile"))

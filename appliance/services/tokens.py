@@ -34,6 +34,8 @@ class Tokens:
         if not isinstance(name, str) or not 1 <= len(name.strip()) <= 64:
             raise ServiceError("name must be 1-64 characters")
         name = name.strip()
+        if not name.isprintable():
+            raise ServiceError("name may not contain control or invisible characters")
         token = PREFIX + secrets.token_urlsafe(32)
         with db_session:
             if self.store.ApiToken.get(name=name):

@@ -16,7 +16,7 @@ import bottle
 from bottle import HTTPError, HTTPResponse, request
 
 from appliance.services.errors import ServiceError, Unauthorized
-from appliance.web.http import Reply, encode, envelope, fail
+from appliance.web.http import BodyTooLarge, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class ApiPlugin:
         def wrapper(*args, **kwargs):
             try:
                 request.environ[SESSION_KEY] = self.identify(spec)
+                _check_declared_length(spec.max_body)
                 result = callback(*args, **kwargs)
             except ServiceError as exc:
                 return fail(exc.msg, exc.status)
@@ -57,7 +58,7 @@ class ApiPlugin:
 
     def identify(self, spec: Route):
         """The caller's session (None for bearer tokens and public routes)."""
-        authorization = request.headers.get("Authorization", "")
+        authorization = raw_header("Authorization")
         if authorization[:7].lower() == "bearer ":
             if not spec.auth:
                 return None
@@ -70,7 +71,7 @@ class ApiPlugin:
                 raise Unauthorized("sign in first: no valid session cookie or API token")
             return None
         if spec.csrf and request.method in UNSAFE_METHODS:
-            sent = request.headers.get("X-CSRF-Token", "")
+            sent = raw_header("X-CSRF-Token")
             if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
                 raise CsrfError(
                     "missing or wrong X-CSRF-Token header; get the token from GET /csrf-token"
@@ -80,6 +81,14 @@ class ApiPlugin:
 
 class CsrfError(ServiceError):
     status = 403
+
+
+def _check_declared_length(max_bytes: int) -> None:
+    """Refuse a body announced as too large before any handler runs, whether or not the
+    handler reads it; `http.body` enforces the same limit on bodies of unknown length."""
+    length = request.content_length
+    if length > max_bytes:
+        raise BodyTooLarge(f"the request body is {length} bytes; the limit here is {max_bytes}")
 
 
 def current_session():

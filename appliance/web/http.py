@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
 from typing import Any
+from urllib.parse import parse_qsl
 
 from bottle import request, response
 
@@ -63,27 +67,146 @@ def json_object(max_bytes: int) -> dict:
 
 
 _MISSING = object()
+JSON_TYPES = ("", "application/json", "text/json")
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+READ_CHUNK = 64 * 1024
+MAX_INT_DIGITS = 1000
+
+
+class UnsupportedMediaType(ServiceError):
+    status = 415
 
 
 def _read_body(max_bytes: int) -> Any:
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    raw = _read_raw(max_bytes)
+    if not raw.strip():
+        return {}
+    if content_type == "application/x-www-form-urlencoded":
+        return _urlencoded_form(raw)
+    if content_type == "multipart/form-data":
+        return _multipart_form(raw)
+    if content_type not in JSON_TYPES and not content_type.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"a body of type {content_type} is not accepted here; send application/json "
+            "(or a form: application/x-www-form-urlencoded or multipart/form-data)"
+        )
+    return _json(raw)
+
+
+def _read_raw(max_bytes: int) -> bytes:
+    """The body bytes, at most `max_bytes` of them, read straight from the server's input.
+
+    The server has already undone chunked transfer encoding, so the limit holds whether or
+    not the client announced a Content-Length; the declared length is checked first so a
+    large upload is refused before any of it is read.
+    """
     length = request.content_length
     if length > max_bytes:
         raise BodyTooLarge(f"the request body is {length} bytes; the limit here is {max_bytes}")
-    content_type = (request.content_type or "").split(";")[0].strip().lower()
-    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        forms = request.forms.decode()
-        return {key: forms.get(key) for key in forms}
-    raw = request.body.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise BodyTooLarge(f"the request body is larger than the limit of {max_bytes} bytes")
-    if not raw.strip():
-        return {}
+    stream = request.environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return json.loads(raw)
+        while size <= max_bytes:
+            chunk = stream.read(min(READ_CHUNK, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except (OSError, ValueError) as exc:
+        raise ServiceError(f"the request body could not be read: {exc}") from None
+    if size > max_bytes:
+        raise BodyTooLarge(f"the request body is larger than the limit of {max_bytes} bytes")
+    return b"".join(chunks)
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        value = json.loads(
+            raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
     except UnicodeDecodeError:
         raise ServiceError("the request body is not UTF-8 text") from None
+    except RecursionError:
+        raise ServiceError("the request body is nested too deeply to be read as JSON") from None
     except ValueError as exc:
         raise ServiceError(f"the request body is not valid JSON: {exc}") from None
+    _check_unicode(value)
+    return value
+
+
+def _check_unicode(value: Any) -> None:
+    """JSON may escape half of a surrogate pair (`"\\ud800"`), which no database column and
+    no UTF-8 response can hold; refuse such a body here rather than fail deep inside."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ServiceError("the request body holds text that is not valid Unicode") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    """Numbers merely out of range reach the field checks, which name the field; only
+    digit strings long enough to hit Python's own conversion limit (whose message advises
+    raising it) are refused here, as the body's fault."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"a number with {len(text.lstrip('-'))} digits is too large")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    """Python reads 1e999 as infinity, which could never be written back as JSON."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def _urlencoded_form(raw: bytes) -> dict:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ServiceError("the form body is not UTF-8 text") from None
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise ServiceError("the form body has a %-escape that is not UTF-8 text") from None
+    return dict(pairs)
+
+
+def _multipart_form(raw: bytes) -> dict:
+    """The text fields of a multipart form; file parts count as fields only when their
+    content is UTF-8 text, since every field here is a string."""
+    header = f"Content-Type: {request.content_type}\r\n\r\n".encode("latin-1", "replace")
+    message = BytesParser(policy=HTTP).parsebytes(header + raw)
+    if not message.get_boundary() or not message.is_multipart():
+        raise ServiceError(
+            "the multipart body does not match its Content-Type: a boundary parameter "
+            "and parts separated by it are needed"
+        )
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            raise ServiceError("a part of the multipart body has no Content-Disposition name")
+        try:
+            fields[str(name)] = (part.get_payload(decode=True) or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise ServiceError(f"the form field {name} is not UTF-8 text") from None
+    return fields
+
+
+def raw_header(name: str) -> str:
+    """A header as the WSGI server passed it (latin-1 text). Bottle's `request.headers`
+    decodes UTF-8 and raises on other bytes; the headers read here are ASCII when sound, so
+    anything else simply fails to match instead of becoming a 500."""
+    return request.environ.get("HTTP_" + name.upper().replace("-", "_"), "")
 
 
 def client_address(trusted: list) -> str:
@@ -91,7 +214,7 @@ def client_address(trusted: list) -> str:
     remote = request.environ.get("REMOTE_ADDR", "") or ""
     if not trusted or not _in(remote, trusted):
         return remote
-    forwarded = request.headers.get("X-Forwarded-For", "")
+    forwarded = raw_header("X-Forwarded-For")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
     for hop in reversed(hops):
         if not _in(hop, trusted):
@@ -106,7 +229,7 @@ def is_tls(trusted: list) -> bool:
     return (
         bool(trusted)
         and _in(remote, trusted)
-        and (request.headers.get("X-Forwarded-Proto", "").lower() == "https")
+        and raw_header("X-Forwarded-Proto").lower() == "https"
     )
 
 

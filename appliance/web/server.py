@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from collections.abc import Callable
 
 from gevent import socket as gsocket
+from gevent import ssl as gssl
 from gevent.pywsgi import WSGIServer
 from geventwebsocket.handler import WebSocketHandler
 
@@ -29,19 +31,61 @@ def listen(host: str, port: int) -> gsocket.socket:
     return sock
 
 
-def make_server(sock, app, *, websockets: bool, certfile: str = "", keyfile: str = ""):
+def tls_context(certfile: str, keyfile: str) -> gssl.SSLContext:
+    """The server's TLS context, loaded once at start.
+
+    Loading here rather than per connection (gevent's default when given file names)
+    reads the files once, and a pair that cannot be loaded fails now, where the caller
+    can decide what to do, instead of in every connection's greenlet. Raises OSError
+    (ssl.SSLError included) when the files are missing or do not form a pair."""
+    context = gssl.SSLContext(gssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = gssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def make_server(
+    sock,
+    app,
+    *,
+    tls: gssl.SSLContext | None = None,
+    upgrade_allowed: Callable[[dict], bool] | None = None,
+):
+    """A server for `app`; with `upgrade_allowed`, WebSocket upgrades for which it says yes
+    are accepted, and every other upgrade request is served as plain HTTP."""
     options = {}
-    if certfile and keyfile:
-        options = {"certfile": certfile, "keyfile": keyfile}
-    if websockets:
+    if tls is not None:
+        options["ssl_context"] = tls
+    if upgrade_allowed is not None:
         options["handler_class"] = WebSocketHandler
-    return WSGIServer(
+    server = PanelWSGIServer(
         sock,
         app,
         log=None,
         error_log=logging.getLogger("appliance.wsgi"),
         **options,
     )
+    if upgrade_allowed is not None:
+        # gevent-websocket answers 101 before the app runs; this hook is asked first, and
+        # a true result sends the request down the plain HTTP path, where the app can
+        # refuse it with a real status (401) instead of a frame after the handshake.
+        server.pre_start_hook = lambda handler: not upgrade_allowed(handler.environ)
+    return server
+
+
+class PanelWSGIServer(WSGIServer):
+    """gevent's server, minus the traceback a failed TLS handshake prints.
+
+    Plain HTTP sent to the HTTPS port, a browser refusing a self-signed certificate, a
+    scanner hanging up mid-handshake: all are the client's doing and end the connection,
+    and none may put a traceback in the panel's output."""
+
+    def wrap_socket_and_handle(self, client_socket, address):
+        try:
+            return super().wrap_socket_and_handle(client_socket, address)
+        except OSError as exc:  # ssl.SSLError is an OSError
+            log.debug("TLS connection from %s ended: %s", address[0], exc)
+            return None
 
 
 class BasePath:
@@ -56,10 +100,14 @@ class BasePath:
             return self.app(environ, start_response)
         path = environ.get("PATH_INFO", "")
         if path == self.prefix:
-            start_response("301 Moved Permanently", [("Location", self.prefix + "/")])
+            query = environ.get("QUERY_STRING", "")
+            location = self.prefix + "/" + (f"?{query}" if query else "")
+            start_response("301 Moved Permanently", [("Location", location)])
             return [b""]
         if not path.startswith(self.prefix + "/"):
-            body = json.dumps({"success": False, "msg": "not found", "obj": None}).encode()
+            # The message must not name the base path: hiding it is the point of having one.
+            msg = f"no such route: {environ.get('REQUEST_METHOD', 'GET')} {path}"
+            body = json.dumps({"success": False, "msg": msg, "obj": None}).encode()
             start_response(
                 "404 Not Found",
                 [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],

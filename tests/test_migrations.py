@@ -1,0 +1,249 @@
+"""Schema versions: every table change is a numbered migration recorded in the database.
+
+A database left at any older version opens and upgrades when the panel starts; one
+written by a newer release is refused with a sentence, not a traceback. The same
+migrations run on PostgreSQL and MariaDB, which run on this machine's loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sqlite3
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import start_panel
+
+from appliance.services.inbounds import Inbounds
+from appliance.store import Store
+from appliance.store.migrations import LATEST, MIGRATIONS, migrate
+
+TOKEN_HASH = "ab" * 32
+NETWORKED = {"postgres": ("127.0.0.1", 5432), "mysql": ("127.0.0.1", 3306)}
+
+
+def versions(conn) -> list[int]:
+    cur = conn.cursor()
+    cur.execute("SELECT version FROM schema_version ORDER BY version")
+    return [int(row[0]) for row in cur.fetchall()]
+
+
+def sqlite_at(path, version: int) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert migrate(conn, "sqlite", target=version) == list(range(1, version + 1))
+        if version >= 1:  # data written by that release must survive the upgrade
+            conn.execute(
+                "INSERT INTO api_token (name, token_hash, enabled, created_at) "
+                "VALUES ('from-old-release', ?, 1, 1700000000)",
+                (TOKEN_HASH,),
+            )
+    finally:
+        conn.close()
+
+
+def test_versions_are_numbered_in_order():
+    numbers = [number for number, _, _ in MIGRATIONS]
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert numbers[-1] == LATEST
+    assert all(name for _, name, _ in MIGRATIONS)
+
+
+def test_migrate_twice_applies_nothing_the_second_time(tmp_path):
+    conn = sqlite3.connect(tmp_path / "twice.db", isolation_level=None)
+    try:
+        assert migrate(conn, "sqlite") == list(range(1, LATEST + 1))
+        assert migrate(conn, "sqlite") == []
+        assert versions(conn) == list(range(1, LATEST + 1))
+    finally:
+        conn.close()
+
+
+def test_a_version_table_with_no_rows_upgrades(tmp_path):
+    """target=0 leaves an empty schema_version table; opening again must not recreate it."""
+    conn = sqlite3.connect(tmp_path / "zero.db", isolation_level=None)
+    try:
+        assert migrate(conn, "sqlite", target=0) == []
+        assert versions(conn) == []
+        assert migrate(conn, "sqlite") == list(range(1, LATEST + 1))
+    finally:
+        conn.close()
+
+
+def serves(server) -> None:
+    api = server.client()
+    assert api.get("/panel/api/server/status")["success"] is True
+    assert api.get("/panel/api/inbounds/list")["success"] is True
+    added = api.post(
+        "/panel/api/inbounds/add",
+        json={"protocol": "socks", "port": 31700, "settings": {"auth": "noauth"}},
+    )
+    assert added["success"] is True, added
+
+
+@pytest.mark.parametrize("version", range(LATEST))
+def test_older_database_upgrades_on_start(tmp_path, version):
+    db = tmp_path / f"v{version}.db"
+    sqlite_at(db, version)
+    server = start_panel(tmp_path, "--db", str(db))
+    try:
+        serves(server)
+        tokens = server.client().get("/panel/api/setting/apiTokens")["obj"]
+        if version >= 1:
+            assert [t["name"] for t in tokens] == ["from-old-release"]
+    finally:
+        server.stop()
+    conn = sqlite3.connect(db)
+    try:
+        assert versions(conn) == list(range(1, LATEST + 1))
+    finally:
+        conn.close()
+
+
+def test_empty_file_is_a_new_database(tmp_path):
+    db = tmp_path / "empty.db"
+    db.write_bytes(b"")
+    server = start_panel(tmp_path, "--db", str(db))
+    try:
+        serves(server)
+    finally:
+        server.stop()
+    conn = sqlite3.connect(db)
+    try:
+        assert versions(conn) == list(range(1, LATEST + 1))
+    finally:
+        conn.close()
+
+
+def run_on_newer_database(tmp_path) -> tuple[subprocess.CompletedProcess, str]:
+    db = tmp_path / "newer.db"
+    sqlite_at(db, LATEST)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(
+        "INSERT INTO schema_version (version, name, applied_at) VALUES (?, 'future', 0)",
+        (LATEST + 1,),
+    )
+    conn.close()
+    command = [sys.executable, "-m", "appliance", "run", "--data-dir", str(tmp_path / "data")]
+    command += ["--db", str(db), "--listen", "127.0.0.1", "--port", "0", "--sub-port", "0"]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return result, str(db)
+
+
+def test_newer_database_is_refused(tmp_path):
+    result, db = run_on_newer_database(tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"schema version {LATEST + 1}" in output and "newer" in output
+    assert "panel listening" not in output
+    conn = sqlite3.connect(db)
+    try:
+        assert versions(conn) == [*range(1, LATEST + 1), LATEST + 1]  # left as it was
+    finally:
+        conn.close()
+
+
+def test_newer_database_is_refused_without_a_traceback(tmp_path):
+    result, _ = run_on_newer_database(tmp_path)
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+# ---- networked backends -----------------------------------------------------------------
+
+
+def reachable(kind: str) -> bool:
+    try:
+        with socket.create_connection(NETWORKED[kind], timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def fresh_database(kind: str):
+    """A new, empty database on the local server; dropped afterwards."""
+    if not reachable(kind):
+        host, port = NETWORKED[kind]
+        pytest.skip(f"no {kind} server on {host}:{port}")
+    name = f"appliance_test_{uuid.uuid4().hex[:12]}"
+    if kind == "postgres":
+        import psycopg2
+
+        admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
+        admin.autocommit = True
+        url = f"postgresql://postgres@127.0.0.1/{name}"
+    else:
+        import pymysql
+
+        admin = pymysql.connect(host="127.0.0.1", user="root", password="", autocommit=True)
+        url = f"mysql://root@127.0.0.1/{name}"
+    cur = admin.cursor()
+    cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield url
+    finally:
+        if kind == "postgres":
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        cur.execute(f"DROP DATABASE {name}")
+        admin.close()
+
+
+@pytest.mark.parametrize("kind", sorted(NETWORKED))
+def test_networked_migrations_step_by_step(kind):
+    with fresh_database(kind) as url:
+        store = Store(url)
+        conn = store.raw_connect()
+        try:
+            for version in range(LATEST + 1):
+                applied = migrate(conn, store.dialect, target=version)
+                assert applied == ([version] if version else [])
+                assert versions(conn) == list(range(1, version + 1))
+            assert migrate(conn, store.dialect) == []
+        finally:
+            conn.close()
+
+
+@pytest.mark.parametrize("kind", sorted(NETWORKED))
+def test_networked_store_round_trips_an_inbound(kind):
+    with fresh_database(kind) as url:
+        store = Store(url)
+        assert store.open() == list(range(1, LATEST + 1))
+        try:
+            inbounds = Inbounds(store, lambda: [], lambda ids: {}, clock=lambda: 1_700_000_000.0)
+            created = inbounds.add(
+                {
+                    "protocol": "socks",
+                    "port": 31800,
+                    "remark": "Grüße 🚀 'quoted'",
+                    "settings": {"auth": "noauth", "udp": True},
+                    "total": 2**40,
+                }
+            )
+            stored = inbounds.get(created["id"])
+            assert stored == created
+            assert stored["remark"] == "Grüße 🚀 'quoted'"
+            assert stored["total"] == 2**40
+            assert stored["settings"]["udp"] is True
+            assert [i["id"] for i in inbounds.list()] == [created["id"]]
+        finally:
+            store.close()
+        reopened = Store(url)
+        assert reopened.open() == []  # already at LATEST: nothing to apply
+        try:
+            again = Inbounds(reopened, lambda: [], lambda ids: {})
+            assert again.get(created["id"])["remark"] == "Grüße 🚀 'quoted'"
+        finally:
+            reopened.close()

@@ -1,0 +1,218 @@
+"""The WebSocket at /ws: who may open it, what it pushes, and what idle or dead sockets cost.
+
+The panel runs as a real process; sockets are opened with websocket-client, the way a
+browser tab holds one. Memory and connection counts are read from the panel process
+itself, so nothing extra is exposed over HTTP for the sake of the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import psutil
+import pytest
+import websocket
+from conftest import start_panel
+from test_server_api import check_status_shape
+
+PUSH_WAIT = 10
+IDLE_SOCKETS = 200
+RSS_GROWTH_LIMIT = 10 * 1024 * 1024
+DEAD_SOCKET_WAIT = 30
+
+
+def ws_url(panel) -> str:
+    return panel.url.replace("http", "ws", 1) + "/ws"
+
+
+def cookie_header(client) -> str:
+    return "; ".join(f"{name}={value}" for name, value in client.http.cookies.items())
+
+
+def connect(panel, client, timeout: float = PUSH_WAIT) -> websocket.WebSocket:
+    return websocket.create_connection(ws_url(panel), timeout=timeout, cookie=cookie_header(client))
+
+
+def next_message(ws, wanted: str, deadline: float, **match) -> dict:
+    """The next message of type `wanted` (whose fields equal `match`) before `deadline`."""
+    while time.time() < deadline:
+        ws.settimeout(max(deadline - time.time(), 0.1))
+        message = json.loads(ws.recv())
+        if message.get("type") == wanted and all(message.get(k) == v for k, v in match.items()):
+            return message
+    raise AssertionError(f"no {wanted} message {match} before the deadline")
+
+
+def assert_refused(panel, **options) -> None:
+    """The handshake itself fails with 401: no socket is ever opened."""
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        websocket.create_connection(ws_url(panel), timeout=PUSH_WAIT, **options)
+    assert refused.value.status_code == 401
+    envelope = json.loads(refused.value.resp_body)
+    assert envelope["success"] is False
+    assert "signed-in session" in envelope["msg"]
+
+
+@pytest.fixture
+def admin(panel):
+    return panel.client()
+
+
+def test_refused_without_a_cookie(panel):
+    assert_refused(panel)
+
+
+def test_refused_with_a_wrong_cookie(panel, admin):
+    name = next(iter(admin.http.cookies.keys()))
+    assert_refused(panel, cookie=f"{name}=not-a-session")
+
+
+def test_bearer_token_is_not_enough(panel, admin):
+    created = admin.post("/panel/api/setting/apiTokens/create", json={"name": "ws-bearer"})
+    assert created["success"] is True
+    assert_refused(panel, header=[f"Authorization: Bearer {created['obj']['token']}"])
+
+
+def test_refused_after_logout(panel):
+    client = panel.client()
+    cookie = cookie_header(client)
+    assert client.post("/logout")["success"] is True
+    assert_refused(panel, cookie=cookie)
+
+
+def test_plain_get_without_upgrade_is_an_envelope(panel, admin):
+    response = admin.raw("GET", "/ws")
+    assert response.json() == {
+        "success": False,
+        "msg": "this route expects a WebSocket upgrade request",
+        "obj": None,
+    }
+
+
+def test_status_is_pushed_every_few_seconds(panel, admin):
+    ws = connect(panel, admin)
+    try:
+        deadline = time.time() + PUSH_WAIT
+        first = next_message(ws, "status", deadline)
+        second = next_message(ws, "status", deadline)
+    finally:
+        ws.close()
+    check_status_shape(first["data"])
+    check_status_shape(second["data"])
+
+
+def test_invalidate_follows_a_change_by_another_client(panel, admin):
+    ws = connect(panel, admin)
+    try:
+        other = panel.client()
+        token = other.post("/panel/api/setting/apiTokens/create", json={"name": "ws-other"})
+        assert token["success"] is True
+        next_message(ws, "invalidate", time.time() + PUSH_WAIT, resource="apiTokens")
+
+        bearer = panel.client(login=False)
+        bearer.http.headers["Authorization"] = f"Bearer {token['obj']['token']}"
+        added = bearer.post(
+            "/panel/api/inbounds/add",
+            json={"protocol": "socks", "port": 31081, "settings": {"auth": "noauth"}},
+        )
+        assert added["success"] is True, added
+        next_message(ws, "invalidate", time.time() + PUSH_WAIT, resource="inbounds")
+    finally:
+        ws.close()
+
+
+def test_failed_change_sends_no_invalidate(panel, admin):
+    ws = connect(panel, admin)
+    try:
+        failed = admin.post("/panel/api/inbounds/del/987654")
+        assert failed["success"] is False
+        admin.post("/panel/api/setting/apiTokens/create", json={"name": "ws-marker"})
+        message = next_message(ws, "invalidate", time.time() + PUSH_WAIT)
+        assert message["resource"] == "apiTokens"  # the failed delete pushed nothing first
+    finally:
+        ws.close()
+
+
+def test_restart_panel_sends_a_notification(tmp_path):
+    server = start_panel(tmp_path)
+    try:
+        client = server.client()
+        ws = connect(server, client)
+        try:
+            reply = client.post("/panel/api/setting/restartPanel")
+            assert reply["success"] is True
+            message = next_message(ws, "notification", time.time() + PUSH_WAIT)
+            assert message["title"] and message["body"]
+            assert message["severity"] in ("info", "warning", "error", "success")
+        finally:
+            ws.close()
+    finally:
+        server.stop()
+
+
+def ws_connections(panel) -> int:
+    """Accepted sockets the panel process still holds open on its own port, in any state:
+    a peer that vanished leaves the panel's side in CLOSE_WAIT until the panel closes it."""
+    port = int(panel.url.split(":")[2].split("/")[0])
+    process = psutil.Process(panel.process.pid)
+    return sum(
+        1
+        for conn in process.net_connections(kind="tcp")
+        if conn.status != psutil.CONN_LISTEN and conn.raddr and conn.laddr.port == port
+    )
+
+
+def test_idle_sockets_do_not_grow_memory(tmp_path):
+    server = start_panel(tmp_path)
+    sockets = []
+    try:
+        client = server.client()
+        for _ in range(IDLE_SOCKETS):
+            sockets.append(connect(server, client))
+        for ws in sockets[:5]:
+            next_message(ws, "status", time.time() + PUSH_WAIT)
+        before = server.rss()
+        time.sleep(10)  # several status pushes to every socket
+        for ws in sockets:  # drain what the panel queued, so every socket stays alive
+            ws.settimeout(0.01)
+            try:
+                while ws.recv():
+                    pass
+            except websocket.WebSocketTimeoutException:
+                pass
+        after = server.rss()
+        assert after - before < RSS_GROWTH_LIMIT, (before, after)
+        assert ws_connections(server) >= IDLE_SOCKETS
+        assert server.process.poll() is None
+    finally:
+        for ws in sockets:
+            ws.close()
+        server.stop()
+
+
+def test_dead_sockets_are_dropped(tmp_path):
+    server = start_panel(tmp_path)
+    try:
+        client = server.client()
+        baseline = ws_connections(server)
+        sockets = [connect(server, client) for _ in range(20)]
+        for ws in sockets:
+            next_message(ws, "status", time.time() + PUSH_WAIT)
+        assert ws_connections(server) >= baseline + 20
+        for ws in sockets:  # gone without a close frame, as when a laptop lid shuts
+            ws.sock.shutdown(socket.SHUT_RDWR)
+            ws.sock.close()
+        deadline = time.time() + DEAD_SOCKET_WAIT
+        while ws_connections(server) > baseline and time.time() < deadline:
+            time.sleep(0.5)
+        assert ws_connections(server) <= baseline
+        # The panel still pushes to a live socket after dropping the dead ones.
+        ws = connect(server, client)
+        try:
+            next_message(ws, "status", time.time() + PUSH_WAIT)
+        finally:
+            ws.close()
+    finally:
+        server.stop()
