@@ -10,8 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
+import uuid
+from collections.abc import Callable
+from http.cookies import SimpleCookie
 
 import gevent
 from gevent.event import Event
@@ -20,18 +24,24 @@ from appliance import __version__
 from appliance.config import Options
 from appliance.jobs import every
 from appliance.services.auth import Auth
+from appliance.services.client_bulk import ClientBulk
+from appliance.services.client_query import ClientQuery
+from appliance.services.clients import Clients
 from appliance.services.errors import ServiceError
+from appliance.services.groups import Groups
 from appliance.services.inbounds import Inbounds
+from appliance.services.presence import Presence
 from appliance.services.settings import Settings, parse_trusted_proxies
 from appliance.services.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.tokens import Tokens
 from appliance.store import Store
 from appliance.sub.app import subscription_app
 from appliance.web.api import build_app
+from appliance.web.client_routes import client_routes
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import inbound_routes
 from appliance.web.openapi import openapi_routes
-from appliance.web.server import BasePath, listen, make_server
+from appliance.web.server import BasePath, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
 from appliance.web.session_routes import session_routes
 from appliance.web.setting_routes import setting_routes
@@ -49,7 +59,12 @@ class Panel:
         self.settings = Settings(self.store)
         self.auth = Auth(self.store, self.settings)
         self.tokens = Tokens(self.store)
-        self.inbounds = Inbounds(self.store, self.reserved_ports)
+        self.presence = Presence()
+        self.clients = Clients(self.store)
+        self.client_query = ClientQuery(self.store, self.settings, self.presence)
+        self.client_bulk = ClientBulk(self.clients, self.client_query)
+        self.groups = Groups(self.store)
+        self.inbounds = Inbounds(self.store, self.reserved_ports, self.client_query.by_inbound)
         self.hub = Hub()
         self.history = History()
         self.sampler = StatusSampler(__version__, self.core_info, lambda: 0)
@@ -64,44 +79,97 @@ class Panel:
 
     def open(self) -> tuple[str, str] | None:
         """Open and migrate the database; returns first-run credentials, if created now."""
+        self.open_store()
+        if not self.settings.internal("panelGuid"):
+            self.settings.set_internal("panelGuid", str(uuid.uuid4()))
+        return self.auth.bootstrap()
+
+    def guid(self) -> str:
+        """This panel's identity among nodes: the key of the per-guid client maps."""
+        return self.settings.internal("panelGuid")
+
+    def open_store(self) -> None:
+        """Open, migrate and load settings without creating an admin: offline commands
+        must not invent an account whose password nobody ever sees."""
         self.store.open()
         self.settings.load()
-        return self.auth.bootstrap()
 
     def routes(self) -> list:
         tables = [
             session_routes(self),
             inbound_routes(self),
+            client_routes(self),
             server_routes(self),
             setting_routes(self),
         ]
         routes = [route for table in tables for route in table.routes]
         return routes + openapi_routes(routes).routes
 
-    def serve(self) -> None:
-        """Listen on both ports and run until stopped; never returns on restart."""
+    def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
+        """Listen on both ports and run until stopped; never returns on restart.
+        `on_listening` gets the panel's URL once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
         panel_app = BasePath(build_app(self, self.routes()), self.base_path)
         web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
         sub_host = self.settings.get("subListen") or web_host
-        web_sock = listen(web_host, self._web_port_wanted())
-        sub_sock = listen(sub_host, self._sub_port_wanted())
+        web_sock = _listen_or_explain(web_host, self._web_port_wanted(), "the panel")
+        try:
+            sub_sock = _listen_or_explain(
+                sub_host, self._sub_port_wanted(), "the subscription server"
+            )
+        except ServiceError:
+            web_sock.close()
+            raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
-        tls = self.settings.get("webCertFile"), self.settings.get("webKeyFile")
+        tls = self._web_tls()
         self._servers = [
-            make_server(web_sock, panel_app, websockets=True, certfile=tls[0], keyfile=tls[1]),
-            make_server(sub_sock, subscription_app, websockets=False),
+            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed),
+            make_server(sub_sock, subscription_app),
         ]
         for server in self._servers:
             server.start()
-        scheme = "https" if all(tls) else "http"
+        scheme = "https" if tls else "http"
         log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
         log.info("subscription server listening on http://%s:%d/", *self.bound["sub"])
+        if on_listening is not None:
+            on_listening(
+                f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
+            )
         every(STEP_SECONDS, self.sample_status, "status")
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def _web_tls(self) -> ssl.SSLContext | None:
+        """The panel's TLS context, or None for plain HTTP.
+
+        A stored pair was valid when saved, but the files can change on disk before the
+        next start (a renewal gone wrong, a deleted key). Refusing to start would lock the
+        owner out for good, since only the panel can change the setting; serving plain
+        HTTP with an error in the log keeps the way in open, as peer panels do."""
+        certfile, keyfile = self.settings.get("webCertFile"), self.settings.get("webKeyFile")
+        if not certfile or not keyfile:
+            return None
+        try:
+            return tls_context(certfile, keyfile)
+        except OSError as exc:
+            log.error(
+                "webCertFile %s and webKeyFile %s cannot be used (%s); serving plain HTTP "
+                "until they are fixed in the panel settings",
+                certfile,
+                keyfile,
+                exc,
+            )
+            return None
+
+    def _websocket_allowed(self, environ: dict) -> bool:
+        """Upgrade only `/ws` under the base path, and only for a signed-in session."""
+        if environ.get("PATH_INFO") != self.base_path + "ws":
+            return False
+        cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
+        morsel = cookies.get(self.auth.cookie_name)
+        return morsel is not None and self.auth.session(morsel.value) is not None
 
     def stop(self) -> None:
         for server in self._servers:
@@ -187,6 +255,18 @@ class Panel:
             changed.append("twoFactorEnable")
         self.settings.write(changes)
         return changed
+
+
+def _listen_or_explain(host: str, port: int, what: str):
+    """A taken port or an unusable address stops the start with a sentence, not a
+    traceback; the flags override stored settings, so they are the way out."""
+    try:
+        return listen(host, port)
+    except OSError as exc:
+        raise ServiceError(
+            f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}; "
+            "choose another address or port with --listen, --port or --sub-port"
+        ) from None
 
 
 def _wildcard(host: str) -> str:

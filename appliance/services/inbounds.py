@@ -10,46 +10,53 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from pony.orm import db_session, select
 
+from appliance.core.entries import client_entry
 from appliance.services import inbound_rules
+from appliance.services.client_query import client_api_view, client_stat, slim_entry
 from appliance.services.errors import ServiceError
-from appliance.services.fallbacks import Fallbacks
+from appliance.services.fallbacks import Fallbacks, master_problem
 from appliance.services.parse import parse_id
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
+# inbound ids -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
+ClientsOf = Callable[[list[int]], dict[int, list[tuple]]]
+
+# Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
+# the user sends), so a generated tag survives being sent back on update.
+TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]+")
 
 
 class Inbounds:
-    def __init__(self, store, reserved_ports: ReservedPorts, clock=time.time):
+    def __init__(
+        self, store, reserved_ports: ReservedPorts, clients_of: ClientsOf, clock=time.time
+    ):
         self.store = store
         self.reserved_ports = reserved_ports
+        self.clients_of = clients_of
         self.clock = clock
         self.fallbacks = Fallbacks(store)
 
     # ---- reads -----------------------------------------------------------------------
 
     def list(self, slim: bool = False) -> list[dict]:
-        """Every inbound; `slim` reduces each client entry to email, enable and comment,
-        which is all a page of inbounds needs."""
+        """Every inbound with its clients. `slim` reduces each client entry to email,
+        enable and comment and leaves clientStats empty: what a page of inbounds needs."""
         with db_session:
-            rows = select(i for i in self.store.Inbound).order_by(lambda i: i.id)[:]
+            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
             fallbacks = self.fallbacks.by_master()
-            views = [self._view(row, fallbacks.get(row.id, [])) for row in rows]
-        if slim:
-            for view in views:
-                clients = view["settings"].get("clients")
-                if clients:
-                    view["settings"]["clients"] = [
-                        {key: client.get(key) for key in ("email", "enable", "comment")}
-                        for client in clients
-                    ]
-        return views
+            clients = self.clients_of([row[0] for row in rows])
+        return [
+            self._view(row, fallbacks.get(row[0], []), clients.get(row[0], []), slim)
+            for row in rows
+        ]
 
     def options(self) -> list[dict]:
         with db_session:
@@ -72,8 +79,14 @@ class Inbounds:
 
     def get(self, inbound_id) -> dict:
         with db_session:
-            row = self._row(inbound_id)
-            return self._view(row, self.fallbacks.rendered(row.id))
+            return self._view_of(self._row(inbound_id).id)
+
+    def _view_of(self, inbound_id: int) -> dict:
+        """The API view of one inbound, read fresh (the caller holds the db_session)."""
+        self.store.db.flush()
+        (row,) = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
+        clients = self.clients_of([inbound_id]).get(inbound_id, [])
+        return self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
 
     # ---- writes ----------------------------------------------------------------------
 
@@ -88,16 +101,17 @@ class Inbounds:
             )
             row.flush()
             self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
-            return self._view(row, self.fallbacks.rendered(row.id))
+            return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
-        record = inbound_rules.normalize_inbound(_object(payload))
         with db_session:
             row = self._row(inbound_id)
+            record = inbound_rules.normalize_inbound(_object(payload))
             self._check_unique(record, row.id)
+            self._check_still_master(row, record)
             now = int(self.clock() * 1000)
             row.set(**_columns(record, self._tag_for(record, row), now))
-            return self._view(row, self.fallbacks.rendered(row.id))
+            return self._view_of(row.id)
 
     def import_(self, data) -> dict:
         """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
@@ -136,13 +150,6 @@ class Inbounds:
             row.enable = enable
             row.updated_at = int(self.clock() * 1000)
 
-    def delete_all_clients(self, inbound_id) -> int:
-        """Detach-and-delete every client of an inbound; client records arrive with the
-        clients API, until then an existing inbound has none to delete."""
-        with db_session:
-            self._row(inbound_id)
-        return 0
-
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
             row = self._row(inbound_id)
@@ -167,12 +174,13 @@ class Inbounds:
             return record["tag"]
         if row is not None and row.port == record["port"] and row.listen == record["listen"]:
             return row.tag
-        base = (
-            f"inbound-{record['listen']}:{record['port']}"
-            if record["listen"]
-            else (f"inbound-{record['port']}")
-        )
-        base = base[:60]
+        if _is_socket(record["listen"]):
+            base = f"inbound-{_socket_path(record['listen'])}"
+        elif record["listen"]:
+            base = f"inbound-{record['listen']}:{record['port']}"
+        else:
+            base = f"inbound-{record['port']}"
+        base = TAG_UNSAFE.sub("_", base)[:60]
         tag, n = base, 2
         while self.store.Inbound.get(tag=tag) is not None:
             tag, n = f"{base}-{n}", n + 1
@@ -195,9 +203,11 @@ class Inbounds:
             other = self.store.Inbound.get(tag=record["tag"])
             if other is not None and other.id != own_id:
                 raise ServiceError(
-                    f"tag '{record['tag']}' is already used by inbound {other.id} ({other.remark})"
+                    f"tag '{record['tag']}' is already used by inbound {other.id} "
+                    f"({other.remark or other.tag})"
                 )
         if _is_socket(record["listen"]):
+            self._check_socket(record["listen"], own_id)
             return
         wanted = inbound_rules.transports(record)
         port = record["port"]
@@ -216,32 +226,93 @@ class Inbounds:
                     f"{other.id} ({other.remark or other.tag})"
                 )
 
-    def _view(self, row, fallbacks: list[dict]) -> dict:
-        settings = json.loads(row.settings)
-        if row.protocol in inbound_rules.CLIENT_PROTOCOLS:
-            settings["clients"] = []
+    def _check_socket(self, listen: str, own_id: int | None) -> None:
+        path = _socket_path(listen)
+        sockets = select(
+            i
+            for i in self.store.Inbound
+            if i.node_id is None and (i.listen.startswith("/") or i.listen.startswith("@"))
+        )
+        for other in sockets:
+            if other.id != own_id and _socket_path(other.listen) == path:
+                raise ServiceError(
+                    f"socket {path} is already used by inbound {other.id} "
+                    f"({other.remark or other.tag})"
+                )
+
+    def _check_still_master(self, row, record: dict) -> None:
+        """An update may not turn a master into an inbound that cannot hold its rules:
+        the core would refuse the config at the next restart."""
+        if row.fallbacks.is_empty():
+            return
+        problem = master_problem(record["protocol"], record["streamSettings"])
+        if problem:
+            raise ServiceError(
+                f"inbound {row.id} has fallback rules and would no longer be able to hold "
+                f"them: {problem}; remove its fallbacks first"
+            )
+
+    def _view(self, row: tuple, fallbacks: list[dict], clients: list[tuple], slim: bool) -> dict:
+        (
+            inbound_id,
+            remark,
+            tag,
+            protocol,
+            listen,
+            port,
+            enable,
+            expiry,
+            total,
+            up,
+            down,
+            settings,
+            stream,
+            sniffing,
+            node_id,
+            created,
+            updated,
+        ) = row
+        settings = json.loads(settings)
+        stream = json.loads(stream)
+        stats = []
+        if protocol in inbound_rules.CLIENT_PROTOCOLS:
+            if slim:
+                settings["clients"] = [slim_entry(client) for client in clients]
+            else:
+                capable = inbound_rules.tls_flow_capable(
+                    {"protocol": protocol, "settings": settings, "streamSettings": stream}
+                )
+                views = [client_api_view(client) for client in clients]
+                settings["clients"] = [client_entry(protocol, v, capable) for v in views]
+                stats = [client_stat(inbound_id, v, c) for v, c in zip(views, clients, strict=True)]
         if fallbacks:
             settings["fallbacks"] = fallbacks
         return {
-            "id": row.id,
-            "remark": row.remark,
-            "tag": row.tag,
-            "protocol": row.protocol,
-            "listen": row.listen,
-            "port": row.port,
-            "enable": row.enable,
-            "expiryTime": row.expiry_time,
-            "total": row.total,
-            "up": row.up,
-            "down": row.down,
+            "id": inbound_id,
+            "remark": remark,
+            "tag": tag,
+            "protocol": protocol,
+            "listen": listen,
+            "port": port,
+            "enable": bool(enable),
+            "expiryTime": expiry,
+            "total": total,
+            "up": up,
+            "down": down,
             "settings": settings,
-            "streamSettings": json.loads(row.stream_settings),
-            "sniffing": json.loads(row.sniffing),
-            "clientStats": [],
-            "nodeId": row.node_id,
-            "createdAt": row.created_at,
-            "updatedAt": row.updated_at,
+            "streamSettings": stream,
+            "sniffing": json.loads(sniffing),
+            "clientStats": stats,
+            "nodeId": node_id,
+            "createdAt": created,
+            "updatedAt": updated,
         }
+
+
+INBOUND_SELECT = (
+    "id, remark, tag, protocol, listen, port, enable, expiry_time, total, up, down, "
+    "settings, stream_settings, sniffing, node_id, created_at, updated_at"
+)
 
 
 def _object(payload) -> dict:
@@ -285,6 +356,11 @@ def _dump(value: Any) -> str:
 
 def _is_socket(listen: str) -> bool:
     return listen.startswith(("/", "@"))
+
+
+def _socket_path(listen: str) -> str:
+    """A unix socket listen address without the core's ",mode" suffix."""
+    return listen.split(",", 1)[0]
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -15,3 +15,13 @@ def parse_id(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
         raise ServiceError(f"{what} must be a positive integer (got {json.dumps(value)})")
     return value
+
+
+def parse_emails(body: Any) -> list[str]:
+    """`{emails: [...]}` of a bulk call, deduplicated in order."""
+    if not isinstance(body, dict) or not isinstance(body.get("emails"), list):
+        raise ServiceError("emails must be an array of client emails")
+    emails = body["emails"]
+    if not all(isinstance(email, str) for email in emails):
+        raise ServiceError("emails must contain only strings")
+    return list(dict.fromkeys(emails))

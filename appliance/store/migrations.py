@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from appliance.services.errors import ServiceError
 from appliance.store.ddl import Column, Index, Table
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,92 @@ def _v1_foundation(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v2_clients(dialect: str) -> list[str]:
+    tables = [
+        Table(
+            "client",
+            (
+                Column("email", "str", 255),
+                Column("email_key", "str", 255),
+                Column("uuid", "str", 36),
+                Column("password", "str", 255),
+                Column("auth", "str", 255),
+                Column("flow", "str", 32, default=""),
+                Column("security", "str", 32, default="auto"),
+                Column("reverse_tag", "str", 64, default=""),
+                Column("sub_id", "str", 64),
+                Column("total_bytes", "bigint", default=0),
+                Column("expiry_time", "bigint", default=0),
+                Column("limit_ip", "int", default=0),
+                Column("reset_days", "int", default=0),
+                Column("tg_id", "bigint", default=0),
+                Column("comment", "str", 1024, default=""),
+                Column("enable", "bool", default=True),
+                Column("group_name", "str", 64, default=""),
+                Column("ad_tag", "str", 32, default=""),
+                Column("method", "str", 64, default=""),
+                Column("created_at", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (
+                Index(("email_key",), unique=True),
+                Index(("sub_id",)),
+                Index(("group_name",)),
+                Index(("expiry_time",)),
+            ),
+        ),
+        Table(
+            "client_inbound",
+            (
+                Column("client_id", "int", references="client"),
+                Column("inbound_id", "int", references="inbound"),
+            ),
+            (Index(("client_id", "inbound_id"), unique=True), Index(("inbound_id",))),
+        ),
+        Table(
+            "client_traffic",
+            (
+                Column("email_key", "str", 255),
+                Column("email", "str", 255),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+                Column("enable", "bool", default=True),
+                Column("last_online", "bigint", default=0),
+            ),
+            (Index(("email_key",), unique=True),),
+        ),
+        Table(
+            "client_ip",
+            (
+                Column("email_key", "str", 255),
+                Column("ip", "str", 64),
+                Column("seen_at", "bigint", default=0),
+            ),
+            (Index(("email_key", "ip"), unique=True),),
+        ),
+        Table(
+            "client_link",
+            (
+                Column("client_id", "int", references="client"),
+                Column("kind", "str", 16),
+                Column("value", "text"),
+                Column("remark", "str", 255, default=""),
+                Column("sort_order", "int", default=0),
+            ),
+            (Index(("client_id", "sort_order")),),
+        ),
+        Table(
+            "client_group",
+            (Column("name", "str", 64), Column("name_key", "str", 64)),
+            (Index(("name_key",), unique=True),),
+        ),
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
+    (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -129,13 +214,15 @@ def migrate(conn, dialect: str, target: int = LATEST) -> list[int]:
     """Bring the database to `target`; returns the versions applied now."""
     version = current_version(conn, dialect)
     if version > LATEST:
-        raise RuntimeError(
-            f"database schema version {version} is newer than this release knows ({LATEST}); "
-            "upgrade the panel instead of downgrading it"
+        raise ServiceError(
+            f"the database is at schema version {version}, newer than this release knows "
+            f"({LATEST}): it was written by a newer panel; run that release (or newer) "
+            "instead of downgrading"
         )
     applied = []
     cur = conn.cursor()
-    if version == 0:
+    # Checked by table, not by version: a database can hold the table with no rows yet.
+    if not _has_table(cur, dialect, VERSION_TABLE.name):
         _run(conn, VERSION_TABLE.create(dialect))
     mark = "?" if dialect == "sqlite" else "%s"
     for number, name, step in MIGRATIONS:
@@ -175,7 +262,11 @@ def _has_table(cur, dialect: str, name: str) -> bool:
     if dialect == "sqlite":
         cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,))
     elif dialect == "postgres":
-        cur.execute("SELECT 1 FROM information_schema.tables WHERE table_name=%s", (name,))
+        cur.execute(
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE table_schema=current_schema() AND table_name=%s",
+            (name,),
+        )
     else:
         cur.execute(
             "SELECT 1 FROM information_schema.tables "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pony.orm import Database, Optional, Required, Set
+from pony.orm import Database, Optional, Required, Set, composite_key
 
 
 def define_entities(db: Database) -> SimpleNamespace:
@@ -69,6 +69,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         updated_at = Required(int, size=64, default=0)
         fallbacks = Set("Fallback", reverse="master")
         fallback_children = Set("Fallback", reverse="child", cascade_delete=True)
+        attachments = Set("ClientInbound", cascade_delete=True)
 
     class Fallback(db.Entity):
         _table_ = "fallback"
@@ -81,6 +82,67 @@ def define_entities(db: Database) -> SimpleNamespace:
         xver = Required(int, default=0)
         sort_order = Required(int, default=0)
 
+    class Client(db.Entity):
+        _table_ = "client"
+        email = Required(str, 255, autostrip=False)
+        email_key = Required(str, 255, unique=True, autostrip=False)
+        uuid = Required(str, 36)
+        password = Required(str, 255, autostrip=False)
+        auth = Required(str, 255, autostrip=False)
+        flow = Optional(str, 32)
+        security = Optional(str, 32)
+        reverse_tag = Optional(str, 64)
+        sub_id = Required(str, 64, index="ix_client_sub_id")
+        total_bytes = Required(int, size=64, default=0)
+        expiry_time = Required(int, size=64, default=0, index="ix_client_expiry_time")
+        limit_ip = Required(int, default=0)
+        reset_days = Required(int, default=0)
+        tg_id = Required(int, size=64, default=0)
+        comment = Optional(str, 1024, autostrip=False)
+        enable = Required(bool, default=True)
+        group_name = Optional(str, 64, index="ix_client_group_name")
+        ad_tag = Optional(str, 32)
+        method = Optional(str, 64)
+        created_at = Required(int, size=64, default=0)
+        updated_at = Required(int, size=64, default=0)
+        attachments = Set("ClientInbound", cascade_delete=True)
+        links = Set("ClientLink", cascade_delete=True)
+
+    class ClientInbound(db.Entity):
+        _table_ = "client_inbound"
+        client = Required(Client, column="client_id")
+        inbound = Required(Inbound, column="inbound_id", index="ix_client_inbound_inbound_id")
+        composite_key(client, inbound)
+
+    class ClientTraffic(db.Entity):
+        _table_ = "client_traffic"
+        email_key = Required(str, 255, unique=True, autostrip=False)
+        email = Required(str, 255, autostrip=False)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        enable = Required(bool, default=True)
+        last_online = Required(int, size=64, default=0)
+
+    class ClientIp(db.Entity):
+        _table_ = "client_ip"
+        email_key = Required(str, 255, autostrip=False)
+        ip = Required(str, 64)
+        seen_at = Required(int, size=64, default=0)
+        composite_key(email_key, ip)
+
+    class ClientLink(db.Entity):
+        _table_ = "client_link"
+        client = Required(Client, column="client_id")
+        kind = Required(str, 16)
+        value = Required(str, autostrip=False)
+        remark = Optional(str, 255, autostrip=False)
+        sort_order = Required(int, default=0)
+
+    class ClientGroup(db.Entity):
+        _table_ = "client_group"
+        name = Required(str, 64, autostrip=False)
+        name_key = Required(str, 64, unique=True, autostrip=False)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -88,4 +150,10 @@ def define_entities(db: Database) -> SimpleNamespace:
         ApiToken=ApiToken,
         Inbound=Inbound,
         Fallback=Fallback,
+        Client=Client,
+        ClientInbound=ClientInbound,
+        ClientTraffic=ClientTraffic,
+        ClientIp=ClientIp,
+        ClientLink=ClientLink,
+        ClientGroup=ClientGroup,
     )

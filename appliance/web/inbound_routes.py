@@ -82,7 +82,7 @@ def inbound_routes(panel) -> RouteTable:
         "/<id>/delAllClients", "Delete every client attached to an inbound", resource="inbounds"
     )
     def delete_all_clients(id):
-        return {"deleted": inbounds.delete_all_clients(id)}
+        return {"deleted": panel.client_bulk.delete_of_inbound(id)}
 
     @table.post("/resetAllTraffics", "Zero every inbound's counters", resource="inbounds")
     def reset_all_traffics():

@@ -1,0 +1,376 @@
+"""Reads over many clients, in SQL: the paged list, its summary, full lists, export, and
+the client parts of inbound records.
+
+At 100,000 clients nothing here loads rows as entities or filters in Python: filters,
+sorting, paging and counts are SQL over `client` joined with `client_traffic`, using the
+indexes the migrations create. The summary (which lists every depleted, expiring and
+disabled email) costs a few full scans, so it is cached briefly and dropped on any change.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pony.orm import db_session
+
+from appliance.services import inbound_rules
+from appliance.services.client_rules import email_key
+from appliance.services.clients import CLIENT_COLUMNS, client_view
+from appliance.services.errors import ServiceError
+
+FILTERS = ("online", "active", "deactive", "depleted", "expiring")
+SORTS = ("enable", "email", "inboundIds", "traffic", "remaining", "expiryTime")
+ORDERS = {"ascend": "ASC", "descend": "DESC"}
+PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
+SUMMARY_TTL = 5.0
+FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
+USED = "(COALESCE(t.up, 0) + COALESCE(t.down, 0))"
+# Ordering keys that put "unlimited" after every limited value when ascending.
+UNLIMITED = 2**62
+SORT_SQL = {
+    "enable": "c.enable",
+    "email": "c.email_key",
+    "inboundIds": "(SELECT MIN(ci.inbound_id) FROM client_inbound ci WHERE ci.client_id = c.id)",
+    "traffic": USED,
+    "remaining": f"CASE WHEN c.total_bytes = 0 THEN {UNLIMITED} ELSE c.total_bytes - {USED} END",
+    "expiryTime": f"CASE WHEN c.expiry_time <= 0 THEN {UNLIMITED} ELSE c.expiry_time END",
+}
+SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
+
+
+class ClientQuery:
+    def __init__(self, store, settings, presence, clock=time.time):
+        self.store = store
+        self.settings = settings
+        self.presence = presence
+        self.clock = clock
+        self._summary: tuple[float, dict] | None = None
+
+    def invalidate(self) -> None:
+        self._summary = None
+
+    # ---- conditions ------------------------------------------------------------------
+
+    def depleted_sql(self) -> tuple[str, list]:
+        now = int(self.clock() * 1000)
+        return (
+            f"((c.total_bytes > 0 AND {USED} >= c.total_bytes) "
+            "OR (c.expiry_time > 0 AND c.expiry_time <= ?))",
+            [now],
+        )
+
+    def expiring_sql(self) -> tuple[str, list]:
+        """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""
+        depleted, params = self.depleted_sql()
+        now = int(self.clock() * 1000)
+        horizon = now + self.settings.get("expireDiff") * 86_400_000
+        margin = self.settings.get("trafficDiff") * 1024**3
+        return (
+            f"(c.enable = ? AND NOT {depleted} AND ("
+            "(c.expiry_time > 0 AND c.expiry_time <= ?) "
+            f"OR (c.total_bytes > 0 AND c.total_bytes - {USED} <= ?)))",
+            [True, *params, horizon, margin],
+        )
+
+    def filter_sql(self, name: str) -> tuple[str, list]:
+        if name == "online":
+            keys = sorted(self.presence.online())
+            if not keys:
+                return "1 = 0", []
+            return f"c.email_key IN ({', '.join('?' * len(keys))})", keys
+        if name == "deactive":
+            return "c.enable = ?", [False]
+        depleted, params = self.depleted_sql()
+        if name == "depleted":
+            return depleted, params
+        if name == "active":
+            return f"(c.enable = ? AND NOT {depleted})", [True, *params]
+        return self.expiring_sql()
+
+    # ---- paged list ----------------------------------------------------------------------
+
+    @db_session
+    def paged(self, query: dict) -> dict:
+        page = _int_param(query.get("page"), "page", 1, 10**9, 1)
+        size = _int_param(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
+        where, params = self._conditions(query)
+        sort = query.get("sort") or "email"
+        if sort not in SORTS:
+            raise ServiceError(f"sort must be one of {', '.join(SORTS)} (got '{sort}')")
+        order = query.get("order") or "ascend"
+        if order not in ORDERS:
+            raise ServiceError(f"order must be ascend or descend (got '{order}')")
+        direction = ORDERS[order]
+        where_sql = f" WHERE {' AND '.join(where)}" if where else ""
+        filtered = self.store.rows(f"SELECT COUNT(*) {FROM}{where_sql}", params)[0][0]
+        rows = self.store.rows(
+            f"SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
+            f"c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, "
+            f"t.up, t.down, t.enable {FROM}{where_sql} "
+            f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction} LIMIT ? OFFSET ?",
+            [*params, size, (page - 1) * size],
+        )
+        attachments = self.attachments([row[0] for row in rows])
+        items = [
+            {
+                "email": email,
+                "subId": sub_id,
+                "enable": bool(enable),
+                "totalGB": total,
+                "expiryTime": expiry,
+                "limitIp": limit_ip,
+                "reset": reset,
+                "group": group,
+                "inboundIds": attachments.get(client_id, []),
+                "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
+                "createdAt": created,
+                "updatedAt": updated,
+            }
+            for (
+                client_id,
+                email,
+                sub_id,
+                enable,
+                total,
+                expiry,
+                limit_ip,
+                reset,
+                group,
+                created,
+                updated,
+                up,
+                down,
+                t_enable,
+            ) in rows
+        ]
+        return {
+            "items": items,
+            "total": self.summary()["total"],
+            "filtered": filtered,
+            "page": page,
+            "pageSize": size,
+            "summary": self.summary(),
+        }
+
+    def _conditions(self, query: dict) -> tuple[list[str], list]:
+        where: list[str] = []
+        params: list = []
+        search = query.get("search") or ""
+        if not isinstance(search, str) or len(search) > 255:
+            raise ServiceError("search must be a string of at most 255 characters")
+        if search.strip():
+            pattern = "%" + _like_escape(email_key(search.strip())) + "%"
+            where.append(
+                "(c.email_key LIKE ? ESCAPE '!' OR LOWER(c.sub_id) LIKE ? ESCAPE '!' "
+                "OR LOWER(c.comment) LIKE ? ESCAPE '!')"
+            )
+            params += [pattern, pattern, pattern]
+        name = query.get("filter") or ""
+        if name:
+            if name not in FILTERS:
+                raise ServiceError(f"filter must be one of {', '.join(FILTERS)} (got '{name}')")
+            sql, values = self.filter_sql(name)
+            where.append(sql)
+            params += values
+        protocol = query.get("protocol") or ""
+        if protocol:
+            if protocol not in inbound_rules.CLIENT_PROTOCOLS:
+                raise ServiceError(
+                    f"protocol must be one of {', '.join(sorted(inbound_rules.CLIENT_PROTOCOLS))}"
+                    f" (got '{protocol}')"
+                )
+            where.append(
+                "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
+                "WHERE ci.client_id = c.id AND i.protocol = ?)"
+            )
+            params.append(protocol)
+        group = query.get("group")
+        if group:
+            where.append("c.group_name = ?")
+            params.append(group)
+        return where, params
+
+    @db_session
+    def summary(self) -> dict:
+        now = time.monotonic()
+        if self._summary is not None and now - self._summary[0] < SUMMARY_TTL:
+            return self._summary[1]
+        active_sql, active_params = self.filter_sql("active")
+        total, active = self.store.rows(
+            f"SELECT COUNT(*), SUM(CASE WHEN {active_sql} THEN 1 ELSE 0 END) {FROM}",
+            active_params,
+        )[0]
+        summary = {
+            "total": total,
+            "active": int(active or 0),
+            "online": self._emails("online"),
+            "depleted": self._emails("depleted"),
+            "expiring": self._emails("expiring"),
+            "deactive": self._emails("deactive"),
+        }
+        self._summary = (now, summary)
+        return summary
+
+    def _emails(self, name: str) -> list[str]:
+        sql, params = self.filter_sql(name)
+        return [
+            row[0]
+            for row in self.store.rows(
+                f"SELECT c.email {FROM} WHERE {sql} ORDER BY c.email_key", params
+            )
+        ]
+
+    # ---- whole lists -----------------------------------------------------------------------
+
+    def attachments(self, client_ids: list[int] | None = None) -> dict[int, list[int]]:
+        """client id -> sorted inbound ids, for the given clients or for all."""
+        if client_ids is None:
+            rows = self.store.rows(
+                "SELECT client_id, inbound_id FROM client_inbound ORDER BY client_id, inbound_id"
+            )
+        elif not client_ids:
+            return {}
+        else:
+            marks = ", ".join("?" * len(client_ids))
+            rows = self.store.rows(
+                "SELECT client_id, inbound_id FROM client_inbound "
+                f"WHERE client_id IN ({marks}) ORDER BY client_id, inbound_id",
+                client_ids,
+            )
+        result: dict[int, list[int]] = {}
+        for client_id, inbound_id in rows:
+            result.setdefault(client_id, []).append(inbound_id)
+        return result
+
+    @db_session
+    def list_all(self) -> list[dict]:
+        attachments = self.attachments()
+        rows = self.store.rows(
+            f"SELECT c.id, {SELECT_COLUMNS}, t.up, t.down, t.enable {FROM} ORDER BY c.id"
+        )
+        return [
+            client_view(row[1 : WIDTH + 1], attachments.get(row[0], []), _traffic(row[WIDTH + 1 :]))
+            for row in rows
+        ]
+
+    @db_session
+    def export(self) -> list[dict]:
+        """Every client as `{client, inboundIds}`, the shape import and bulkCreate take."""
+        exported = []
+        for view in self.list_all():
+            inbound_ids = view.pop("inboundIds")
+            exported.append({"client": view, "inboundIds": inbound_ids})
+        return exported
+
+    @db_session
+    def online_emails(self) -> list[str]:
+        keys = sorted(self.presence.online())
+        emails: list[str] = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            emails += [
+                row[0]
+                for row in self.store.rows(
+                    f"SELECT email FROM client WHERE email_key IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
+            ]
+        return sorted(emails)
+
+    @db_session
+    def ips_by_email(self) -> dict[str, list[dict]]:
+        result: dict[str, list[dict]] = {}
+        for email, ip, seen in self.store.rows(
+            "SELECT c.email, i.ip, i.seen_at FROM client_ip i "
+            "JOIN client c ON c.email_key = i.email_key ORDER BY c.email_key, i.seen_at DESC"
+        ):
+            result.setdefault(email, []).append({"ip": ip, "timestamp": seen})
+        return result
+
+    @db_session
+    def last_online(self) -> dict[str, int]:
+        """email -> unix seconds of the last traffic seen."""
+        return {
+            email: last // 1000
+            for email, last in self.store.rows(
+                "SELECT email, last_online FROM client_traffic WHERE last_online > 0"
+            )
+        }
+
+    def by_inbound(self, inbound_ids: list[int]) -> dict[int, list[tuple]]:
+        """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples."""
+        if not inbound_ids:
+            return {}
+        marks = ", ".join("?" * len(inbound_ids))
+        rows = self.store.rows(
+            f"SELECT ci.inbound_id, {SELECT_COLUMNS}, t.up, t.down, t.enable, t.last_online "
+            f"FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
+            f"LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+            f"WHERE ci.inbound_id IN ({marks}) ORDER BY ci.inbound_id, c.id",
+            inbound_ids,
+        )
+        result: dict[int, list[tuple]] = {}
+        for row in rows:
+            result.setdefault(row[0], []).append(row[1:])
+        return result
+
+
+WIDTH = len(CLIENT_COLUMNS)
+COLUMN_INDEX = {name: n for n, name in enumerate(CLIENT_COLUMNS)}
+
+
+def client_api_view(row: tuple) -> dict:
+    """A `by_inbound` row as the client's API view (without inboundIds)."""
+    return client_view(row[:WIDTH], [], _traffic(row[WIDTH : WIDTH + 3]))
+
+
+def slim_entry(row: tuple) -> dict:
+    """What list/slim keeps of a client inside an inbound."""
+    return {
+        "email": row[COLUMN_INDEX["email"]],
+        "enable": bool(row[COLUMN_INDEX["enable"]]),
+        "comment": row[COLUMN_INDEX["comment"]],
+    }
+
+
+def client_stat(inbound_id: int, view: dict, row: tuple) -> dict:
+    """A clientStats entry: the client's counters as seen from one inbound."""
+    return {
+        "inboundId": inbound_id,
+        "email": view["email"],
+        "up": view["traffic"]["up"],
+        "down": view["traffic"]["down"],
+        "total": view["totalGB"],
+        "expiryTime": view["expiryTime"],
+        "reset": view["reset"],
+        "enable": view["enable"] and view["traffic"]["enable"],
+        "lastOnline": row[WIDTH + 3] or 0,
+    }
+
+
+def _traffic(values: tuple) -> tuple:
+    """(up, down, enable) of a LEFT JOINed traffic row, which may be all NULL."""
+    up, down, enable = values
+    return (up or 0, down or 0, _flag(enable))
+
+
+def _flag(value: Any) -> bool:
+    """A traffic flag; a client without a traffic row counts as enabled."""
+    return True if value is None else bool(value)
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+def _int_param(value: Any, name: str, lo: int, hi: int, default: int) -> int:
+    if value in (None, ""):
+        return default
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServiceError(f"{name} must be a whole number (got {value!r})")
+    if not lo <= value <= hi:
+        raise ServiceError(f"{name} must be from {lo} to {hi} (got {value})")
+    return value

@@ -1,0 +1,283 @@
+"""Routes of /panel/api/clients."""
+
+from __future__ import annotations
+
+from bottle import request
+
+from appliance.services.errors import ServiceError
+from appliance.web.http import Reply, body, json_object
+from appliance.web.routes import RouteTable
+
+BULK_BODY = 64 << 20
+EMAILS = {"emails": "string[]"}
+EMAILS_INBOUNDS = {"emails": "string[]", "inboundIds": "integer[]"}
+CLIENT_AND_INBOUNDS = {"client": "object", "inboundIds": "integer[]"}
+
+
+def client_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/clients", "clients")
+    clients, query, bulk, groups = (
+        panel.clients,
+        panel.client_query,
+        panel.client_bulk,
+        panel.groups,
+    )
+
+    @table.get("/list", "Every client with inboundIds and traffic")
+    def list_clients():
+        return query.list_all()
+
+    @table.get("/list/paged", "A page of slim client rows, filtered and sorted, with a summary")
+    def paged():
+        return query.paged(dict(request.query.decode()))
+
+    @table.get("/get/<email>", "One client with its inbound ids and external links")
+    def get(email):
+        return clients.get(email)
+
+    @table.post(
+        "/add",
+        "Create a client attached to at least one inbound",
+        resource="clients",
+        body=CLIENT_AND_INBOUNDS,
+    )
+    def add():
+        return Reply("client created", clients.add(json_object(1 << 20)))
+
+    @table.post(
+        "/update/<email>",
+        "Replace a client record (not a patch)",
+        resource="clients",
+        body={"<client field>": "value"},
+    )
+    def update(email):
+        return Reply("client updated", clients.update(email, json_object(1 << 20)))
+
+    @table.post(
+        "/del/<email>", "Delete a client; ?keepTraffic=1 keeps its counters", resource="clients"
+    )
+    def delete(email):
+        keep = request.query.get("keepTraffic", "0")
+        if keep not in ("0", "1", "true", "false"):
+            raise ServiceError("keepTraffic must be 0 or 1")
+        clients.delete(email, keep in ("1", "true"))
+        return Reply("client deleted")
+
+    @table.post(
+        "/<email>/attach",
+        "Attach a client to more inbounds",
+        resource="clients",
+        body={"inboundIds": "integer[]"},
+    )
+    def attach(email):
+        return Reply("client attached", clients.attach(email, json_object(8192)))
+
+    @table.post(
+        "/<email>/detach",
+        "Detach a client from inbounds (the record stays)",
+        resource="clients",
+        body={"inboundIds": "integer[]"},
+    )
+    def detach(email):
+        return Reply("client detached", clients.detach(email, json_object(8192)))
+
+    @table.post(
+        "/<email>/externalLinks",
+        "Replace a client's external links",
+        resource="clients",
+        body={"externalLinks": "object[]"},
+    )
+    def external_links(email):
+        clients.set_external_links(email, json_object(1 << 20))
+        return Reply("external links saved")
+
+    @table.post("/resetAllTraffics", "Zero every client's counters", resource="clients")
+    def reset_all():
+        bulk.reset_all_traffics()
+        return Reply("all client traffic reset")
+
+    @table.post(
+        "/delDepleted", "Delete clients whose quota is used up or expiry passed", resource="clients"
+    )
+    def delete_depleted():
+        return {"deleted": bulk.delete_depleted()}
+
+    @table.post("/delOrphans", "Delete clients attached to no inbound", resource="clients")
+    def delete_orphans():
+        return {"deleted": bulk.delete_orphans()}
+
+    @table.get("/export", "Every client as {client, inboundIds}")
+    def export():
+        return query.export()
+
+    @table.post(
+        "/import",
+        "Restore clients from an export (field data, JSON text)",
+        resource="clients",
+        max_body=BULK_BODY,
+        body={"data": "string"},
+    )
+    def import_clients():
+        return bulk.import_(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkAdjust",
+        "Add days and bytes to many clients",
+        resource="clients",
+        body={"emails": "string[]", "addDays": "integer", "addBytes": "integer"},
+    )
+    def bulk_adjust():
+        return bulk.bulk_adjust(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkDel",
+        "Delete many clients",
+        resource="clients",
+        max_body=BULK_BODY,
+        body={"emails": "string[]", "keepTraffic": "boolean"},
+    )
+    def bulk_delete():
+        return bulk.bulk_delete(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkCreate",
+        "Create many clients from [{client, inboundIds}]",
+        resource="clients",
+        max_body=BULK_BODY,
+    )
+    def bulk_create():
+        return bulk.bulk_create(body(BULK_BODY))
+
+    @table.get("/groups", "Groups with client counts")
+    def list_groups():
+        return groups.list()
+
+    @table.get("/groups/<name>/emails", "Emails of a group's clients")
+    def group_emails(name):
+        return groups.emails(name)
+
+    @table.post(
+        "/groups/create", "Create an empty group", resource="clients", body={"name": "string"}
+    )
+    def create_group():
+        return groups.create(json_object(8192))
+
+    @table.post(
+        "/groups/rename",
+        "Rename a group on every client",
+        resource="clients",
+        body={"oldName": "string", "newName": "string"},
+    )
+    def rename_group():
+        return groups.rename(json_object(8192))
+
+    @table.post(
+        "/groups/delete",
+        "Delete a group; its clients stay, ungrouped",
+        resource="clients",
+        body={"name": "string"},
+    )
+    def delete_group():
+        return groups.delete(json_object(8192))
+
+    @table.post(
+        "/groups/bulkAdd",
+        "Put clients in a group (created if unknown)",
+        resource="clients",
+        max_body=BULK_BODY,
+        body={"emails": "string[]", "group": "string"},
+    )
+    def group_bulk_add():
+        return groups.bulk_add(json_object(BULK_BODY))
+
+    @table.post(
+        "/groups/bulkRemove",
+        "Take clients out of their group",
+        resource="clients",
+        max_body=BULK_BODY,
+        body=EMAILS,
+    )
+    def group_bulk_remove():
+        return groups.bulk_remove(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkAttach",
+        "Attach many clients to inbounds",
+        resource="clients",
+        max_body=BULK_BODY,
+        body=EMAILS_INBOUNDS,
+    )
+    def bulk_attach():
+        return bulk.bulk_attach(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkDetach",
+        "Detach many clients from inbounds",
+        resource="clients",
+        max_body=BULK_BODY,
+        body=EMAILS_INBOUNDS,
+    )
+    def bulk_detach():
+        return bulk.bulk_detach(json_object(BULK_BODY))
+
+    @table.post(
+        "/bulkResetTraffic",
+        "Zero many clients' counters",
+        resource="clients",
+        max_body=BULK_BODY,
+        body=EMAILS,
+    )
+    def bulk_reset_traffic():
+        return bulk.bulk_reset_traffic(json_object(BULK_BODY))
+
+    @table.post(
+        "/resetTraffic/<email>", "Zero a client's counters and re-enable it", resource="clients"
+    )
+    def reset_traffic(email):
+        clients.reset_traffic(email)
+        return Reply("client traffic reset")
+
+    @table.post(
+        "/updateTraffic/<email>",
+        "Set a client's counters",
+        resource="clients",
+        body={"upload": "integer", "download": "integer"},
+    )
+    def update_traffic(email):
+        clients.update_traffic(email, json_object(8192))
+        return Reply("client traffic updated")
+
+    @table.post("/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'")
+    def ips(email):
+        return clients.ips(email)
+
+    @table.post("/clearIps/<email>", "Forget a client's addresses", resource="clients")
+    def clear_ips(email):
+        clients.clear_ips(email)
+        return Reply("client addresses cleared")
+
+    @table.post("/onlines", "Emails connected within the heartbeat window")
+    def onlines():
+        return query.online_emails()
+
+    @table.post("/onlinesByGuid", "Online emails per panel guid")
+    def onlines_by_guid():
+        return {panel.guid(): query.online_emails()}
+
+    @table.post("/clientIpsByGuid", "Client addresses per panel guid")
+    def client_ips_by_guid():
+        return {panel.guid(): query.ips_by_email()}
+
+    @table.post("/activeInbounds", "Inbound tags that carried traffic in the window, per guid")
+    def active_inbounds():
+        return {panel.guid(): panel.presence.active_inbounds()}
+
+    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)")
+    def last_online():
+        return query.last_online()
+
+    @table.get("/traffic/<email>", "A client's traffic record")
+    def traffic(email):
+        return clients.traffic(email)
+
+    return table
