@@ -27,7 +27,7 @@ def hello_app() -> bottle.Bottle:
 
 def main() -> None:
     sock = listen("127.0.0.1", 0)
-    server = make_server(sock, BasePath(hello_app(), "/"), websockets=True)
+    server = make_server(sock, BasePath(hello_app(), "/"), upgrade_allowed=lambda environ: False)
     print(f"hello listening on http://127.0.0.1:{sock.getsockname()[1]}/", flush=True)
     server.serve_forever()
 
