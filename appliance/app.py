@@ -163,6 +163,12 @@ class Panel:
             )
             return None
 
+    def changed(self, resource: str) -> None:
+        """After a successful change: drop what caches it, tell every open browser."""
+        if resource in ("clients", "inbounds", "settings"):
+            self.client_query.invalidate()
+        self.hub.invalidate(resource)
+
     def _websocket_allowed(self, environ: dict) -> bool:
         """Upgrade only `/ws` under the base path, and only for a signed-in session."""
         if environ.get("PATH_INFO") != self.base_path + "ws":

@@ -137,8 +137,8 @@ def test_all_returns_every_setting_with_its_default(api):
         "webBasePath": "/",
         "tgBotEnable": False,
         "ipLimitEnable": False,
-        "expireDiff": 0,
-        "trafficDiff": 0,
+        "expireDiff": 3,
+        "trafficDiff": 1,
         "twoFactorEnable": False,
     }.items():
         assert settings[key] == value, key
@@ -201,7 +201,7 @@ def test_update_with_an_api_token_needs_no_csrf_header(panel, api):
 
 
 def test_update_saves_only_what_changed_and_reports_it(panel, api):
-    reply = api.post(UPDATE, {"pageSize": 50, "subTitle": "My VPN", "expireDiff": 0})
+    reply = api.post(UPDATE, {"pageSize": 50, "subTitle": "My VPN", "expireDiff": 3})
     assert reply == {"success": True, "msg": "settings saved", "obj": ["pageSize", "subTitle"]}
     rows = setting_rows(panel)
     assert json.loads(rows["pageSize"]) == 50

@@ -35,8 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "sessionMaxAge": 360,
     "trustedProxies": "",
     "pageSize": 25,
-    "expireDiff": 0,
-    "trafficDiff": 0,
+    "expireDiff": 3,  # days before expiry a client counts as "expiring"
+    "trafficDiff": 1,  # GB of quota left below which a client counts as "expiring"
     "remarkModel": "-ieo",
     "timeLocation": "Local",
     "tgBotEnable": False,
@@ -84,7 +84,7 @@ RANGES = {
     "sessionMaxAge": (1, 525_600),
     "pageSize": (1, 200),
     "expireDiff": (0, 3650),
-    "trafficDiff": (0, 1 << 50),
+    "trafficDiff": (0, 1_000_000),
     "subUpdates": (1, 8760),
 }
 PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")

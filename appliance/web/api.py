@@ -47,7 +47,7 @@ class ApiPlugin:
                 log.exception("%s %s failed", request.method, request.path)
                 return fail("internal error; the panel log has the details", 500)
             if spec.resource and request.method in UNSAFE_METHODS:
-                self.panel.hub.invalidate(spec.resource)
+                self.panel.changed(spec.resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
             if isinstance(result, Reply):
