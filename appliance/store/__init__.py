@@ -43,6 +43,8 @@ class Store:
         if url.kind == "postgres":
             import psycopg2
 
+            _cooperate_with_gevent()
+
             return psycopg2.connect(
                 host=url.host,
                 port=url.port,
@@ -130,3 +132,14 @@ def _pony_sql(statement: str, params) -> tuple[str, dict, dict]:
         raise ValueError(f"{len(parts) - 1} placeholders for {len(params)} parameters")
     text = parts[0] + "".join(f"$(p[{i}]){part}" for i, part in enumerate(parts[1:]))
     return text, {}, {"p": list(params)}
+
+
+def _cooperate_with_gevent() -> None:
+    """psycopg2 is a C driver: unless told to wait through gevent, every query would
+    block the whole process. PyMySQL is pure Python and cooperates by itself."""
+    from gevent import monkey
+
+    if monkey.is_module_patched("socket"):
+        from psycogreen.gevent import patch_psycopg
+
+        patch_psycopg()
