@@ -105,13 +105,13 @@ class Child:
     def pid(self) -> int:
         return self.process.pid
 
-    def rss_mb(self) -> float:
-        """Resident set size (VmRSS) in MiB."""
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """Resident set size (VmRSS) in MiB; `field="VmHWM"` gives its peak so far."""
         with open(f"/proc/{self.pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
-        raise BenchError(f"{self.name}: no VmRSS in /proc/{self.pid}/status")
+        raise BenchError(f"{self.name}: no {field} in /proc/{self.pid}/status")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -232,13 +232,21 @@ def expect_success(reply: Reply, what: str = "request") -> dict:
 # ---- measuring -----------------------------------------------------------------------------
 
 
-def sample(request: Callable[[], Reply], count: int, warmup: int = 0) -> list[float]:
+def sample(
+    request: Callable[[], Reply],
+    count: int,
+    warmup: int = 0,
+    before: Callable[[], object] | None = None,
+) -> list[float]:
     """Seconds per call of `request`, `count` times in a row; each reply must be a
-    success envelope (checked outside the timed part)."""
+    success envelope (checked outside the timed part). `before`, when given, runs before
+    each measured call, untimed (e.g. a change that drops a server-side cache)."""
     for _ in range(warmup):
         expect_success(request())
     times = []
     for _ in range(count):
+        if before is not None:
+            before()
         start = time.perf_counter()
         reply = request()
         times.append(time.perf_counter() - start)
@@ -246,11 +254,17 @@ def sample(request: Callable[[], Reply], count: int, warmup: int = 0) -> list[fl
     return times
 
 
-def latency(request: Callable[[], Reply], runs: int, count: int, warmup: int = 3) -> dict:
+def latency(
+    request: Callable[[], Reply],
+    runs: int,
+    count: int,
+    warmup: int = 3,
+    before: Callable[[], object] | None = None,
+) -> dict:
     """`runs` runs of `count` sequential requests on one connection: the median over runs
     of each run's median and p99, in milliseconds. The first run starts with `warmup`
-    unmeasured requests."""
-    per_run = [sample(request, count, warmup if run == 0 else 0) for run in range(runs)]
+    unmeasured requests; `before` runs untimed before each measured one (see `sample`)."""
+    per_run = [sample(request, count, warmup if run == 0 else 0, before) for run in range(runs)]
     return {
         "median_ms": _ms(statistics.median(statistics.median(times) for times in per_run)),
         "p99_ms": _ms(statistics.median(percentile(times, 99) for times in per_run)),
@@ -426,9 +440,9 @@ def seed_inbounds(conn: sqlite3.Connection, count: int) -> None:
                 record["enable"],
                 record["expiryTime"],
                 record["total"],
-                _compact(record["settings"]),
-                _compact(record["streamSettings"]),
-                _compact(record["sniffing"]),
+                compact_json(record["settings"]),
+                compact_json(record["streamSettings"]),
+                compact_json(record["sniffing"]),
                 now,
                 now,
             )
@@ -456,7 +470,7 @@ def check_inbounds(client: Client, count: int) -> str:
     return f"{count} inbounds listed through the API"
 
 
-def _compact(value: object) -> str:
+def compact_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -480,18 +494,22 @@ class Scenario:
     run: Callable[[Context], dict]
     dataset: str | None
     description: str
+    mutates: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, dataset: str | None = "empty") -> Callable:
+def scenario(name: str, dataset: str | None = "empty", mutates: bool = False) -> Callable:
     """Register a scenario. The runner starts a panel on `dataset` and passes it in
-    `Context.panel`; with `dataset=None` the scenario starts what it needs itself."""
+    `Context.panel`; with `dataset=None` the scenario starts what it needs itself.
+    `mutates=True`: the scenario changes the rows, so the runner checks the dataset
+    before the measurements instead of after (a scenario with `dataset=None` that
+    mutates calls `ctx.bench.check(panel)` itself before changing anything)."""
 
     def register(run: Callable[[Context], dict]) -> Callable[[Context], dict]:
         description = (run.__doc__ or "").strip().split("\n\n")[0]
-        SCENARIOS[name] = Scenario(name, run, dataset, " ".join(description.split()))
+        SCENARIOS[name] = Scenario(name, run, dataset, " ".join(description.split()), mutates)
         return run
 
     return register

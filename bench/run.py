@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import scenarios  # noqa: F401  (registers the scenarios)
 from harness import SCENARIOS, Bench, Context, Panel, log
 
@@ -82,9 +83,11 @@ def run_scenario(bench: Bench, name: str) -> dict:
     try:
         if spec.dataset is not None:
             ctx.panel = ctx.start_panels([spec.dataset])[0]
+            if spec.mutates:
+                bench.check(ctx.panel)
         figures = spec.run(ctx)
         for child in ctx.children:
-            if isinstance(child, Panel):
+            if isinstance(child, Panel) and not spec.mutates:
                 bench.check(child)
     except Exception as exc:  # a broken scenario is a result too; the others still run
         log(f"{name} failed: {exc!r}")
@@ -157,6 +160,16 @@ def _describe(figure: dict) -> str:
         parts.append(f"median {figure['median_ms']} ms, p99 {figure['p99_ms']} ms")
     if "rps" in figure:
         parts.append(f"{figure['rps']} req/s ({figure['tool']}, {figure['connections']} conns)")
+    if "median_s" in figure:
+        parts.append(f"median {figure['median_s']} s")
+    if "response_bytes" in figure:
+        parts.append(f"{figure['response_bytes']} bytes")
+    if "rss_after_export_mb" in figure:
+        parts.append(
+            ", ".join(
+                f"{key[4:-3]} {value} MiB" for key, value in figure.items() if key[:4] == "rss_"
+            )
+        )
     if "rss_idle_mb" in figure:
         parts.append(
             f"RSS {figure['rss_after_start_mb']} MiB at start, {figure['rss_idle_mb']} MiB idle, "

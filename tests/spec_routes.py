@@ -53,4 +53,45 @@ SETTING = [
     ("POST", "/panel/api/setting/apiTokens/setEnabled/:id"),
 ]
 
-SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING
+# clients/subLinks/:subId and clients/links/:email come with the share-link renderers.
+CLIENTS = [
+    ("GET", "/panel/api/clients/list"),
+    ("GET", "/panel/api/clients/list/paged"),
+    ("GET", "/panel/api/clients/get/:email"),
+    ("POST", "/panel/api/clients/add"),
+    ("POST", "/panel/api/clients/update/:email"),
+    ("POST", "/panel/api/clients/del/:email"),
+    ("POST", "/panel/api/clients/:email/attach"),
+    ("POST", "/panel/api/clients/:email/detach"),
+    ("POST", "/panel/api/clients/:email/externalLinks"),
+    ("POST", "/panel/api/clients/resetAllTraffics"),
+    ("POST", "/panel/api/clients/delDepleted"),
+    ("POST", "/panel/api/clients/delOrphans"),
+    ("GET", "/panel/api/clients/export"),
+    ("POST", "/panel/api/clients/import"),
+    ("POST", "/panel/api/clients/bulkAdjust"),
+    ("POST", "/panel/api/clients/bulkDel"),
+    ("POST", "/panel/api/clients/bulkCreate"),
+    ("POST", "/panel/api/clients/groups/bulkAdd"),
+    ("POST", "/panel/api/clients/groups/bulkRemove"),
+    ("POST", "/panel/api/clients/bulkAttach"),
+    ("POST", "/panel/api/clients/bulkDetach"),
+    ("POST", "/panel/api/clients/bulkResetTraffic"),
+    ("GET", "/panel/api/clients/groups"),
+    ("GET", "/panel/api/clients/groups/:name/emails"),
+    ("POST", "/panel/api/clients/groups/create"),
+    ("POST", "/panel/api/clients/groups/rename"),
+    ("POST", "/panel/api/clients/groups/delete"),
+    ("POST", "/panel/api/clients/resetTraffic/:email"),
+    ("POST", "/panel/api/clients/updateTraffic/:email"),
+    ("POST", "/panel/api/clients/ips/:email"),
+    ("POST", "/panel/api/clients/clearIps/:email"),
+    ("POST", "/panel/api/clients/onlines"),
+    ("POST", "/panel/api/clients/onlinesByGuid"),
+    ("POST", "/panel/api/clients/clientIpsByGuid"),
+    ("POST", "/panel/api/clients/activeInbounds"),
+    ("POST", "/panel/api/clients/lastOnline"),
+    ("GET", "/panel/api/clients/traffic/:email"),
+]
+
+SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS

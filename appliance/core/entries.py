@@ -1,16 +1,24 @@
 """The client entries of an inbound: what `settings.clients[]` holds for each protocol.
 
 One client row becomes a different entry per protocol, carrying only what that protocol
-uses (VLESS: id, flow, reverse; VMess: id, security; Trojan: password, flow; Shadowsocks:
+uses (VLESS: id, flow, reverse; VMess: id, security; Trojan: password; Shadowsocks:
 password, method; Hysteria: auth; all: email). Pure, so the inbound API and the core
 config builder render clients the same way.
+
+Trojan entries never carry `flow`: the core removed XTLS from Trojan and refuses a config
+whose Trojan users have one ("Flow for Trojan" is a removed feature), so a client's VLESS
+flow must not leak into its Trojan attachments. The Shadowsocks `method` is the one of
+the inbound the entry is rendered for, so a client on two legacy-cipher inbounds gets the
+right cipher in each, and none on a 2022 inbound.
 """
 
 from __future__ import annotations
 
 
-def client_entry(protocol: str, client: dict, flow_capable: bool) -> dict:
-    """`client` has the API field names (id, email, flow, security, password, ...)."""
+def client_entry(protocol: str, client: dict, flow_capable: bool, ss_method: str = "") -> dict:
+    """`client` has the API field names (id, email, flow, security, password, ...);
+    `flow_capable` says whether this VLESS inbound takes a flow, `ss_method` is the cipher
+    a client entry of this Shadowsocks inbound names ("" for none)."""
     entry: dict = {"email": client["email"]}
     if protocol == "vless":
         entry["id"] = client["id"]
@@ -23,12 +31,10 @@ def client_entry(protocol: str, client: dict, flow_capable: bool) -> dict:
         entry["security"] = client.get("security") or "auto"
     elif protocol == "trojan":
         entry["password"] = client["password"]
-        if client.get("flow"):
-            entry["flow"] = client["flow"]
     elif protocol == "shadowsocks":
         entry["password"] = client["password"]
-        if client.get("method"):
-            entry["method"] = client["method"]
+        if ss_method:
+            entry["method"] = ss_method
     elif protocol in ("hysteria", "hysteria2"):
         entry["auth"] = client["auth"]
     return entry

@@ -16,9 +16,11 @@ from typing import Any
 from pony.orm import db_session, select
 
 from appliance.services import client_rules
+from appliance.services.client_query import QUOTA_USED
 from appliance.services.client_rules import email_key
 from appliance.services.clients import Clients, columns_of, inbound_ids_of, inbound_record
 from appliance.services.errors import ServiceError
+from appliance.services.inbound_protocols import INT64_MAX
 from appliance.services.parse import parse_emails, parse_id
 
 DAY_MS = 86_400_000
@@ -86,6 +88,9 @@ class ClientBulk:
         client = item["client"]
         record = client_rules.normalize_client(client, [inbound_record(inbounds[i]) for i in ids])
         extra = _restored(client) if restore else {}
+        if not ids and "method" in extra:
+            # No inbound to derive the cipher from: keep the one it was exported with.
+            record["method"] = extra["method"]
         return record, ids, extra
 
     def _insert(self, ready: list[tuple[dict, list[int], dict]]) -> None:
@@ -123,7 +128,14 @@ class ClientBulk:
             "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (email_key(r["email"]), r["email"], x.get("up", 0), x.get("down", 0), True, 0)
+                (
+                    email_key(r["email"]),
+                    r["email"],
+                    x.get("up", 0),
+                    x.get("down", 0),
+                    x.get("enable", True),
+                    0,
+                )
                 for r, _, x in ready
                 if email_key(r["email"]) not in existing
             ],
@@ -198,6 +210,8 @@ class ClientBulk:
                         skipped.append(
                             {"email": email, "reason": "the quota would drop to zero or below"}
                         )
+                    elif row.total_bytes + extra_bytes > INT64_MAX:
+                        skipped.append({"email": email, "reason": "the quota would overflow"})
                     else:
                         row.total_bytes += extra_bytes
                         changed = True
@@ -218,18 +232,21 @@ class ClientBulk:
             if new <= 0:
                 skipped.append({"email": email, "reason": "the expiry would fall before 1970"})
                 return False
+        if abs(new) > INT64_MAX:
+            skipped.append({"email": email, "reason": "the expiry would overflow"})
+            return False
         row.expiry_time = new
         return True
 
     def bulk_attach(self, body: Any) -> dict:
+        """Unknown emails and clients the inbounds cannot take are reported in `errors`,
+        clients already on every inbound in `skipped`; an unknown or client-less inbound
+        refuses the whole call."""
         emails = parse_emails(body)
-        inbound_ids = inbound_ids_of(body)
+        inbound_ids = _some_inbound_ids(body)
         attached, skipped, errors = [], [], []
         with db_session:
-            try:
-                inbounds = self.clients.inbound_rows(inbound_ids)
-            except ServiceError as exc:
-                return {"attached": [], "skipped": [], "errors": [exc.msg]}
+            inbounds = self.clients.inbound_rows(inbound_ids)
             for email in emails:
                 try:
                     row = self.clients.row(email)
@@ -241,7 +258,11 @@ class ClientBulk:
                 if not new:
                     skipped.append(email)
                     continue
-                self.clients.refit(row, [a.inbound for a in row.attachments] + new)
+                try:
+                    self.clients.refit(row, [a.inbound for a in row.attachments] + new)
+                except ServiceError as exc:  # e.g. a key that cannot fit both ciphers
+                    errors.append(f"{email}: {exc.msg}")
+                    continue
                 for inbound in new:
                     self.store.ClientInbound(client=row, inbound=inbound)
                 row.updated_at = self.clients.now_ms()
@@ -250,7 +271,7 @@ class ClientBulk:
 
     def bulk_detach(self, body: Any) -> dict:
         emails = parse_emails(body)
-        inbound_ids = set(inbound_ids_of(body))
+        inbound_ids = set(_some_inbound_ids(body))
         detached, skipped, errors = [], [], []
         with db_session:
             for email in emails:
@@ -295,11 +316,14 @@ class ClientBulk:
             )
 
     def delete_depleted(self) -> int:
+        """Delete clients whose expiry passed, and those whose quota is used up unless a
+        periodic reset (`reset` days) will give them a fresh quota."""
         with db_session:
-            sql, params = self.query.depleted_sql()
+            expired, params = self.query.expired_sql()
             rows = self.store.rows(
                 "SELECT c.id FROM client c LEFT JOIN client_traffic t "
-                f"ON t.email_key = c.email_key WHERE {sql}",
+                f"ON t.email_key = c.email_key "
+                f"WHERE ({QUOTA_USED} AND c.reset_days = 0) OR {expired}",
                 params,
             )
             return self._delete_ids([row[0] for row in rows])
@@ -350,6 +374,13 @@ class ClientBulk:
         return len(ids)
 
 
+def _some_inbound_ids(body: Any) -> list[int]:
+    inbound_ids = inbound_ids_of(body)
+    if not inbound_ids:
+        raise ServiceError("inboundIds must name at least one inbound")
+    return inbound_ids
+
+
 def _signed(value: Any, name: str) -> int:
     if value is None:
         return 0
@@ -375,6 +406,11 @@ def _restored(client: dict) -> dict:
             value = traffic.get(field)
             if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
                 extra[field] = value
+        if isinstance(traffic.get("enable"), bool):
+            extra["enable"] = traffic["enable"]
+    method = client.get("method")
+    if isinstance(method, str) and method and len(method) <= 64:
+        extra["method"] = method
     for field in ("createdAt", "updatedAt"):
         value = client.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:

@@ -4,11 +4,13 @@ the client parts of inbound records.
 At 100,000 clients nothing here loads rows as entities or filters in Python: filters,
 sorting, paging and counts are SQL over `client` joined with `client_traffic`, using the
 indexes the migrations create. The summary (which lists every depleted, expiring and
-disabled email) costs a few full scans, so it is cached briefly and dropped on any change.
+disabled email) costs one full scan, so it is cached and dropped on any change; the time
+limit only bounds how late a client whose expiry passes unattended moves to "depleted".
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -18,24 +20,33 @@ from appliance.services import inbound_rules
 from appliance.services.client_rules import email_key
 from appliance.services.clients import CLIENT_COLUMNS, client_view
 from appliance.services.errors import ServiceError
+from appliance.services.groups import labels_of
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
 SORTS = ("enable", "email", "inboundIds", "traffic", "remaining", "expiryTime")
 ORDERS = {"ascend": "ASC", "descend": "DESC"}
 PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
-SUMMARY_TTL = 5.0
+SUMMARY_TTL = 30.0
 FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
 USED = "(COALESCE(t.up, 0) + COALESCE(t.down, 0))"
-# Ordering keys that put "unlimited" after every limited value when ascending.
+QUOTA_USED = f"(c.total_bytes > 0 AND {USED} >= c.total_bytes)"
+# Ordering keys that put "unlimited" after every limited value when ascending. An expiry
+# that starts on first use (stored as minus its duration) has no date yet: it sorts after
+# every dated expiry and before unlimited, shorter durations first. Unattached clients
+# sort after attached ones on every backend (NULLs would not).
 UNLIMITED = 2**62
+NOT_STARTED = 2**61
 SORT_SQL = {
     "enable": "c.enable",
     "email": "c.email_key",
-    "inboundIds": "(SELECT MIN(ci.inbound_id) FROM client_inbound ci WHERE ci.client_id = c.id)",
+    "inboundIds": "COALESCE((SELECT MIN(ci.inbound_id) FROM client_inbound ci "
+    f"WHERE ci.client_id = c.id), {UNLIMITED})",
     "traffic": USED,
     "remaining": f"CASE WHEN c.total_bytes = 0 THEN {UNLIMITED} ELSE c.total_bytes - {USED} END",
-    "expiryTime": f"CASE WHEN c.expiry_time <= 0 THEN {UNLIMITED} ELSE c.expiry_time END",
+    "expiryTime": f"CASE WHEN c.expiry_time = 0 THEN {UNLIMITED} "
+    f"WHEN c.expiry_time < 0 THEN {NOT_STARTED} - c.expiry_time ELSE c.expiry_time END",
 }
+ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
 
@@ -46,19 +57,24 @@ class ClientQuery:
         self.presence = presence
         self.clock = clock
         self._summary: tuple[float, dict] | None = None
+        self._generation = 0
 
     def invalidate(self) -> None:
+        """Drop the cached summary; call after any change to clients, their traffic,
+        their inbounds or the expiry settings. A summary being computed while this runs
+        is not cached, since it may have read the data from before the change."""
+        self._generation += 1
         self._summary = None
 
     # ---- conditions ------------------------------------------------------------------
 
     def depleted_sql(self) -> tuple[str, list]:
-        now = int(self.clock() * 1000)
-        return (
-            f"((c.total_bytes > 0 AND {USED} >= c.total_bytes) "
-            "OR (c.expiry_time > 0 AND c.expiry_time <= ?))",
-            [now],
-        )
+        """Quota used up or expiry passed (an expiry that starts on first use has not)."""
+        expired, params = self.expired_sql()
+        return f"({QUOTA_USED} OR {expired})", params
+
+    def expired_sql(self) -> tuple[str, list]:
+        return "(c.expiry_time > 0 AND c.expiry_time <= ?)", [int(self.clock() * 1000)]
 
     def expiring_sql(self) -> tuple[str, list]:
         """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""
@@ -103,12 +119,24 @@ class ClientQuery:
             raise ServiceError(f"order must be ascend or descend (got '{order}')")
         direction = ORDERS[order]
         where_sql = f" WHERE {' AND '.join(where)}" if where else ""
-        filtered = self.store.rows(f"SELECT COUNT(*) {FROM}{where_sql}", params)[0][0]
+        summary = self.summary()
+        if where:
+            # The traffic join is paid only when a condition reads the counters.
+            reads_traffic = query.get("filter") in ("active", "depleted", "expiring")
+            source = FROM if reads_traffic else "FROM client c"
+            filtered = self.store.rows(f"SELECT COUNT(*) {source}{where_sql}", params)[0][0]
+        else:
+            filtered = summary["total"]
+        # With a search, matches are few: scan and sort them (the unary + keeps SQLite
+        # from walking the whole email index row by row to find them).
+        order_key = SORT_SQL[sort]
+        if sort == "email" and query.get("search") and self.store.dialect == "sqlite":
+            order_key = "+" + order_key
         rows = self.store.rows(
             f"SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
             f"c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, "
             f"t.up, t.down, t.enable {FROM}{where_sql} "
-            f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction} LIMIT ? OFFSET ?",
+            f"ORDER BY {order_key} {direction}, c.id {direction} LIMIT ? OFFSET ?",
             [*params, size, (page - 1) * size],
         )
         attachments = self.attachments([row[0] for row in rows])
@@ -146,11 +174,11 @@ class ClientQuery:
         ]
         return {
             "items": items,
-            "total": self.summary()["total"],
+            "total": summary["total"],
             "filtered": filtered,
             "page": page,
             "pageSize": size,
-            "summary": self.summary(),
+            "summary": summary,
         }
 
     def _conditions(self, query: dict) -> tuple[list[str], list]:
@@ -160,12 +188,13 @@ class ClientQuery:
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
         if search.strip():
-            pattern = "%" + _like_escape(email_key(search.strip())) + "%"
+            text = search.strip()
+            lower = self._lower()
             where.append(
-                "(c.email_key LIKE ? ESCAPE '!' OR LOWER(c.sub_id) LIKE ? ESCAPE '!' "
-                "OR LOWER(c.comment) LIKE ? ESCAPE '!')"
+                f"(c.email_key LIKE ? ESCAPE '!' OR {lower}(c.sub_id) LIKE ? ESCAPE '!' "
+                f"OR {lower}(c.comment) LIKE ? ESCAPE '!')"
             )
-            params += [pattern, pattern, pattern]
+            params += [_contains(email_key(text)), _contains(text.lower()), _contains(text.lower())]
         name = query.get("filter") or ""
         if name:
             if name not in FILTERS:
@@ -181,35 +210,52 @@ class ClientQuery:
                     f" (got '{protocol}')"
                 )
             where.append(
-                "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
-                "WHERE ci.client_id = c.id AND i.protocol = ?)"
+                "c.id IN (SELECT ci.client_id FROM client_inbound ci "
+                "JOIN inbound i ON i.id = ci.inbound_id WHERE i.protocol = ?)"
             )
             params.append(protocol)
-        group = query.get("group")
+        group = query.get("group") or ""
         if group:
-            where.append("c.group_name = ?")
-            params.append(group)
+            if not isinstance(group, str) or len(group) > 255:
+                raise ServiceError("group must be a string of at most 255 characters")
+            labels = labels_of(self.store, group.strip()) or [group.strip()]
+            where.append(f"c.group_name IN ({', '.join('?' * len(labels))})")
+            params += labels
         return where, params
+
+    def _lower(self) -> str:
+        """SQL lower-casing of non-ASCII text too: SQLite's LOWER folds ASCII only, so
+        there the Python function the SQLite provider registers is used."""
+        return "py_lower" if self.store.dialect == "sqlite" else "LOWER"
 
     @db_session
     def summary(self) -> dict:
+        """Counts and the emails in each bucket, over every client, from one scan that
+        returns only the clients in some bucket (usually a small share of all)."""
         now = time.monotonic()
-        if self._summary is not None and now - self._summary[0] < SUMMARY_TTL:
-            return self._summary[1]
-        active_sql, active_params = self.filter_sql("active")
-        total, active = self.store.rows(
-            f"SELECT COUNT(*), SUM(CASE WHEN {active_sql} THEN 1 ELSE 0 END) {FROM}",
-            active_params,
-        )[0]
+        cached = self._summary
+        if cached is not None and now - cached[0] < SUMMARY_TTL:
+            return cached[1]
+        generation = self._generation
+        depleted, depleted_params = self.depleted_sql()
+        expiring, expiring_params = self.expiring_sql()
+        total = self.store.rows("SELECT COUNT(*) FROM client")[0][0]
+        rows = self.store.rows(
+            f"SELECT c.email, c.enable, CASE WHEN {depleted} THEN 1 ELSE 0 END, "
+            f"CASE WHEN {expiring} THEN 1 ELSE 0 END {FROM} "
+            f"WHERE c.enable = ? OR {depleted} OR {expiring} ORDER BY c.email_key",
+            [*depleted_params, *expiring_params, False, *depleted_params, *expiring_params],
+        )
         summary = {
             "total": total,
-            "active": int(active or 0),
+            "active": total - sum(1 for _, enable, gone, _ in rows if not enable or gone),
             "online": self._emails("online"),
-            "depleted": self._emails("depleted"),
-            "expiring": self._emails("expiring"),
-            "deactive": self._emails("deactive"),
+            "depleted": [email for email, _, gone, _ in rows if gone],
+            "expiring": [email for email, _, _, soon in rows if soon],
+            "deactive": [email for email, enable, _, _ in rows if not enable],
         }
-        self._summary = (now, summary)
+        if generation == self._generation:
+            self._summary = (now, summary)
         return summary
 
     def _emails(self, name: str) -> list[str]:
@@ -294,7 +340,8 @@ class ClientQuery:
         return {
             email: last // 1000
             for email, last in self.store.rows(
-                "SELECT email, last_online FROM client_traffic WHERE last_online > 0"
+                "SELECT c.email, t.last_online FROM client_traffic t "
+                "JOIN client c ON c.email_key = t.email_key WHERE t.last_online > 0"
             )
         }
 
@@ -360,14 +407,15 @@ def _flag(value: Any) -> bool:
     return True if value is None else bool(value)
 
 
-def _like_escape(text: str) -> str:
-    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+def _contains(text: str) -> str:
+    """A LIKE pattern (with ESCAPE '!') matching `text` literally anywhere."""
+    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
 
 
 def _int_param(value: Any, name: str, lo: int, hi: int, default: int) -> int:
     if value in (None, ""):
         return default
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and ASCII_DIGITS.fullmatch(value.strip()):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ServiceError(f"{name} must be a whole number (got {value!r})")

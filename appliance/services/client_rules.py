@@ -4,14 +4,17 @@ A client is one record attached to any number of inbounds, so its secrets must s
 protocol it may meet: the UUID (VLESS, VMess), the password (Trojan, Shadowsocks) and the
 auth string (Hysteria) are all generated when omitted, and a Shadowsocks 2022 password is
 checked against the key length of each attached 2022 inbound (replaced by a generated key
-when it does not fit, as the spec asks). Legacy Shadowsocks ciphers get the inbound's
-method copied onto the client.
+when it does not fit, as the spec asks). One key cannot have two lengths, so a client may
+not sit on 2022 inbounds of different key lengths at once. Legacy Shadowsocks ciphers get
+the inbound's method copied onto the client.
 
 Emails are the key in client paths and in the core's traffic counters
 (`user>>>EMAIL>>>traffic>>>uplink`), so they may not contain `>>>`, `/`, control
-characters or surrounding spaces. Uniqueness ignores case and Unicode compatibility
-forms: the key is `NFKC(email).casefold()`, computed here in Python so SQLite,
-PostgreSQL and MariaDB enforce exactly the same rule through a unique index on it.
+characters or surrounding spaces, nor be a dot segment. Uniqueness ignores case and
+Unicode compatibility forms: the key is `NFKC(email).casefold()`, computed here in Python
+so SQLite, PostgreSQL and MariaDB enforce exactly the same rule through a unique index
+on it. The normalisation can lengthen text (one ligature becomes many letters), so the
+key's length is checked too: it has to fit the same 255-character column.
 """
 
 from __future__ import annotations
@@ -56,21 +59,35 @@ def check_email(value: Any, field: str = "email") -> str:
         raise ServiceError(f"{field} is required (a non-empty string)")
     if value != value.strip():
         raise ServiceError(f"{field} may not start or end with spaces (got {describe(value)})")
-    if len(value) > EMAIL_MAX:
-        raise ServiceError(f"{field} may be at most {EMAIL_MAX} characters")
+    if len(value) > EMAIL_MAX or len(email_key(value)) > EMAIL_MAX:
+        raise ServiceError(
+            f"{field} may be at most {EMAIL_MAX} characters (counted after Unicode "
+            "normalisation, which expands some characters into several)"
+        )
     if ">>>" in value or "/" in value or any(unicodedata.category(c)[0] == "C" for c in value):
         raise ServiceError(
             f"{field} may not contain '/', '>>>' or control characters (got {describe(value)})"
         )
+    if value in (".", ".."):
+        # Browsers and HTTP libraries resolve these as path segments, so no client path
+        # (get/<email>, del/<email> ...) could ever reach such a client.
+        raise ServiceError(f"{field} may not be '.' or '..'")
     return value
 
 
 def check_group(value: Any, field: str = "group") -> str:
     if value is None:
         return ""
-    if not isinstance(value, str) or len(value.strip()) > GROUP_MAX:
+    if not isinstance(value, str):
         raise ServiceError(f"{field} must be a string of at most {GROUP_MAX} characters")
-    return value.strip()
+    name = value.strip()
+    # Groups are compared by the same key as emails, which has to fit its column too.
+    if len(name) > GROUP_MAX or len(email_key(name)) > GROUP_MAX:
+        raise ServiceError(
+            f"{field} must be a string of at most {GROUP_MAX} characters (counted after "
+            "Unicode normalisation, which expands some characters into several)"
+        )
+    return name
 
 
 def check_ad_tag(value: Any) -> str:
@@ -114,16 +131,38 @@ def normalize_client(payload: Any, inbounds: list[dict]) -> dict:
 
 
 def fit_inbounds(client: dict, inbounds: list[dict]) -> None:
-    """Adjust secrets to the inbounds the client is attached to (in place)."""
+    """Adjust secrets to the inbounds the client is attached to (in place): a password
+    that is no key of the 2022 cipher's length is replaced, a legacy cipher is copied."""
+    key_lengths: dict[int, tuple[int, str]] = {}
     for inbound in inbounds:
         if inbound["protocol"] != "shadowsocks":
             continue
         method = inbound["settings"].get("method", "")
         if is_ss2022(method):
-            if b64_length(client["password"]) != ss2022_key_length(method):
-                client["password"] = new_ss2022_key(method)
-        elif method and method not in ("none", "plain"):
+            key_lengths.setdefault(ss2022_key_length(method), (inbound["id"], method))
+        elif legacy_method(method):
             client["method"] = method
+    if len(key_lengths) > 1:
+        shown = " and ".join(
+            f"inbound {inbound_id} ({method}, {length}-byte keys)"
+            for length, (inbound_id, method) in sorted(key_lengths.items())
+        )
+        raise ServiceError(
+            f"one client key cannot fit both {shown}; attach the client to Shadowsocks 2022 "
+            "inbounds of one key length only"
+        )
+    for length, (_, method) in key_lengths.items():
+        if b64_length(client["password"]) != length:
+            client["password"] = new_ss2022_key(method)
+
+
+def legacy_method(method: Any) -> str:
+    """The cipher a client entry carries on a Shadowsocks inbound using `method`: the
+    inbound's own for the legacy AEAD ciphers; "" for 2022 ciphers (the key says it all)
+    and for none/plain."""
+    if not isinstance(method, str) or is_ss2022(method) or method in ("", "none", "plain"):
+        return ""
+    return method
 
 
 def _uuid(value: Any) -> str:
@@ -167,7 +206,7 @@ def _reverse(value: Any) -> dict | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ServiceError('reverse must be an object like {"tag": "r1"}') from None
     if not isinstance(value, dict) or not isinstance(value.get("tag", ""), str):
         raise ServiceError(

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
-from pony.orm import db_session, select
+from pony.orm import TransactionIntegrityError, db_session, select
 
 from appliance.services import client_rules, inbound_rules
 from appliance.services.client_rules import email_key
@@ -106,7 +107,17 @@ class Clients:
             self.store.ClientTraffic(email_key=key, email=record["email"])
         else:
             traffic.email = record["email"]
+        self._flush_unique(record["email"])
         return row
+
+    def _flush_unique(self, email: str) -> None:
+        """Write now, so that a concurrent request that took the same email between our
+        check and our insert (possible on the networked databases, whose drivers yield)
+        gets the same sentence as a sequential one instead of a failed commit."""
+        try:
+            self.store.db.flush()
+        except TransactionIntegrityError:
+            raise ServiceError(f"email '{email}' is already in use") from None
 
     def update(self, email, payload: Any) -> dict:
         """Replace the whole record (not a patch); attachments stay as they are."""
@@ -120,6 +131,10 @@ class Clients:
             if new_key != row.email_key:
                 self._rename(row, record["email"], new_key)
             row.set(updated_at=self.now_ms(), **columns_of(record))
+            traffic = self.store.ClientTraffic.get(email_key=new_key)
+            if traffic is not None:
+                traffic.email = record["email"]
+            self._flush_unique(record["email"])
             return self.view(row)
 
     def delete(self, email, keep_traffic: bool) -> None:
@@ -235,11 +250,7 @@ class Clients:
         return rows
 
     def refit(self, row, inbounds: list) -> None:
-        """Re-check secrets against a new set of inbounds (a 2022 key of the wrong length
-        is replaced, a legacy cipher copied)."""
-        record = {"password": row.password, "method": row.method}
-        client_rules.fit_inbounds(record, [inbound_record(i) for i in inbounds])
-        row.password, row.method = record["password"], record["method"]
+        refit(row, inbounds)
 
     def _rename(self, row, email: str, new_key: str) -> None:
         if self.store.Client.get(email_key=new_key) is not None:
@@ -251,8 +262,15 @@ class Clients:
             old.delete()
         elif old is not None:
             old.email_key = new_key
-        for entry in select(i for i in self.store.ClientIp if i.email_key == row.email_key):
-            entry.email_key = new_key
+        for entry in select(i for i in self.store.ClientIp if i.email_key == row.email_key)[:]:
+            # The new email may still have an IP log (kept by `del ?keepTraffic=1`): one
+            # row per address, with the later sighting.
+            other = self.store.ClientIp.get(email_key=new_key, ip=entry.ip)
+            if other is None:
+                entry.email_key = new_key
+            else:
+                other.seen_at = max(other.seen_at, entry.seen_at)
+                entry.delete()
         row.email_key = new_key
 
     def view(self, row) -> dict:
@@ -367,6 +385,14 @@ def columns_of(record: dict) -> dict:
     }
 
 
+def refit(row, inbounds: list) -> None:
+    """Re-check a client row's secrets against a set of inbound rows (a 2022 key of the
+    wrong length is replaced, a legacy cipher copied); the caller holds the db_session."""
+    record = {"password": row.password, "method": row.method}
+    client_rules.fit_inbounds(record, [inbound_record(i) for i in inbounds])
+    row.password, row.method = record["password"], record["method"]
+
+
 def inbound_record(row) -> dict:
     return {
         "id": row.id,
@@ -404,14 +430,35 @@ def _external_link(item: Any, n: int) -> dict:
     if not isinstance(value, str) or not value.strip() or len(value) > 8192:
         raise ServiceError(f"{where}.value must be a non-empty string")
     value = value.strip()
-    if kind == "link" and not value.lower().startswith(SHARE_SCHEMES):
+    if kind == "link" and not _is_share_link(value):
         raise ServiceError(
             f"{where}.value must be a share link (vless://, vmess://, trojan://, ss://, ...)"
         )
-    if kind == "subscription" and not value.lower().startswith(("http://", "https://")):
+    if kind == "subscription" and not _is_http_url(value):
         raise ServiceError(f"{where}.value must be an http(s) URL for kind 'subscription'")
     if remark is None:
         remark = ""
     if not isinstance(remark, str) or len(remark) > 255:
         raise ServiceError(f"{where}.remark must be a string of at most 255 characters")
     return {"kind": kind, "value": value, "remark": remark}
+
+
+def _is_share_link(value: str) -> bool:
+    """A known scheme followed by something, all of it printable and unbroken."""
+    scheme = next((s for s in SHARE_SCHEMES if value.lower().startswith(s)), None)
+    return scheme is not None and len(value) > len(scheme) and _unbroken(value)
+
+
+def _is_http_url(value: str) -> bool:
+    if not _unbroken(value):
+        return False
+    try:
+        parts = urlsplit(value)
+        return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        return False
+
+
+def _unbroken(value: str) -> bool:
+    """No spaces or control characters, which no URL carries unescaped."""
+    return not any(c.isspace() or not c.isprintable() for c in value)

@@ -3,7 +3,9 @@
 Payloads are normalised by `inbound_rules` before anything is written; this module adds
 what needs the database: unique tags, port conflicts with other inbounds and with the
 panel's own ports, and the derived parts of the returned record (`settings.clients`
-from client rows, `settings.fallbacks` from fallback rows, `clientStats`).
+from client rows, `settings.fallbacks` from fallback rows, `clientStats`). An update keeps
+attached clients usable: the protocol must still take clients, and their secrets are
+re-fitted to a changed Shadowsocks cipher as on attach.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pony.orm import db_session, select
 from appliance.core.entries import client_entry
 from appliance.services import inbound_rules
 from appliance.services.client_query import client_api_view, client_stat, slim_entry
+from appliance.services.client_rules import legacy_method
+from appliance.services.clients import refit
 from appliance.services.errors import ServiceError
 from appliance.services.fallbacks import Fallbacks, master_problem
 from appliance.services.parse import parse_id
@@ -109,8 +113,15 @@ class Inbounds:
             record = inbound_rules.normalize_inbound(_object(payload))
             self._check_unique(record, row.id)
             self._check_still_master(row, record)
+            self._check_clients_fit(row, record)
             now = int(self.clock() * 1000)
             row.set(**_columns(record, self._tag_for(record, row), now))
+            for attachment in row.attachments:
+                client = attachment.client
+                try:
+                    refit(client, [a.inbound for a in client.attachments])
+                except ServiceError as exc:
+                    raise ServiceError(f"client '{client.email}': {exc.msg}") from None
             return self._view_of(row.id)
 
     def import_(self, data) -> dict:
@@ -252,6 +263,19 @@ class Inbounds:
                 f"them: {problem}; remove its fallbacks first"
             )
 
+    def _check_clients_fit(self, row, record: dict) -> None:
+        """Attached clients stay attached through an update, so the new protocol must take
+        clients; their secrets are re-fitted to a new cipher afterwards, as on attach."""
+        if record["protocol"] in inbound_rules.CLIENT_PROTOCOLS:
+            return
+        count = row.attachments.count()
+        if count:
+            raise ServiceError(
+                f"inbound {row.id} has {count} client(s) attached and {record['protocol']} "
+                "takes no clients; detach them (or use delAllClients) before changing the "
+                "protocol"
+            )
+
     def _view(self, row: tuple, fallbacks: list[dict], clients: list[tuple], slim: bool) -> dict:
         (
             inbound_id,
@@ -282,8 +306,9 @@ class Inbounds:
                 capable = inbound_rules.tls_flow_capable(
                     {"protocol": protocol, "settings": settings, "streamSettings": stream}
                 )
+                method = legacy_method(settings.get("method")) if protocol == "shadowsocks" else ""
                 views = [client_api_view(client) for client in clients]
-                settings["clients"] = [client_entry(protocol, v, capable) for v in views]
+                settings["clients"] = [client_entry(protocol, v, capable, method) for v in views]
                 stats = [client_stat(inbound_id, v, c) for v, c in zip(views, clients, strict=True)]
         if fallbacks:
             settings["fallbacks"] = fallbacks

@@ -47,7 +47,9 @@ class ApiPlugin:
                 log.exception("%s %s failed", request.method, request.path)
                 return fail("internal error; the panel log has the details", 500)
             if spec.resource and request.method in UNSAFE_METHODS:
-                self.panel.changed(spec.resource)
+                resources = (spec.resource,) if isinstance(spec.resource, str) else spec.resource
+                for resource in resources:
+                    self.panel.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
             if isinstance(result, Reply):

@@ -29,7 +29,7 @@ def client_routes(panel) -> RouteTable:
 
     @table.get("/list/paged", "A page of slim client rows, filtered and sorted, with a summary")
     def paged():
-        return query.paged(dict(request.query.decode()))
+        return query.paged(query_text())
 
     @table.get("/get/<email>", "One client with its inbound ids and external links")
     def get(email):
@@ -281,3 +281,18 @@ def client_routes(panel) -> RouteTable:
         return clients.traffic(email)
 
     return table
+
+
+def query_text() -> dict[str, str]:
+    """The query parameters as text (the last of repeated ones). The server hands them over
+    as latin-1; bytes that are not UTF-8 are refused by name instead of raising."""
+    params = {}
+    for name, value in request.query.allitems():
+        try:
+            params[name.encode("latin-1").decode("utf-8")] = value.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            raise ServiceError(
+                f"the query parameter {name.encode('latin-1').decode('utf-8', 'replace')!r} "
+                "is not UTF-8 text"
+            ) from None
+    return params

@@ -5,6 +5,8 @@ from __future__ import annotations
 from appliance.web.http import Reply, body, json_object
 from appliance.web.routes import RouteTable
 
+# Changes to inbounds that also change the clients shown on them.
+BOTH = ("inbounds", "clients")
 INBOUND_BODY = {
     "remark": "string",
     "listen": "string",
@@ -47,19 +49,20 @@ def inbound_routes(panel) -> RouteTable:
         return Reply("inbound created", inbounds.add(body(1 << 20)))
 
     @table.post(
-        "/update/<id>", "Replace an inbound's fields", resource="inbounds", body=INBOUND_BODY
+        "/update/<id>",
+        "Replace an inbound's fields",
+        resource=BOTH,
+        body=INBOUND_BODY,
     )
     def update(id):
         return Reply("inbound updated", inbounds.update(id, body(1 << 20)))
 
-    @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource="inbounds")
+    @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource=BOTH)
     def delete(id):
         inbounds.delete(id)
         return Reply("inbound deleted")
 
-    @table.post(
-        "/bulkDel", "Delete several inbounds", resource="inbounds", body={"ids": "integer[]"}
-    )
+    @table.post("/bulkDel", "Delete several inbounds", resource=BOTH, body={"ids": "integer[]"})
     def bulk_delete():
         return inbounds.bulk_delete(json_object(1 << 20).get("ids"))
 
@@ -78,9 +81,7 @@ def inbound_routes(panel) -> RouteTable:
         inbounds.reset_traffic(id)
         return Reply("inbound traffic reset")
 
-    @table.post(
-        "/<id>/delAllClients", "Delete every client attached to an inbound", resource="inbounds"
-    )
+    @table.post("/<id>/delAllClients", "Delete every client attached to an inbound", resource=BOTH)
     def delete_all_clients(id):
         return {"deleted": panel.client_bulk.delete_of_inbound(id)}
 

@@ -22,7 +22,7 @@ class Route:
     handler: Callable
     summary: str
     auth: bool = True
-    resource: str = ""  # what a successful call changes; "" for reads
+    resource: str | tuple[str, ...] = ""  # what a successful call changes; "" for reads
     csrf: bool = True
     max_body: int = DEFAULT_MAX_BODY
     body: dict | None = None  # OpenAPI schema of the request body, when it has one
