@@ -222,7 +222,9 @@ def test_networked_store_round_trips_an_inbound(kind):
         store = Store(url)
         assert store.open() == list(range(1, LATEST + 1))
         try:
-            inbounds = Inbounds(store, lambda: [], lambda ids: {}, clock=lambda: 1_700_000_000.0)
+            inbounds = Inbounds(
+                store, lambda: [], lambda ids, slim: {}, clock=lambda: 1_700_000_000.0
+            )
             created = inbounds.add(
                 {
                     "protocol": "socks",
@@ -243,7 +245,7 @@ def test_networked_store_round_trips_an_inbound(kind):
         reopened = Store(url)
         assert reopened.open() == []  # already at LATEST: nothing to apply
         try:
-            again = Inbounds(reopened, lambda: [], lambda ids: {})
+            again = Inbounds(reopened, lambda: [], lambda ids, slim: {})
             assert again.get(created["id"])["remark"] == "Grüße 🚀 'quoted'"
         finally:
             reopened.close()

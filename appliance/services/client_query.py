@@ -188,13 +188,8 @@ class ClientQuery:
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
         if search.strip():
-            text = search.strip()
-            lower = self._lower()
-            where.append(
-                f"(c.email_key LIKE ? ESCAPE '!' OR {lower}(c.sub_id) LIKE ? ESCAPE '!' "
-                f"OR {lower}(c.comment) LIKE ? ESCAPE '!')"
-            )
-            params += [_contains(email_key(text)), _contains(text.lower()), _contains(text.lower())]
+            where.append("c.search_key LIKE ? ESCAPE '!'")
+            params.append(_contains(email_key(" ".join(search.split()))))
         name = query.get("filter") or ""
         if name:
             if name not in FILTERS:
@@ -222,11 +217,6 @@ class ClientQuery:
             where.append(f"c.group_name IN ({', '.join('?' * len(labels))})")
             params += labels
         return where, params
-
-    def _lower(self) -> str:
-        """SQL lower-casing of non-ASCII text too: SQLite's LOWER folds ASCII only, so
-        there the Python function the SQLite provider registers is used."""
-        return "py_lower" if self.store.dialect == "sqlite" else "LOWER"
 
     @db_session
     def summary(self) -> dict:
@@ -345,15 +335,20 @@ class ClientQuery:
             )
         }
 
-    def by_inbound(self, inbound_ids: list[int]) -> dict[int, list[tuple]]:
-        """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples."""
+    def by_inbound(self, inbound_ids: list[int], slim: bool = False) -> dict[int, list[tuple]]:
+        """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples,
+        or with `slim` just (email, enable, comment): a tenth of the work at 100k."""
         if not inbound_ids:
             return {}
         marks = ", ".join("?" * len(inbound_ids))
+        if slim:
+            columns, joins = "c.email, c.enable, c.comment", ""
+        else:
+            columns = f"{SELECT_COLUMNS}, t.up, t.down, t.enable, t.last_online"
+            joins = "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
         rows = self.store.rows(
-            f"SELECT ci.inbound_id, {SELECT_COLUMNS}, t.up, t.down, t.enable, t.last_online "
-            f"FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
-            f"LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+            f"SELECT ci.inbound_id, {columns} "
+            f"FROM client_inbound ci JOIN client c ON c.id = ci.client_id {joins}"
             f"WHERE ci.inbound_id IN ({marks}) ORDER BY ci.inbound_id, c.id",
             inbound_ids,
         )
@@ -364,7 +359,6 @@ class ClientQuery:
 
 
 WIDTH = len(CLIENT_COLUMNS)
-COLUMN_INDEX = {name: n for n, name in enumerate(CLIENT_COLUMNS)}
 
 
 def client_api_view(row: tuple) -> dict:
@@ -373,12 +367,9 @@ def client_api_view(row: tuple) -> dict:
 
 
 def slim_entry(row: tuple) -> dict:
-    """What list/slim keeps of a client inside an inbound."""
-    return {
-        "email": row[COLUMN_INDEX["email"]],
-        "enable": bool(row[COLUMN_INDEX["enable"]]),
-        "comment": row[COLUMN_INDEX["comment"]],
-    }
+    """What list/slim keeps of a client inside an inbound, from a slim `by_inbound` row."""
+    email, enable, comment = row
+    return {"email": email, "enable": bool(enable), "comment": comment}
 
 
 def client_stat(inbound_id: int, view: dict, row: tuple) -> dict:

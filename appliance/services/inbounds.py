@@ -30,8 +30,8 @@ from appliance.services.parse import parse_id
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
-# inbound ids -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
-ClientsOf = Callable[[list[int]], dict[int, list[tuple]]]
+# (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
+ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -56,7 +56,7 @@ class Inbounds:
         with db_session:
             rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
             fallbacks = self.fallbacks.by_master()
-            clients = self.clients_of([row[0] for row in rows])
+            clients = self.clients_of([row[0] for row in rows], slim)
         return [
             self._view(row, fallbacks.get(row[0], []), clients.get(row[0], []), slim)
             for row in rows
@@ -89,7 +89,7 @@ class Inbounds:
         """The API view of one inbound, read fresh (the caller holds the db_session)."""
         self.store.db.flush()
         (row,) = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
-        clients = self.clients_of([inbound_id]).get(inbound_id, [])
+        clients = self.clients_of([inbound_id], False).get(inbound_id, [])
         return self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
 
     # ---- writes ----------------------------------------------------------------------

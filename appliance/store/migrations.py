@@ -127,6 +127,7 @@ def _v2_clients(dialect: str) -> list[str]:
                 Column("group_name", "str", 64, default=""),
                 Column("ad_tag", "str", 32, default=""),
                 Column("method", "str", 64, default=""),
+                Column("search_key", "text"),
                 Column("created_at", "bigint", default=0),
                 Column("updated_at", "bigint", default=0),
             ),

@@ -103,6 +103,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         group_name = Optional(str, 64, index="ix_client_group_name")
         ad_tag = Optional(str, 32)
         method = Optional(str, 64)
+        search_key = Optional(str, autostrip=False)
         created_at = Required(int, size=64, default=0)
         updated_at = Required(int, size=64, default=0)
         attachments = Set("ClientInbound", cascade_delete=True)
