@@ -187,9 +187,30 @@ def _v2_clients(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v3_core_counters(dialect: str) -> list[str]:
+    tables = [
+        Table(
+            "core_counter",
+            (Column("name", "str", 255), Column("value", "bigint", default=0)),
+            (Index(("name",), unique=True),),
+        ),
+        Table(
+            "outbound_traffic",
+            (
+                Column("tag", "str", 255),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+            ),
+            (Index(("tag",), unique=True),),
+        ),
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
+    (3, "traffic accounting: last core counters, outbound traffic", _v3_core_counters),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -144,6 +144,17 @@ def define_entities(db: Database) -> SimpleNamespace:
         name = Required(str, 64, autostrip=False)
         name_key = Required(str, 64, unique=True, autostrip=False)
 
+    class CoreCounter(db.Entity):
+        _table_ = "core_counter"
+        name = Required(str, 255, unique=True, autostrip=False)
+        value = Required(int, size=64, default=0)
+
+    class OutboundTraffic(db.Entity):
+        _table_ = "outbound_traffic"
+        tag = Required(str, 255, unique=True, autostrip=False)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -157,4 +168,6 @@ def define_entities(db: Database) -> SimpleNamespace:
         ClientIp=ClientIp,
         ClientLink=ClientLink,
         ClientGroup=ClientGroup,
+        CoreCounter=CoreCounter,
+        OutboundTraffic=OutboundTraffic,
     )

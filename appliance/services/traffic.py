@@ -1,0 +1,144 @@
+"""Traffic accounting: every byte the core counts is added exactly once.
+
+The core's counters are read absolute, never reset (a reset between read and write would
+lose what arrived in between). The last value seen of each counter is kept in the
+database, and each tick adds the difference to clients, inbounds and outbounds and moves
+the kept values forward in the same transaction: a panel that crashes before the commit
+counts the same bytes again on the next tick from the old values, never twice.
+
+A core restart starts its counters from zero. Each core process has a generation number
+(kept beside the counters); when it changes, every counter's previous value is taken as
+0. A counter that went down within one generation means the same thing.
+
+Values are held in memory after the first tick (one process owns the database), so a
+tick reads nothing and writes only counters that moved.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pony.orm import db_session
+
+from appliance.services.client_rules import email_key
+
+GENERATION = "#generation"
+SEPARATOR = ">>>"
+IN_CHUNK = 500
+
+
+@dataclass
+class Tick:
+    """What one tick moved: email keys, inbound tags and outbound tags."""
+
+    clients: dict[str, tuple[int, int]] = field(default_factory=dict)
+    inbounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    outbounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.clients or self.inbounds or self.outbounds)
+
+
+class TrafficAccounting:
+    def __init__(self, store, presence, clock=time.time):
+        self.store = store
+        self.presence = presence
+        self.clock = clock
+        self._last: dict[str, int] | None = None
+        self._outbounds: set[str] = set()
+
+    def tick(self, counters: dict[str, int], generation: int) -> Tick:
+        """Add what moved since the last tick; `counters` are the core's absolute values."""
+        with db_session:
+            last = self._load()
+            same_core = last.get(GENERATION) == generation
+            deltas: dict[str, int] = {}
+            for name, value in counters.items():
+                before = last.get(name, 0) if same_core else 0
+                moved = value - before if value >= before else value
+                if moved > 0:
+                    deltas[name] = moved
+            tick = _group(deltas)
+            changed = {name: counters[name] for name in deltas}
+            if not same_core:
+                changed[GENERATION] = generation
+            if not same_core:
+                # Every kept value belongs to the old core: zero them all, so a counter
+                # the new core has not moved yet is not measured against the old one.
+                self.store.execute("UPDATE core_counter SET value = 0")
+            self._write(tick, changed, last)
+        if not same_core:
+            last.update(dict.fromkeys(last, 0))
+        last.update(changed)
+        self.presence.seen(list(tick.clients), list(tick.inbounds))
+        return tick
+
+    def _load(self) -> dict[str, int]:
+        if self._last is None:
+            self._last = dict(self.store.rows("SELECT name, value FROM core_counter"))
+            self._outbounds = {
+                row[0] for row in self.store.rows("SELECT tag FROM outbound_traffic")
+            }
+        return self._last
+
+    def _write(self, tick: Tick, changed: dict[str, int], last: dict[str, int]) -> None:
+        now = int(self.clock() * 1000)
+        store = self.store
+        if tick.clients:
+            store.execute_many(
+                "UPDATE client_traffic SET up = up + ?, down = down + ?, last_online = ? "
+                "WHERE email_key = ?",
+                [(up, down, now, key) for key, (up, down) in tick.clients.items()],
+            )
+            self._start_clocks(list(tick.clients), now)
+        if tick.inbounds:
+            store.execute_many(
+                "UPDATE inbound SET up = up + ?, down = down + ? WHERE tag = ?",
+                [(up, down, tag) for tag, (up, down) in tick.inbounds.items()],
+            )
+        new_outbounds = [tag for tag in tick.outbounds if tag not in self._outbounds]
+        store.execute_many(
+            "INSERT INTO outbound_traffic (tag, up, down) VALUES (?, 0, 0)",
+            [(tag,) for tag in new_outbounds],
+        )
+        store.execute_many(
+            "UPDATE outbound_traffic SET up = up + ?, down = down + ? WHERE tag = ?",
+            [(up, down, tag) for tag, (up, down) in tick.outbounds.items()],
+        )
+        known = [(value, name) for name, value in changed.items() if name in last]
+        fresh = [(name, value) for name, value in changed.items() if name not in last]
+        store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
+        store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
+        self._outbounds.update(new_outbounds)
+
+    def _start_clocks(self, keys: list[str], now: int) -> None:
+        """Expiry "start on first use" (stored as minus the duration) begins with the
+        first bytes: it becomes now plus the duration."""
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
+            self.store.execute(
+                "UPDATE client SET expiry_time = ? - expiry_time "
+                f"WHERE expiry_time < 0 AND email_key IN ({', '.join('?' * len(chunk))})",
+                [now, *chunk],
+            )
+
+
+def _group(deltas: dict[str, int]) -> Tick:
+    """Sort counter deltas by kind: `user>>>EMAIL>>>traffic>>>uplink` and the like."""
+    tick = Tick()
+    buckets = {"user": tick.clients, "inbound": tick.inbounds, "outbound": tick.outbounds}
+    for name, moved in deltas.items():
+        parts = name.split(SEPARATOR)
+        if len(parts) != 4 or parts[0] not in buckets or parts[2] != "traffic":
+            continue
+        kind, owner, _, direction = parts
+        if kind == "user":
+            owner = email_key(owner)
+        up, down = buckets[kind].get(owner, (0, 0))
+        if direction == "uplink":
+            up += moved
+        elif direction == "downlink":
+            down += moved
+        buckets[kind][owner] = (up, down)
+    return tick
