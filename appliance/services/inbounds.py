@@ -53,6 +53,17 @@ class Inbounds:
     def list(self, slim: bool = False) -> list[dict]:
         """Every inbound with its clients. `slim` reduces each client entry to email,
         enable and comment and leaves clientStats empty: what a page of inbounds needs."""
+        views = self._views(slim)
+        for view in views:
+            del view["clientRows"]
+        return views
+
+    def for_core(self) -> list[dict]:
+        """Every inbound view plus `clientRows`, the full views of its attached clients
+        (state included): what the core config builder takes, from one read."""
+        return self._views(slim=False)
+
+    def _views(self, slim: bool) -> list[dict]:
         with db_session:
             rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
             fallbacks = self.fallbacks.by_master()
@@ -90,7 +101,9 @@ class Inbounds:
         self.store.db.flush()
         (row,) = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
         clients = self.clients_of([inbound_id], False).get(inbound_id, [])
-        return self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
+        view = self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
+        del view["clientRows"]
+        return view
 
     # ---- writes ----------------------------------------------------------------------
 
@@ -298,7 +311,7 @@ class Inbounds:
         ) = row
         settings = json.loads(settings)
         stream = json.loads(stream)
-        stats = []
+        stats, views = [], []
         if protocol in inbound_rules.CLIENT_PROTOCOLS:
             if slim:
                 settings["clients"] = [slim_entry(client) for client in clients]
@@ -331,6 +344,7 @@ class Inbounds:
             "nodeId": node_id,
             "createdAt": created,
             "updatedAt": updated,
+            "clientRows": views,
         }
 
 

@@ -1,0 +1,138 @@
+"""The client of the core's gRPC API: traffic counters and live user changes.
+
+The core serves StatsService and HandlerService on a loopback port named in its config.
+Xray and V2Ray serve the same messages under different package prefixes (`xray.` and
+`v2ray.core.`), in the method paths and in TypedMessage type names alike, so the prefix
+of the detected core is the one thing this client needs besides the address. Calls are
+grpcio's generic unary calls carrying bytes built by `appliance.core.wire`.
+
+Every failure (core not listening, a deadline, a refusal such as "proxy is not a
+UserManager" for Shadowsocks) becomes a `CoreApiError` carrying the core's own words.
+It is a `ServiceError`, so a caller that does not handle it still answers with an
+envelope rather than a traceback.
+
+grpcio blocks the gevent loop unless `grpc.experimental.gevent.init_gevent()` ran first;
+the panel does that once at start, not this module, so importing it has no side effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from appliance.core import wire
+from appliance.services.errors import ServiceError
+
+CALL_TIMEOUT = 5.0
+# A restarted core is back within a second or two; grpcio's default reconnect backoff
+# (up to two minutes) would leave the channel failing calls long after that.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class CoreApiError(ServiceError):
+    """The core's API could not be reached or refused the request."""
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class CoreApi:
+    def __init__(self, address: str, prefix: str, timeout: float = CALL_TIMEOUT):
+        """`address` is host:port of the core's API inbound; `prefix` is "xray" or
+        "v2ray.core", as reported by the process supervisor's detection."""
+        self.address = address
+        self.prefix = prefix
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stats = f"/{prefix}.app.stats.command.StatsService/"
+        self._handler = f"/{prefix}.app.proxyman.command.HandlerService/"
+
+    def query_stats(self, pattern: str = "", reset: bool = False) -> dict[str, int]:
+        """Counters whose name contains `pattern` (all of them for ""), as {name: value}."""
+        request = wire.query_stats_request(pattern, reset)
+        return self._call(
+            self._stats + "QueryStats", request, wire.decode_query_stats_response, "read stats"
+        )
+
+    def sys_stats(self) -> dict[str, int]:
+        """The core's runtime figures (goroutines, memory, GC, uptime in seconds)."""
+        return self._call(
+            self._stats + "GetSysStats", b"", wire.decode_sys_stats_response, "read sys stats"
+        )
+
+    def add_user(self, inbound_tag: str, protocol: str, entry: dict) -> None:
+        """Add one client to a running inbound. `entry` is the inbound's settings.clients
+        entry as the config builder renders it (appliance.core.entries)."""
+        account = self._account(protocol, entry)
+        user = wire.user(0, entry["email"], account)
+        operation = self._typed("app.proxyman.command.AddUserOperation")
+        self._alter(
+            inbound_tag,
+            wire.typed_message(operation, wire.add_user_operation(user)),
+            f"add user {entry['email']} to inbound {inbound_tag}",
+        )
+
+    def remove_user(self, inbound_tag: str, email: str) -> None:
+        """Remove one client, by email, from a running inbound; new connections of that
+        client are refused from now on."""
+        operation = self._typed("app.proxyman.command.RemoveUserOperation")
+        self._alter(
+            inbound_tag,
+            wire.typed_message(operation, wire.remove_user_operation(email)),
+            f"remove user {email} from inbound {inbound_tag}",
+        )
+
+    def close(self) -> None:
+        self._channel.close()
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _typed(self, name: str) -> str:
+        return f"{self.prefix}.{name}"
+
+    def _account(self, protocol: str, entry: dict) -> bytes:
+        """The protocol's Account message wrapped in a TypedMessage; Shadowsocks and the
+        rest are passed on to the core, whose refusal names the reason."""
+        if protocol == "vless":
+            account = wire.vless_account(entry["id"], entry.get("flow", ""))
+        elif protocol == "vmess":
+            account = wire.vmess_account(entry["id"], entry.get("security", "auto"))
+        elif protocol == "trojan":
+            account = wire.trojan_account(entry["password"], entry.get("flow", ""))
+        elif protocol == "shadowsocks":
+            return wire.typed_message(self._typed("proxy.shadowsocks.Account"), b"")
+        else:
+            raise CoreApiError(f"users of {protocol} inbounds cannot be changed live")
+        return wire.typed_message(self._typed(f"proxy.{protocol}.Account"), account)
+
+    def _alter(self, inbound_tag: str, operation: bytes, what: str) -> None:
+        request = wire.alter_inbound_request(inbound_tag, operation)
+        self._call(self._handler + "AlterInbound", request, _identity, what)
+
+    def _call(self, method: str, request: bytes, decode: Callable[[bytes], object], what: str):
+        call = self._channel.unary_unary(
+            method, request_serializer=_identity, response_deserializer=_identity
+        )
+        try:
+            response = call(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise CoreApiError(f"cannot {what}: {self._reason(exc)}") from None
+        try:
+            return decode(response)
+        except wire.WireError as exc:
+            raise CoreApiError(f"cannot {what}: the core sent a malformed answer ({exc})") from None
+
+    def _reason(self, exc: grpc.RpcError) -> str:
+        code = exc.code() if hasattr(exc, "code") else None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return f"the core API at {self.address} is not reachable (is the core running?)"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return f"the core API at {self.address} did not answer within {self.timeout:g} s"
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        return details or str(code)

@@ -1,0 +1,68 @@
+"""Which config changes the running core can take without a restart."""
+
+from __future__ import annotations
+
+import copy
+
+from appliance.core.live import UserOp, live_changes
+
+
+def config(*inbounds: dict) -> dict:
+    return {"log": {"loglevel": "warning"}, "inbounds": list(inbounds), "outbounds": []}
+
+
+def inbound(tag: str, protocol: str, *clients: dict, port: int = 443) -> dict:
+    return {"tag": tag, "protocol": protocol, "port": port, "settings": {"clients": list(clients)}}
+
+
+ALICE = {"id": "11111111-1111-4111-8111-111111111111", "email": "alice"}
+BOB = {"id": "22222222-2222-4222-8222-222222222222", "email": "bob"}
+
+
+def test_an_identical_config_needs_nothing():
+    running = config(inbound("a", "vless", ALICE))
+    assert live_changes(running, copy.deepcopy(running)) == []
+
+
+def test_added_and_removed_users_of_vless_vmess_trojan_go_live():
+    running = config(inbound("a", "vless", ALICE), inbound("b", "vmess", BOB, port=8443))
+    wanted = config(inbound("a", "vless", ALICE, BOB), inbound("b", "vmess", port=8443))
+    assert live_changes(running, wanted) == [
+        UserOp("remove", "b", "vmess", "bob"),
+        UserOp("add", "a", "vless", "bob", BOB),
+    ]
+
+
+def test_a_changed_entry_is_removed_then_added():
+    changed = {**ALICE, "flow": "xtls-rprx-vision"}
+    ops = live_changes(config(inbound("a", "vless", ALICE)), config(inbound("a", "vless", changed)))
+    assert ops == [
+        UserOp("remove", "a", "vless", "alice"),
+        UserOp("add", "a", "vless", "alice", changed),
+    ]
+
+
+def test_shadowsocks_users_need_a_restart():
+    user = {"password": "x", "method": "aes-256-gcm", "email": "alice"}
+    assert (
+        live_changes(config(inbound("s", "shadowsocks")), config(inbound("s", "shadowsocks", user)))
+        is None
+    )
+
+
+def test_anything_besides_clients_needs_a_restart():
+    running = config(inbound("a", "vless", ALICE))
+    assert live_changes(running, config(inbound("a", "vless", ALICE, port=444))) is None
+    assert (
+        live_changes(running, config(inbound("a", "vless", ALICE), inbound("b", "vless"))) is None
+    )
+    routed = copy.deepcopy(running)
+    routed["routing"] = {"rules": []}
+    assert live_changes(running, routed) is None
+
+
+def test_the_running_config_is_not_modified():
+    running = config(inbound("a", "vless", ALICE))
+    kept = copy.deepcopy(running)
+    live_changes(running, config(inbound("a", "vless")))
+    assert running == kept
