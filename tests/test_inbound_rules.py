@@ -906,3 +906,8 @@ def test_ss_method():
 def test_ss2022_helpers(method, is_2022, length):
     assert is_ss2022(method) is is_2022
     assert ss2022_key_length(method) == length
+
+
+def test_the_core_api_tag_is_reserved():
+    with pytest.raises(ServiceError, match="core API"):
+        normalize_inbound({"protocol": "vmess", "port": 1234, "tag": "api"})

@@ -118,6 +118,9 @@ STREAMLESS = frozenset({"wireguard", "mtproto"})
 OPTIONAL_STREAM = frozenset({"dokodemo", "tunnel", "socks", "http", "mixed"})
 HYSTERIA = frozenset({"hysteria", "hysteria2"})
 
+# The core config's API inbound carries this tag; a second inbound with it would make the
+# core refuse the whole config.
+RESERVED_TAG = "api"
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_.:@-]{0,64}")
 
 
@@ -231,6 +234,8 @@ def _tag(value: object) -> str:
     tag = _string(value, "tag", "")
     if not TAG_PATTERN.fullmatch(tag):
         fail("tag", "at most 64 letters, digits or - _ . : @", tag)
+    if tag == RESERVED_TAG:
+        fail("tag", f"another tag: '{RESERVED_TAG}' is the core API's own inbound", tag)
     return tag
 
 

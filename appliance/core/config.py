@@ -1,0 +1,362 @@
+"""The core config builder: the panel's records in, the core's JSON config out.
+
+The core reads one JSON document. It is rebuilt from the database on every change rather
+than edited in place, so what runs is always a function of what is stored: the user's
+template (log, DNS, outbounds, routing, policy) plus one core inbound per inbound that
+should be running, each carrying the client entries that should be able to connect.
+Pure: no database, no files, no clock unless `now_ms` is left out.
+
+Input contract (what the panel produces from one read of Inbounds + ClientQuery):
+
+- `template`: the stored core template (`settings.core_template()`), never mutated.
+- `inbounds`: `Inbounds.list()` views in the order given (the panel lists them by id):
+  tag, protocol, listen, port, enable, expiryTime, total, up, down, settings,
+  streamSettings, sniffing, nodeId, plus `clientRows`: the full API views of the clients
+  attached to that inbound (`client_api_view` of each `ClientQuery.by_inbound` row: id,
+  email, flow, security, password, auth, reverse, enable, totalGB, expiryTime, traffic
+  {up, down, enable}), in attachment order. Other view keys (id, remark, clientStats...)
+  are ignored. `settings.clients` of the view is ignored too: it is derived for display
+  and says nothing about whether a client may connect; entries are rebuilt from
+  `clientRows`. `settings.fallbacks` is used as rendered by the panel (a rule pointing at
+  a child inbound already carries that child's address).
+
+Rules:
+
+- The API inbound (dokodemo-door on 127.0.0.1:`api_port`, tag "api") comes first; the
+  template's `api` (tag "api", HandlerService and StatsService added to its services),
+  `stats`, the user and system stats policy, and a first routing rule sending inbound
+  "api" to outbound "api" are ensured. A template inbound tagged "api" is replaced by
+  ours; the template's other inbounds, outbounds and rules are kept in their order.
+- An inbound runs in this core when it is enabled, its expiry has not passed, its quota
+  is not used up, it is not assigned to a node (nodes run their own core) and it is not
+  MTProto (its own process).
+- A client is rendered when it is enabled, its traffic row is enabled, its quota is not
+  used up and its expiry has not passed; a negative expiry (counting starts on first
+  use) has not passed. Entries come from `client_entry` with `level: 0`, the level whose
+  policy turns on per-user stats. A legacy Shadowsocks entry names the inbound's cipher
+  (what the client's links use), 2022 entries carry only their key: the inbound's
+  `method` and `password` (the server key) stay at the settings level, which is Xray's
+  multi-user 2022 form.
+- Client lists are written as `clients`: every Xray release and v2fly read that name;
+  newer Xray documents `users` and still reads `clients` as its older spelling.
+- Panel-only data stays out: `externalProxy`, and the transport and security objects of
+  the networks and securities not in use (the panel keeps them so switching back restores
+  them). The Hysteria transport gets `version: 2`, which the core requires.
+- Protocol names: dokodemo -> dokodemo-door (classic settings names address, port,
+  network), tunnel -> tunnel (Xray's newer name, with rewriteAddress, rewritePort,
+  allowedNetwork), hysteria and hysteria2 -> hysteria (the core's only Hysteria inbound,
+  version 2), the rest keep their names.
+
+Flavor "v2fly" adapts what V2Ray 4.34, the stand-in core of the tests, spells
+differently: tunnel -> dokodemo-door with the classic names, mixed -> socks (4.34 has no
+mixed inbound; its SOCKS half keeps working, HTTP proxy requests on that port do not),
+network raw -> tcp (rawSettings -> tcpSettings), sniffing limited to http and tls, and a
+Shadowsocks inbound with exactly one client written in the single-user form (4.34 reads
+no client list). Everything 4.34 cannot run at all (XHTTP, gRPC, HTTPUpgrade, Hysteria,
+WireGuard, 2022 ciphers, several Shadowsocks users) is emitted exactly as for Xray.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+
+# The panel's own entry rules and pure read-side helpers, so the core gets exactly the
+# entries the inbound API shows (which flow and which cipher a client entry carries).
+from appliance.core.entries import client_entry
+from appliance.services.client_rules import legacy_method
+from appliance.services.inbound_rules import CLIENT_PROTOCOLS, TRANSPORT_OBJECTS, tls_flow_capable
+
+FLAVORS = ("xray", "v2fly")
+API_TAG = "api"
+API_SERVICES = ("HandlerService", "StatsService")
+LOOPBACK = "127.0.0.1"
+# Protocols that never run in the core: MTProto is served by its own process.
+OUTSIDE_CORE = frozenset({"mtproto"})
+CORE_PROTOCOLS = {
+    "xray": {
+        "dokodemo": "dokodemo-door",
+        "tunnel": "tunnel",
+        "hysteria": "hysteria",
+        "hysteria2": "hysteria",
+    },
+    "v2fly": {
+        "dokodemo": "dokodemo-door",
+        "tunnel": "dokodemo-door",
+        "hysteria": "hysteria",
+        "hysteria2": "hysteria",
+        "mixed": "socks",
+    },
+}
+# Port-forwarding settings: (classic name, name of the tunnel protocol).
+FORWARD_NAMES = (
+    ("address", "rewriteAddress"),
+    ("port", "rewritePort"),
+    ("network", "allowedNetwork"),
+)
+SECURITY_OBJECTS = {"tls": "tlsSettings", "reality": "realitySettings"}
+PANEL_ONLY_STREAM_KEYS = ("externalProxy",)
+V2FLY_SNIFFERS = ("http", "tls")
+# The level every client entry gets; the policy below turns on its per-user counters.
+CLIENT_LEVEL = 0
+
+
+def build_config(
+    template: dict,
+    inbounds: list[dict],
+    api_port: int,
+    flavor: str = "xray",
+    now_ms: int | None = None,
+) -> dict:
+    """The core config for these records (see the module docstring for the contract)."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor must be one of {', '.join(FLAVORS)} (got {flavor!r})")
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    config = copy.deepcopy(template)
+    _ensure_api(config)
+    _ensure_stats(config)
+    _ensure_policy(config)
+    _ensure_api_rule(config)
+    kept = [
+        inbound
+        for inbound in config.get("inbounds") or []
+        if not (isinstance(inbound, dict) and inbound.get("tag") == API_TAG)
+    ]
+    config["inbounds"] = [
+        api_inbound(api_port),
+        *kept,
+        *(
+            core_inbound(inbound, flavor, now)
+            for inbound in inbounds
+            if inbound_in_core(inbound, now)
+        ),
+    ]
+    return config
+
+
+def config_fingerprint(config: dict) -> str:
+    """SHA-256 of the config as canonical JSON (sorted keys, no spaces): equal for equal
+    configs whatever their key order, so it tells whether the core needs the new one."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def inbound_in_core(inbound: dict, now_ms: int) -> bool:
+    """Whether this inbound view belongs in this host's core right now."""
+    return (
+        bool(inbound.get("enable"))
+        and not _expired(inbound.get("expiryTime"), now_ms)
+        and not _over_quota(inbound.get("total"), inbound.get("up"), inbound.get("down"))
+        and inbound.get("nodeId") is None
+        and inbound.get("protocol") not in OUTSIDE_CORE
+    )
+
+
+def client_in_core(client: dict, now_ms: int) -> bool:
+    """Whether this client view may connect right now."""
+    traffic = client.get("traffic") or {}
+    return (
+        bool(client.get("enable"))
+        and bool(traffic.get("enable", True))
+        and not _over_quota(client.get("totalGB"), traffic.get("up"), traffic.get("down"))
+        and not _expired(client.get("expiryTime"), now_ms)
+    )
+
+
+def api_inbound(api_port: int) -> dict:
+    """The loopback door of the core's gRPC API; routed to the "api" outbound."""
+    return {
+        "tag": API_TAG,
+        "listen": LOOPBACK,
+        "port": api_port,
+        "protocol": "dokodemo-door",
+        "settings": {"address": LOOPBACK},
+    }
+
+
+def core_inbound(inbound: dict, flavor: str, now_ms: int) -> dict:
+    """One inbound view as a core inbound object."""
+    protocol = inbound["protocol"]
+    entry: dict = {"tag": inbound["tag"]}
+    if inbound.get("listen"):
+        entry["listen"] = inbound["listen"]
+    if inbound.get("port"):
+        entry["port"] = inbound["port"]
+    entry["protocol"] = CORE_PROTOCOLS[flavor].get(protocol, protocol)
+    entry["settings"] = _settings(inbound, flavor, now_ms)
+    stream = _stream(inbound.get("streamSettings") or {}, flavor)
+    if stream:
+        entry["streamSettings"] = stream
+    if inbound.get("sniffing"):
+        entry["sniffing"] = _sniffing(inbound["sniffing"], flavor)
+    return entry
+
+
+# ---- sections of the template ----------------------------------------------------------
+
+
+def _section(config: dict, key: str) -> dict:
+    """config[key] as a dict, replacing anything else there."""
+    if not isinstance(config.get(key), dict):
+        config[key] = {}
+    return config[key]
+
+
+def _ensure_api(config: dict) -> None:
+    api = _section(config, "api")
+    api["tag"] = API_TAG
+    services = api.get("services")
+    services = list(services) if isinstance(services, list) else []
+    api["services"] = services + [name for name in API_SERVICES if name not in services]
+
+
+def _ensure_stats(config: dict) -> None:
+    _section(config, "stats")
+
+
+def _ensure_policy(config: dict) -> None:
+    policy = _section(config, "policy")
+    level = _section(_section(policy, "levels"), str(CLIENT_LEVEL))
+    level["statsUserUplink"] = level["statsUserDownlink"] = True
+    system = _section(policy, "system")
+    for key in (
+        "statsInboundUplink",
+        "statsInboundDownlink",
+        "statsOutboundUplink",
+        "statsOutboundDownlink",
+    ):
+        system[key] = True
+
+
+def _ensure_api_rule(config: dict) -> None:
+    """The API rule first, so no user rule can send API calls elsewhere."""
+    routing = _section(config, "routing")
+    rules = routing.get("rules") if isinstance(routing.get("rules"), list) else []
+    routing["rules"] = [
+        {"type": "field", "inboundTag": [API_TAG], "outboundTag": API_TAG},
+        *(rule for rule in rules if not _is_api_rule(rule)),
+    ]
+
+
+def _is_api_rule(rule: object) -> bool:
+    return (
+        isinstance(rule, dict)
+        and rule.get("inboundTag") == [API_TAG]
+        and rule.get("outboundTag") == API_TAG
+    )
+
+
+# ---- one inbound -----------------------------------------------------------------------
+
+
+def _settings(inbound: dict, flavor: str, now_ms: int) -> dict:
+    protocol = inbound["protocol"]
+    settings = {
+        key: copy.deepcopy(value)
+        for key, value in (inbound.get("settings") or {}).items()
+        if key not in ("clients", "users")
+    }
+    if protocol in ("hysteria", "hysteria2"):
+        settings.setdefault("version", 2)
+    if protocol in ("dokodemo", "tunnel"):
+        settings = _forward_settings(settings, modern=protocol == "tunnel" and flavor == "xray")
+    if protocol not in CLIENT_PROTOCOLS:
+        return settings
+    clients = _client_entries(inbound, now_ms)
+    if protocol == "shadowsocks" and flavor == "v2fly" and len(clients) == 1:
+        return _single_user(settings, clients[0])
+    settings["clients"] = clients
+    return settings
+
+
+def _client_entries(inbound: dict, now_ms: int) -> list[dict]:
+    protocol = inbound["protocol"]
+    flow_capable = tls_flow_capable(inbound)
+    method = legacy_method(inbound["settings"].get("method")) if protocol == "shadowsocks" else ""
+    return [
+        {**client_entry(protocol, client, flow_capable, method), "level": CLIENT_LEVEL}
+        for client in inbound.get("clientRows") or []
+        if client_in_core(client, now_ms)
+    ]
+
+
+def _single_user(settings: dict, client: dict) -> dict:
+    """V2Ray 4.34's Shadowsocks inbound serves one user given at the settings level."""
+    single = {key: value for key, value in settings.items() if key not in client}
+    single.update(client)
+    return single
+
+
+def _forward_settings(settings: dict, *, modern: bool) -> dict:
+    """Port-forwarding settings under one naming: the tunnel names or the classic ones.
+    Where both were given the classic one wins, as in the core (a port of 0 means none)."""
+    result = dict(settings)
+    for classic, newer in FORWARD_NAMES:
+        value = next(
+            (result[key] for key in (classic, newer) if result.get(key) not in (None, "", 0)),
+            None,
+        )
+        target, other = (newer, classic) if modern else (classic, newer)
+        if other in result and target not in result:
+            result = _renamed(result, other, target)
+        result.pop(other, None)
+        if value is None:
+            result.pop(target, None)
+        else:
+            result[target] = value
+    return result
+
+
+def _stream(stored: dict, flavor: str) -> dict:
+    """The transport as the core reads it: the active network's and security's objects
+    only (the core builds every transport object present, stale or not), no panel-only
+    keys; `raw` spelled `tcp` for v2fly."""
+    if not stored:
+        return {}
+    network = stored.get("network", "tcp")
+    security = stored.get("security", "none")
+    unused = {name for names in TRANSPORT_OBJECTS.values() for name in names}
+    unused -= set(TRANSPORT_OBJECTS.get(network, ()))
+    unused |= {name for key, name in SECURITY_OBJECTS.items() if key != security}
+    unused |= set(PANEL_ONLY_STREAM_KEYS)
+    stream = {key: copy.deepcopy(value) for key, value in stored.items() if key not in unused}
+    if network == "hysteria":
+        hysteria = stream.setdefault("hysteriaSettings", {})
+        hysteria.setdefault("version", 2)
+    if flavor == "v2fly" and network in ("tcp", "raw"):
+        stream["network"] = "tcp"
+        if "rawSettings" in stream:
+            # Xray reads rawSettings over tcpSettings when both are given; so does this.
+            stream.pop("tcpSettings", None)
+            stream = _renamed(stream, "rawSettings", "tcpSettings")
+    return stream
+
+
+def _sniffing(sniffing: dict, flavor: str) -> dict:
+    result = copy.deepcopy(sniffing)
+    if flavor == "v2fly" and isinstance(result.get("destOverride"), list):
+        result["destOverride"] = [p for p in result["destOverride"] if p in V2FLY_SNIFFERS]
+    return result
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def _renamed(mapping: dict, old: str, new: str) -> dict:
+    """`mapping` with key `old` renamed to `new` in the same position (stable output)."""
+    return {(new if key == old else key): value for key, value in mapping.items()}
+
+
+def _expired(expiry: object, now_ms: int) -> bool:
+    """A positive expiry (ms) at or before now; 0 is none and a negative one starts on
+    first use, so neither has passed."""
+    return isinstance(expiry, int) and 0 < expiry <= now_ms
+
+
+def _over_quota(total: object, up: object, down: object) -> bool:
+    """A positive quota (bytes) reached by the traffic; 0 is unlimited."""
+    if not isinstance(total, int) or total <= 0:
+        return False
+    return (up or 0) + (down or 0) >= total
