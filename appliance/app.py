@@ -22,11 +22,13 @@ from gevent.event import Event
 
 from appliance import __version__
 from appliance.config import Options
+from appliance.core.process import CoreProcess
 from appliance.jobs import every
 from appliance.services.auth import Auth
 from appliance.services.client_bulk import ClientBulk
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
+from appliance.services.core import CoreService
 from appliance.services.errors import ServiceError
 from appliance.services.groups import Groups
 from appliance.services.inbounds import Inbounds
@@ -34,10 +36,12 @@ from appliance.services.presence import Presence
 from appliance.services.settings import Settings, parse_trusted_proxies
 from appliance.services.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.tokens import Tokens
+from appliance.services.traffic import TrafficAccounting
 from appliance.store import Store
 from appliance.sub.app import subscription_app
 from appliance.web.api import build_app
 from appliance.web.client_routes import client_routes
+from appliance.web.core_routes import core_routes
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import inbound_routes
 from appliance.web.openapi import openapi_routes
@@ -66,8 +70,23 @@ class Panel:
         self.groups = Groups(self.store)
         self.inbounds = Inbounds(self.store, self.reserved_ports, self.client_query.by_inbound)
         self.hub = Hub()
+        self.accounting = TrafficAccounting(self.store, self.presence)
+        core_dir = os.path.join(options.data_dir, "core")
+        self.core = CoreService(
+            store=self.store,
+            process=CoreProcess(options.core, core_dir, self._core_state),
+            workdir=core_dir,
+            inbounds=self.inbounds,
+            settings=self.settings,
+            accounting=self.accounting,
+            sweep=self.client_bulk.disable_depleted,
+            hub=self.hub,
+            on_change=self.changed,
+        )
         self.history = History()
-        self.sampler = StatusSampler(__version__, self.core_info, lambda: 0)
+        self.sampler = StatusSampler(
+            __version__, self.core_info, lambda: len(self.presence.online())
+        )
         self.base_path = "/"
         self.bound: dict[str, tuple[str, int]] = {}
         self._status: dict | None = None
@@ -99,6 +118,7 @@ class Panel:
             session_routes(self),
             inbound_routes(self),
             client_routes(self),
+            core_routes(self),
             server_routes(self),
             setting_routes(self),
         ]
@@ -136,6 +156,9 @@ class Panel:
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
         every(STEP_SECONDS, self.sample_status, "status")
+        os.makedirs(os.path.join(self.options.data_dir, "core"), exist_ok=True)
+        self.core.start()
+        every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
@@ -167,6 +190,7 @@ class Panel:
         """After a successful change: drop what caches it, tell every open browser."""
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
+            self.core.mark_dirty()
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:
@@ -178,6 +202,7 @@ class Panel:
         return morsel is not None and self.auth.session(morsel.value) is not None
 
     def stop(self) -> None:
+        self.core.shutdown()
         for server in self._servers:
             server.stop(timeout=RESTART_EXIT_GRACE)
         self._servers = []
@@ -222,12 +247,18 @@ class Panel:
     # ---- status ----------------------------------------------------------------------------
 
     def core_info(self) -> dict:
-        return {"state": "stop", "errorMsg": "", "version": ""}
+        return self.core.info()
+
+    def _core_state(self, state: str) -> None:
+        """Called from the core's watcher: push the new state to every browser."""
+        self.hub.publish({"type": "coreState", "data": state})
 
     def status(self) -> dict:
+        """The last sample, with the core's state as it is now (it changes between
+        samples, and a browser acting on it must not wait two seconds)."""
         if self._status is None:
             self.sample_status()
-        return self._status
+        return {**self._status, "core": self.core_info()}
 
     def sample_status(self) -> None:
         now = time.time()

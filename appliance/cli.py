@@ -9,6 +9,10 @@ from gevent import monkey
 
 monkey.patch_all()
 
+from appliance.core.api import init_for_gevent  # noqa: E402
+
+init_for_gevent()
+
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
 import os  # noqa: E402
@@ -49,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         help=f"panel log level (env {ENV['log_level']}; default info)",
+    )
+    run.add_argument(
+        "--core", help=f"the core binary (env {ENV['core']}; default xray, then v2ray, on PATH)"
     )
     run.set_defaults(handler=cmd_run)
 

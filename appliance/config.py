@@ -18,6 +18,7 @@ ENV = {
     "sub_port": "APPLIANCE_SUB_PORT",
     "db": "APPLIANCE_DB",
     "log_level": "APPLIANCE_LOG_LEVEL",
+    "core": "APPLIANCE_CORE",
 }
 DB_FILE = "appliance.db"
 
@@ -30,6 +31,7 @@ class Options:
     port: int | None = None
     sub_port: int | None = None
     log_level: str = "info"
+    core: str | None = None  # the core binary; None finds xray, then v2ray, on PATH
 
     @property
     def log_file(self) -> str:
@@ -64,6 +66,7 @@ def resolve(args) -> Options:
         port=_port(pick("port"), "--port"),
         sub_port=_port(pick("sub_port"), "--sub-port"),
         log_level=pick("log_level") or "info",
+        core=pick("core"),
     )
 
 

@@ -23,6 +23,7 @@ import requests
 LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
 SUB_RE = re.compile(r"subscription server listening on https?://[^:]+:(\d+)/")
 START_TIMEOUT = 30
+NO_CORE = "/nonexistent/core"
 
 
 @dataclass
@@ -141,6 +142,9 @@ class ApiClient:
 def start_panel(tmp_path, *args: str, env: dict | None = None) -> PanelServer:
     data_dir = str(tmp_path / f"data-{time.monotonic_ns()}")
     environment = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    # API tests run without a core (a path that does not exist: "not installed"); the
+    # core tests name the real binary.
+    environment["APPLIANCE_CORE"] = NO_CORE
     environment.update(env or {})
     server = PanelServer(
         data_dir,

@@ -12,14 +12,24 @@ It is a `ServiceError`, so a caller that does not handle it still answers with a
 envelope rather than a traceback.
 
 grpcio blocks the gevent loop unless `grpc.experimental.gevent.init_gevent()` ran first;
-the panel does that once at start, not this module, so importing it has no side effects.
+the panel calls `init_for_gevent()` once at start; importing this module does not.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 
+# gRPC's fork support (on by default in grpcio's core) installs fork handlers that restart
+# its poller in a forked child. gevent's subprocess forks in Python and only then execs, so
+# a core being started could be aborted by that poller ("epoll_wait error: Bad file
+# descriptor") before it ran. The panel forks only to exec, so the support is switched
+# off; gRPC reads the setting once, when it is first imported, hence its place here.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import grpc
+import grpc.experimental.gevent
 
 from appliance.core import wire
 from appliance.services.errors import ServiceError
@@ -32,6 +42,22 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+
+# Go errors carry the package path of each layer ("v2ray.com/core/proxy/vless: User x
+# already exists."); the path helps a Go developer, not the person reading the message.
+GO_PACKAGE_PATH = re.compile(r"(?<![\w/.-])[\w.-]+(?:/[\w.-]+)+: ")
+
+
+def core_words(message: str) -> str:
+    """The core's error message without the Go package paths of its layers."""
+    return GO_PACKAGE_PATH.sub("", message).strip()
+
+
+def init_for_gevent() -> None:
+    """Make gRPC cooperate with gevent; call once, before any other use of gRPC. Importing
+    gRPC through this module first is what switches its fork support off in time."""
+    grpc.experimental.gevent.init_gevent()
 
 
 class CoreApiError(ServiceError):
@@ -135,4 +161,4 @@ class CoreApi:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"the core API at {self.address} did not answer within {self.timeout:g} s"
         details = exc.details() if hasattr(exc, "details") else str(exc)
-        return details or str(code)
+        return core_words(details) if details else str(code)

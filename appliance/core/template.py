@@ -9,6 +9,23 @@ from __future__ import annotations
 
 import copy
 
+# What `geoip:private` means, written out: the default then works without geo files,
+# which a fresh install or a packaged core may not have yet.
+PRIVATE_NETWORKS = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+]
+
 DEFAULT_TEMPLATE: dict = {
     "log": {"access": "none", "dnsLog": False, "error": "", "loglevel": "warning"},
     "api": {"tag": "api", "services": ["HandlerService", "LoggerService", "StatsService"]},
@@ -30,7 +47,7 @@ DEFAULT_TEMPLATE: dict = {
         "domainStrategy": "AsIs",
         "rules": [
             {"type": "field", "inboundTag": ["api"], "outboundTag": "api"},
-            {"type": "field", "outboundTag": "blocked", "ip": ["geoip:private"]},
+            {"type": "field", "outboundTag": "blocked", "ip": PRIVATE_NETWORKS},
             {"type": "field", "outboundTag": "blocked", "protocol": ["bittorrent"]},
         ],
     },

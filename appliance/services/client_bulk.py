@@ -328,6 +328,30 @@ class ClientBulk:
             )
             return self._delete_ids([row[0] for row in rows])
 
+    def disable_depleted(self) -> list[str]:
+        """The invalid-client sweep: clients still enabled whose quota is used up or whose
+        expiry passed are disabled (client row and traffic row). Returns their emails."""
+        with db_session:
+            depleted, params = self.query.depleted_sql()
+            rows = self.store.rows(
+                f"SELECT c.id, c.email, c.email_key FROM client c LEFT JOIN client_traffic t "
+                f"ON t.email_key = c.email_key WHERE c.enable = ? AND {depleted}",
+                [True, *params],
+            )
+            for chunk in _chunks(rows):
+                ids = [row[0] for row in chunk]
+                keys = [row[2] for row in chunk]
+                self.store.execute(
+                    f"UPDATE client SET enable = ? WHERE id IN ({', '.join('?' * len(ids))})",
+                    [False, *ids],
+                )
+                self.store.execute(
+                    "UPDATE client_traffic SET enable = ? "
+                    f"WHERE email_key IN ({', '.join('?' * len(keys))})",
+                    [False, *keys],
+                )
+            return [row[1] for row in rows]
+
     def delete_orphans(self) -> int:
         with db_session:
             rows = self.store.rows(

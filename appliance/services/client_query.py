@@ -315,6 +315,17 @@ class ClientQuery:
         return sorted(emails)
 
     @db_session
+    def reverse_tags(self) -> list[str]:
+        """Reverse tags clients carry, for routing rules in the core template."""
+        return [
+            row[0]
+            for row in self.store.rows(
+                "SELECT DISTINCT reverse_tag FROM client WHERE reverse_tag <> '' "
+                "ORDER BY reverse_tag"
+            )
+        ]
+
+    @db_session
     def ips_by_email(self) -> dict[str, list[dict]]:
         result: dict[str, list[dict]] = {}
         for email, ip, seen in self.store.rows(

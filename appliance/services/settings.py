@@ -72,6 +72,8 @@ DEFAULTS: dict[str, Any] = {
     "subYamlEnable": False,
     "subYamlPath": "/yaml/",
     "coreTemplate": "",
+    "trafficInterval": 10,  # seconds between traffic ticks
+    "outboundTestUrl": "https://www.google.com/generate_204",
 }
 SECRET_KEYS = frozenset({"tgBotToken", "smtpPassword"})
 # Stored alongside settings but never part of the settings API.
@@ -86,6 +88,7 @@ RANGES = {
     "expireDiff": (0, 3650),
     "trafficDiff": (0, 1_000_000),
     "subUpdates": (1, 8760),
+    "trafficInterval": (1, 3600),
 }
 PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")
 

@@ -1,0 +1,313 @@
+"""The core as the panel runs it: config from the database, one process, live changes,
+traffic ticks and the invalid-client sweep.
+
+Every change the API commits marks the core dirty; a greenlet coalesces what arrives
+within a short window into one sync. A sync builds the wanted config and compares it
+with the running one: client entries of VLESS/VMess/Trojan inbounds go live through the
+core's HandlerService, anything else costs one restart, and a config the core refuses
+never replaces the running one (the error is pushed to the browsers and kept for
+`getCoreResult`). So a bulk call touching thousands of clients restarts the core at most
+once, and most client edits restart nothing.
+
+The process survives nothing the panel does not survive: a state file records the core
+it started (pid, API port, counter generation), so after a crash of the panel the
+counters of the orphaned core are collected before it is replaced, and no byte is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+
+import gevent
+from gevent.event import Event
+from pony.orm import db_session
+
+from appliance.core.api import CoreApi, CoreApiError
+from appliance.core.config import build_config
+from appliance.core.live import live_changes
+from appliance.services.errors import ServiceError
+from appliance.services.settings import core_template
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_SECONDS = 0.2
+STATE_FILE = "core-state.json"
+
+
+class CoreService:
+    def __init__(
+        self, *, store, process, workdir, inbounds, settings, accounting, sweep, hub, on_change
+    ):
+        self.store = store
+        self.process = process
+        self.workdir = workdir
+        self.inbounds = inbounds
+        self.settings = settings
+        self.accounting = accounting
+        self.sweep = sweep
+        self.hub = hub
+        self.on_change = on_change
+        self.api: CoreApi | None = None
+        self.api_port = 0
+        self.running: dict | None = None
+        self.error = ""
+        self._generation_base = secrets.randbits(40)
+        self._dirty = Event()
+        self._flavor = "xray"
+        self._prefix = "xray"
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Collect what an orphaned core of a crashed panel counted, then start ours."""
+        self._collect_orphan()
+        try:
+            self._flavor, version, self._prefix = self.process.detect()
+        except ServiceError as exc:
+            self.process.unavailable(exc.msg)
+            return
+        log.info("core %s %s", self._flavor, version)
+        self.api_port = _free_port()
+        try:
+            self._launch()
+        except ServiceError as exc:
+            self.error = exc.msg
+            log.error("the core did not start: %s", exc.msg)
+        gevent.spawn(self._sync_loop)
+
+    def stop(self) -> None:
+        if self.process.state != "running":
+            raise ServiceError("the core is not running")
+        self.tick()
+        self.process.stop()
+        self.running = None
+        self._forget_state()
+        self.hub.notify("Core stopped", "Every proxy is offline until the core starts.", "warning")
+
+    def restart(self) -> None:
+        if self.process.state == "not installed":
+            raise ServiceError(f"no core to restart: {self.process.error}")
+        self.tick()
+        self._launch()
+        self.hub.notify("Core restarted", "The core runs the current configuration.", "info")
+
+    def shutdown(self) -> None:
+        """At panel exit: count the last bytes, then stop the core with the panel."""
+        if self.process.state == "running":
+            self.tick()
+            self.process.stop()
+            self._forget_state()
+
+    def _launch(self) -> None:
+        config = self.build()
+        self.process.restart(config)
+        self.running = config
+        self.error = ""
+        self._connect()
+        self._save_state()
+
+    def _connect(self) -> None:
+        if self.api is not None:
+            self.api.close()
+        self.api = CoreApi(f"127.0.0.1:{self.api_port}", self._prefix)
+
+    def generation(self) -> int:
+        """Changes with every start of the core process, which zeroes its counters."""
+        return (self._generation_base << 16) + self.process.restarts
+
+    # ---- config --------------------------------------------------------------------------
+
+    def build(self) -> dict:
+        return build_config(
+            core_template(self.settings),
+            self.inbounds.for_core(),
+            self.api_port,
+            flavor=self._flavor,
+            now_ms=int(time.time() * 1000),
+        )
+
+    def template(self) -> dict:
+        return core_template(self.settings)
+
+    def save_template(self, text, test_url) -> None:
+        """Store a new template after the core itself accepted the config built from it."""
+        if not isinstance(text, str) or not text.strip():
+            raise ServiceError("coreSetting must be the core config template as JSON text")
+        changes = {"coreTemplate": text}
+        if test_url not in (None, ""):
+            changes["outboundTestUrl"] = test_url
+        checked = self.settings.check(changes)
+        if self.api_port:
+            candidate = build_config(
+                json.loads(text),
+                self.inbounds.for_core(),
+                self.api_port,
+                flavor=self._flavor,
+                now_ms=int(time.time() * 1000),
+            )
+            self.process.test(candidate)
+        self.settings.write(checked)
+        self.mark_dirty()
+
+    def outbound_traffic(self) -> list[dict]:
+        with db_session:
+            rows = self.store.rows("SELECT tag, up, down FROM outbound_traffic ORDER BY tag")
+        return [{"tag": tag, "up": up, "down": down, "total": up + down} for tag, up, down in rows]
+
+    def reset_outbound_traffic(self, tag: str) -> None:
+        with db_session:
+            if tag:
+                self.store.execute(
+                    "UPDATE outbound_traffic SET up = 0, down = 0 WHERE tag = ?", [tag]
+                )
+            else:
+                self.store.execute("UPDATE outbound_traffic SET up = 0, down = 0")
+
+    def info(self) -> dict:
+        return {
+            "state": self.process.state,
+            "errorMsg": self.error or self.process.error,
+            "version": self.process.version,
+        }
+
+    # ---- keeping the running core in step -------------------------------------------------
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def _sync_loop(self) -> None:
+        while True:
+            self._dirty.wait()
+            gevent.sleep(DEBOUNCE_SECONDS)
+            self._dirty.clear()
+            try:
+                self.sync()
+            except Exception:
+                log.exception("keeping the core in step failed; the next change retries")
+
+    def sync(self) -> None:
+        """Bring the running core to the wanted config: live when possible, else once
+        restarted; a refused config leaves the running core as it is."""
+        if self.process.state != "running" or self.running is None:
+            return
+        wanted = self.build()
+        operations = live_changes(self.running, wanted)
+        if operations == []:
+            return
+        if operations is not None and self._apply_live(operations):
+            self.running = wanted
+            return
+        self.tick()
+        try:
+            self.process.restart(wanted)
+        except ServiceError as exc:
+            self.error = exc.msg
+            self.hub.notify("Core config refused", exc.msg, "error")
+            return
+        self.running = wanted
+        self.error = ""
+        self._connect()
+        self._save_state()
+
+    def _apply_live(self, operations) -> bool:
+        try:
+            for op in operations:
+                if op.action == "remove":
+                    self.api.remove_user(op.inbound_tag, op.email)
+                else:
+                    self.api.add_user(op.inbound_tag, op.protocol, op.entry)
+        except CoreApiError as exc:
+            log.info("a live change failed (%s); restarting the core instead", exc)
+            return False
+        return True
+
+    # ---- traffic ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Count what moved, then disable clients that ran out (removed from the core by
+        the sync that follows)."""
+        if self.process.state != "running" or self.api is None:
+            return
+        try:
+            counters = self.api.query_stats()
+        except CoreApiError as exc:
+            log.warning("could not read the core's counters: %s", exc)
+            return
+        moved = self.accounting.tick(counters, self.generation())
+        if moved:
+            self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
+        if self.sweep():
+            self.on_change("clients")
+
+    # ---- surviving a crashed panel ---------------------------------------------------------
+
+    def _save_state(self) -> None:
+        state = {
+            "pid": self.process.pid,
+            "apiPort": self.api_port,
+            "generation": self.generation(),
+            "prefix": self._prefix,
+        }
+        path = os.path.join(self.workdir, STATE_FILE)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(state, fh)
+        os.replace(path + ".tmp", path)
+
+    def _forget_state(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.workdir, STATE_FILE))
+
+    def _collect_orphan(self) -> None:
+        path = os.path.join(self.workdir, STATE_FILE)
+        try:
+            with open(path) as fh:
+                state = json.load(fh)
+            pid, port = int(state["pid"]), int(state["apiPort"])
+            generation, prefix = int(state["generation"]), str(state["prefix"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if _alive(pid):
+            api = CoreApi(f"127.0.0.1:{port}", prefix)
+            try:
+                self.accounting.tick(api.query_stats(), generation)
+                log.info("counted the last traffic of the core left running by a crash")
+            except CoreApiError as exc:
+                log.warning("the core left running could not be read: %s", exc)
+            finally:
+                api.close()
+            _terminate(pid)
+        self._forget_state()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return
+    for _ in range(50):
+        if not _alive(pid):
+            return
+        gevent.sleep(0.1)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
