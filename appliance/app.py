@@ -77,6 +77,7 @@ class Panel:
             process=CoreProcess(options.core, core_dir, self._core_state),
             workdir=core_dir,
             inbounds=self.inbounds,
+            core_clients=self.client_query.core_clients,
             settings=self.settings,
             accounting=self.accounting,
             sweep=self.client_bulk.disable_depleted,

@@ -43,9 +43,21 @@ STATE_FILE = "core-state.json"
 
 class CoreService:
     def __init__(
-        self, *, store, process, workdir, inbounds, settings, accounting, sweep, hub, on_change
+        self,
+        *,
+        store,
+        process,
+        workdir,
+        inbounds,
+        core_clients,
+        settings,
+        accounting,
+        sweep,
+        hub,
+        on_change,
     ):
         self.store = store
+        self.core_clients = core_clients
         self.process = process
         self.workdir = workdir
         self.inbounds = inbounds
@@ -62,6 +74,12 @@ class CoreService:
         self._dirty = Event()
         self._flavor = "xray"
         self._prefix = "xray"
+        # The supervisor restarts a crashed core on its own, under a new pid and with its
+        # counters at zero; the state file must name that process, or a crash of the panel
+        # would leave it running beside the next panel's core. So the service hears every
+        # state change first and passes it on to whoever listened before.
+        self._state_listener = process.on_state
+        process.on_state = self._core_state
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -118,6 +136,14 @@ class CoreService:
             self.api.close()
         self.api = CoreApi(f"127.0.0.1:{self.api_port}", self._prefix)
 
+    def _core_state(self, state: str) -> None:
+        """Record a core that (re)started, forget one that died; then pass `state` on."""
+        if state == "running":
+            self._save_state()
+        elif state == "error":
+            self._forget_state()
+        self._state_listener(state)
+
     def generation(self) -> int:
         """Changes with every start of the core process, which zeroes its counters."""
         return (self._generation_base << 16) + self.process.restarts
@@ -127,7 +153,7 @@ class CoreService:
     def build(self) -> dict:
         return build_config(
             core_template(self.settings),
-            self.inbounds.for_core(),
+            self.inbounds.for_core(self.core_clients),
             self.api_port,
             flavor=self._flavor,
             now_ms=int(time.time() * 1000),
@@ -147,7 +173,7 @@ class CoreService:
         if self.api_port:
             candidate = build_config(
                 json.loads(text),
-                self.inbounds.for_core(),
+                self.inbounds.for_core(self.core_clients),
                 self.api_port,
                 flavor=self._flavor,
                 now_ms=int(time.time() * 1000),

@@ -32,6 +32,8 @@ from appliance.services.parse import parse_id
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
 # (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
+# inbound ids -> {inbound id: client views for the core}, see ClientQuery.core_clients.
+CoreClientsOf = Callable[[list[int]], dict[int, list[dict]]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -58,10 +60,21 @@ class Inbounds:
             del view["clientRows"]
         return views
 
-    def for_core(self) -> list[dict]:
-        """Every inbound view plus `clientRows`, the full views of its attached clients
-        (state included): what the core config builder takes, from one read."""
-        return self._views(slim=False)
+    def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
+        """Every inbound view with `clientRows`, the views of its attached clients as the
+        config builder reads them (`ClientQuery.core_clients`), from one read. The builder
+        renders the entries itself, so they and clientStats are left empty."""
+        with db_session:
+            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
+            fallbacks = self.fallbacks.by_master()
+            clients = core_clients([row[0] for row in rows])
+        views = []
+        for row in rows:
+            view = self._view(row, fallbacks.get(row[0], []), [], slim=True)
+            view["settings"].pop("clients", None)
+            view["clientRows"] = clients.get(row[0], [])
+            views.append(view)
+        return views
 
     def _views(self, slim: bool) -> list[dict]:
         with db_session:

@@ -85,6 +85,11 @@ class Store:
         100,000 rows beats loading them as entities by far. Reads do not open a write
         transaction, so they never wait behind SQLite's writer lock."""
         cursor = self.db._exec_raw_sql(*_pony_sql(statement, params), frame_depth=0)
+        if self.dialect == "sqlite":
+            # Pony decodes every text cell through a Python function (tolerating bad
+            # UTF-8, which this panel never writes); the C default is several times
+            # faster on the 100,000-row reads that come through here.
+            cursor.connection.text_factory = str
         return [tuple(row) for row in cursor.fetchall()]
 
     def execute(self, statement: str, params: tuple | list = ()) -> int:
