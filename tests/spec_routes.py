@@ -94,4 +94,16 @@ CLIENTS = [
     ("GET", "/panel/api/clients/traffic/:email"),
 ]
 
-SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS
+CORE = [
+    ("POST", "/panel/api/server/stopCoreService"),
+    ("POST", "/panel/api/server/restartCoreService"),
+    ("GET", "/panel/api/server/getConfigJson"),
+    ("POST", "/panel/api/core/"),
+    ("GET", "/panel/api/core/getDefaultJsonConfig"),
+    ("GET", "/panel/api/core/getOutboundsTraffic"),
+    ("GET", "/panel/api/core/getCoreResult"),
+    ("POST", "/panel/api/core/update"),
+    ("POST", "/panel/api/core/resetOutboundsTraffic"),
+]
+
+SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + CORE
