@@ -16,9 +16,6 @@ import base64
 import os
 import uuid
 
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
 
 def new_uuid() -> str:
     """Return a random UUID version 4 in its canonical lowercase 36-character form."""
@@ -31,6 +28,11 @@ def new_x25519() -> dict[str, str]:
     scalar[0] &= 248
     scalar[31] &= 127
     scalar[31] |= 64
+    # Imported here: `cryptography` costs 8 MB of an idle panel's memory, and keys are
+    # made only when someone asks for one.
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     private_key = X25519PrivateKey.from_private_bytes(bytes(scalar))
     public = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     return {"privateKey": raw_url_b64(bytes(scalar)), "publicKey": raw_url_b64(public)}
