@@ -132,6 +132,10 @@ def _outbound(protocol: str, port: int, entry: dict) -> dict:
         return {"servers": [{**server, "password": entry["password"]}]}
     if protocol == "shadowsocks":
         return {"servers": [{**server, "method": entry["method"], "password": entry["password"]}]}
+    if protocol in ("socks", "http"):
+        # Plain proxies: `entry` holds the account ({"user", "pass"}) or is empty for none.
+        users = [{"user": entry["user"], "pass": entry["pass"]}] if entry else []
+        return {"servers": [{**server, "users": users}]}
     raise ValueError(f"no client outbound for {protocol}")
 
 

@@ -12,7 +12,6 @@ documented schema, not captured from the builder.
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 import shutil
 import subprocess
@@ -20,9 +19,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from helpers import write_self_signed
 
 from appliance.core.config import api_inbound, build_config, config_fingerprint
 from appliance.core.entries import client_entry
@@ -726,30 +723,8 @@ def test_v2fly_shadowsocks_with_one_client_uses_the_single_user_form():
 
 
 def self_signed(directory: Path) -> dict:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return {"certificateFile": str(cert_file), "keyFile": str(key_file)}
+    cert_file, key_file = write_self_signed(directory, "localhost", x509.DNSName("localhost"))
+    return {"certificateFile": cert_file, "keyFile": key_file}
 
 
 def v2fly_template() -> dict:
@@ -915,3 +890,18 @@ def test_a_unix_socket_inbound_has_no_port_and_an_empty_listen_is_left_out():
     on_socket, on_all = built_inbounds([socket_view, everywhere])
     assert (on_socket["listen"], "port" in on_socket) == ("/run/xray/vless.sock,0666", False)
     assert ("listen" in on_all, on_all["port"]) == (False, everywhere["port"])
+
+
+def test_v2fly_leaves_out_a_shadowsocks_inbound_nobody_can_use_yet():
+    """v2ray 4.34 refuses a Shadowsocks inbound without a user, and with it the whole
+    config; Xray takes an empty client list."""
+    empty = {**CASES["shadowsocks_aes_256_gcm"], "clientRows": []}
+    tags = [
+        i["tag"]
+        for i in build_config(default_template(), [empty], API_PORT, flavor="v2fly", now_ms=NOW)[
+            "inbounds"
+        ]
+    ]
+    assert tags == ["api"]
+    xray = build_config(default_template(), [empty], API_PORT, now_ms=NOW)
+    assert [i["tag"] for i in xray["inbounds"]] == ["api", empty["tag"]]

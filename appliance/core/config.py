@@ -130,10 +130,18 @@ def build_config(
         *(
             core_inbound(inbound, flavor, now)
             for inbound in inbounds
-            if inbound_in_core(inbound, now)
+            if inbound_in_core(inbound, now) and _servable(inbound, flavor, now)
         ),
     ]
     return config
+
+
+def _servable(inbound: dict, flavor: str, now_ms: int) -> bool:
+    """V2Ray 4.34's Shadowsocks inbound needs exactly one user; without one it refuses
+    the whole config, so such an inbound waits outside it until a client can use it."""
+    if flavor != "v2fly" or inbound.get("protocol") != "shadowsocks":
+        return True
+    return any(client_in_core(client, now_ms) for client in inbound.get("clientRows") or [])
 
 
 def config_fingerprint(config: dict) -> str:

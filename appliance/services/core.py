@@ -5,13 +5,15 @@ Every change the API commits marks the core dirty; a greenlet coalesces what arr
 within a short window into one sync. A sync builds the wanted config and compares it
 with the running one: client entries of VLESS/VMess/Trojan inbounds go live through the
 core's HandlerService, anything else costs one restart, and a config the core refuses
-never replaces the running one (the error is pushed to the browsers and kept for
-`getCoreResult`). So a bulk call touching thousands of clients restarts the core at most
-once, and most client edits restart nothing.
+never replaces the running one (the error is pushed to the browsers and kept as the
+core's `errorMsg` in the server status). So a bulk call touching thousands of clients
+restarts the core at most once, and most client edits restart nothing.
 
 The process survives nothing the panel does not survive: a state file records the core
-it started (pid, API port, counter generation), so after a crash of the panel the
-counters of the orphaned core are collected before it is replaced, and no byte is lost.
+that runs (pid, API port, counter generation), also after the supervisor restarted a
+crashed one, so after a crash of the panel the counters of the orphaned core are
+collected before it is replaced, and no byte is lost. A pid in that file is trusted only
+while it still runs this data directory's config.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
 import time
 
 import gevent
+import psutil
 from gevent.event import Event
 from pony.orm import db_session
 
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE_SECONDS = 0.2
 STATE_FILE = "core-state.json"
+ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
 
 
 class CoreService:
@@ -261,12 +264,17 @@ class CoreService:
         the sync that follows)."""
         if self.process.state != "running" or self.api is None:
             return
+        generation = self.generation()
         try:
             counters = self.api.query_stats()
         except CoreApiError as exc:
             log.warning("could not read the core's counters: %s", exc)
             return
-        moved = self.accounting.tick(counters, self.generation())
+        if generation != self.generation():
+            # The core restarted while its counters were read: they may be the old
+            # process's, which under the new generation would all be added again.
+            return
+        moved = self.accounting.tick(counters, generation)
         if moved:
             self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
         if self.sweep():
@@ -299,7 +307,8 @@ class CoreService:
             generation, prefix = int(state["generation"]), str(state["prefix"])
         except (OSError, ValueError, KeyError, TypeError):
             return
-        if _alive(pid):
+        orphan = _core_of(pid, self.process.config_path)
+        if orphan is not None:
             api = CoreApi(f"127.0.0.1:{port}", prefix)
             try:
                 self.accounting.tick(api.query_stats(), generation)
@@ -308,7 +317,7 @@ class CoreService:
                 log.warning("the core left running could not be read: %s", exc)
             finally:
                 api.close()
-            _terminate(pid)
+            _terminate(orphan)
         self._forget_state()
 
 
@@ -318,22 +327,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _alive(pid: int) -> bool:
+def _core_of(pid: int, config_path: str) -> psutil.Process | None:
+    """The process `pid` if it still is a core running on `config_path`, else None. After
+    a reboot the pid in a state file may belong to any process, which must be left alone."""
     try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE or config_path not in process.cmdline():
+            return None
+    except psutil.Error:
+        return None
+    return process
 
 
-def _terminate(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return
-    for _ in range(50):
-        if not _alive(pid):
-            return
-        gevent.sleep(0.1)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
+def _terminate(process: psutil.Process) -> None:
+    """SIGTERM, then SIGKILL if the core is still there after the grace period."""
+    with contextlib.suppress(psutil.Error):
+        process.terminate()
+        for _ in range(ORPHAN_GRACE_STEPS):
+            if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                return
+            gevent.sleep(0.1)
+        process.kill()
