@@ -10,20 +10,15 @@ same step the test planned for.
 
 from __future__ import annotations
 
-import datetime
 import os
 import re
-import sqlite3
 import time
 
 import pyotp
 import pytest
 import requests
 from conftest import ApiClient
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from helpers import database_bytes, db_rows, write_self_signed
 
 STATUS = "/panel/api/server/status"
 UPDATE = "/panel/api/setting/update"
@@ -101,19 +96,8 @@ def cookie_attributes(response: requests.Response) -> tuple[str, dict[str, str]]
     return name_value, parsed
 
 
-def database_bytes(server) -> bytes:
-    path = os.path.join(server.data_dir, "appliance.db")
-    return b"".join(
-        open(name, "rb").read() for name in (path, path + "-wal") if os.path.exists(name)
-    )
-
-
 def admin_row(server) -> tuple[str, str]:
-    connection = sqlite3.connect(os.path.join(server.data_dir, "appliance.db"))
-    try:
-        return connection.execute("SELECT username, password_hash FROM admin").fetchone()
-    finally:
-        connection.close()
+    return db_rows(server, "SELECT username, password_hash FROM admin")[0]
 
 
 def change_user(client: ApiClient, server, new_username, new_password, **extra) -> dict:
@@ -127,32 +111,6 @@ def change_user(client: ApiClient, server, new_username, new_password, **extra) 
             **extra,
         },
     )
-
-
-def self_signed_certificate(directory) -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "panel.crt", directory / "panel.key"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(cert_file), str(key_file)
 
 
 # ---- the session routes ------------------------------------------------------------------
@@ -523,7 +481,7 @@ def test_a_cookie_changed_in_one_character_is_refused(panel):
 
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 def test_cookie_is_secure_over_tls_and_scoped_to_the_base_path(fresh_panel, tmp_path):
-    cert_file, key_file = self_signed_certificate(tmp_path)
+    cert_file, key_file = write_self_signed(tmp_path, "127.0.0.1")
     admin = signed_in(fresh_panel)
     reply = admin.post(
         UPDATE, json={"webCertFile": cert_file, "webKeyFile": key_file, "webBasePath": "/secret/"}

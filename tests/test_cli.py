@@ -5,26 +5,24 @@ directory, checked by signing in to the panel afterwards."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 
 import pyotp
 import pytest
 from conftest import ApiClient, start_panel
+from helpers import clean_env, db_path, db_rows, setting_rows
 
 from appliance import __version__
 
 
 def appliance(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "appliance", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env=environment,
+        env=clean_env(**(env or {})),
     )
 
 
@@ -50,11 +48,6 @@ def restart(server) -> None:
 def client_for(server, username: str, password: str) -> tuple[ApiClient, dict]:
     client = ApiClient(server.url)
     return client, client.sign_in(username, password)
-
-
-def setting_rows(server) -> dict[str, str]:
-    with sqlite3.connect(os.path.join(server.data_dir, "appliance.db")) as conn:
-        return dict(conn.execute("SELECT key, value FROM setting"))
 
 
 @pytest.fixture
@@ -137,7 +130,7 @@ def test_admin_commands_read_the_data_dir_from_the_environment(stopped_panel):
 
 
 def test_admin_commands_take_a_database_url(stopped_panel, tmp_path):
-    db = os.path.join(stopped_panel.data_dir, "appliance.db")
+    db = db_path(stopped_panel)
     for args, env in (
         (["--db", f"sqlite:///{db}"], {}),
         ([], {"APPLIANCE_DB": db}),
@@ -162,9 +155,8 @@ def test_admin_reset_before_first_run_leaves_run_to_print_credentials(tmp_path):
     """An admin command must not create an account nobody knows the password of."""
     server = start_panel(tmp_path)
     server.stop()
-    with sqlite3.connect(os.path.join(server.data_dir, "appliance.db")) as conn:
-        conn.execute("DELETE FROM session")
-        conn.execute("DELETE FROM admin")
+    db_rows(server, "DELETE FROM session")
+    db_rows(server, "DELETE FROM admin")
     result = admin(server, "show")
     assert result.returncode == 1
     assert "no admin account exists yet; start the panel once" in result.stderr

@@ -19,7 +19,6 @@ import collections
 import itertools
 import json
 import os
-import sqlite3
 import threading
 import time
 import uuid
@@ -28,31 +27,21 @@ from urllib.parse import quote
 import pytest
 import requests
 import websocket
+from helpers import (
+    INBOUNDS,
+    REALITY,
+    TLS,
+    WG_PEER_KEY,
+    create_inbound,
+    db_rows,
+    ok,
+    refused,
+)
 
 API = "/panel/api/clients"
-INBOUNDS = "/panel/api/inbounds"
 PUSH_WAIT = 10
 
-REALITY_KEY = base64.urlsafe_b64encode(bytes(range(32))).decode().rstrip("=")
-TLS = {
-    "network": "tcp",
-    "security": "tls",
-    "tlsSettings": {
-        "certificates": [{"certificateFile": "/etc/ssl/a.crt", "keyFile": "/etc/ssl/a.key"}]
-    },
-}
-REALITY = {
-    "network": "tcp",
-    "security": "reality",
-    "realitySettings": {
-        "target": "example.com:443",
-        "serverNames": ["example.com"],
-        "privateKey": REALITY_KEY,
-        "shortIds": ["", "0123abcd"],
-    },
-}
 WS = {"network": "ws", "security": "none", "wsSettings": {"path": "/ws"}}
-WG_PEER_KEY = base64.b64encode(bytes(range(32, 64))).decode()
 
 # A valid inbound of each protocol, without its port.
 SAMPLES = {
@@ -90,24 +79,11 @@ def path_of(email: str) -> str:
     return quote(email, safe="")
 
 
-def ok(reply: dict) -> object:
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
-def refused(reply: dict, *words: str) -> None:
-    """A failure envelope whose message names every word given."""
-    assert reply["success"] is False, reply
-    assert reply["obj"] is None
-    for word in words:
-        assert word in reply["msg"], (word, reply["msg"])
-
-
 def add_inbound(api, kind: str, **settings) -> dict:
     sample = json.loads(json.dumps(SAMPLES[kind]))
     payload = {"protocol": kind, "port": next(_ports), "remark": kind, **sample}
     payload["settings"].update(settings)
-    return ok(api.post(f"{INBOUNDS}/add", payload))
+    return create_inbound(api, payload)
 
 
 def add_client(api, inbound_ids: list[int], **fields) -> dict:
@@ -135,22 +111,9 @@ def listed(api, inbound_id: int, slim: bool = False) -> dict:
     return next(row for row in rows if row["id"] == inbound_id)
 
 
-def db_path(panel) -> str:
-    return os.path.join(panel.data_dir, "appliance.db")
-
-
-def sql(panel, statement: str, params: tuple = ()) -> list[tuple]:
-    db = sqlite3.connect(db_path(panel))
-    try:
-        with db:
-            return db.execute(statement, params).fetchall()
-    finally:
-        db.close()
-
-
 def log_ip(panel, key: str, ip: str, seen_at: int) -> None:
     """An IP sighting as IP accounting will record it."""
-    sql(
+    db_rows(
         panel, "INSERT INTO client_ip (email_key, ip, seen_at) VALUES (?, ?, ?)", (key, ip, seen_at)
     )
 
@@ -320,7 +283,9 @@ def test_rename_moves_traffic_ips_and_entries(panel, api, vless):
     ok(api.post(f"{API}/updateTraffic/{old['email']}", {"upload": 111, "download": 222}))
     key = old["email"].casefold()
     log_ip(panel, key, "10.1.1.1", 5)
-    sql(panel, "UPDATE client_traffic SET last_online = 1700000000000 WHERE email_key = ?", (key,))
+    db_rows(
+        panel, "UPDATE client_traffic SET last_online = 1700000000000 WHERE email_key = ?", (key,)
+    )
     new_email = unique("renamed").upper()
     renamed = ok(
         api.post(f"{API}/update/{old['email']}", {**old, "email": new_email, "comment": "moved"})
@@ -407,8 +372,10 @@ def test_delete_drops_traffic_and_ip_log(panel, api, vless):
     ok(api.post(f"{API}/del/{email}"))
     refused(api.get(f"{API}/get/{email}"), "no client")
     assert entry_of(api, vless, email) is None
-    assert sql(panel, "SELECT COUNT(*) FROM client_traffic WHERE email_key = ?", (key,)) == [(0,)]
-    assert sql(panel, "SELECT COUNT(*) FROM client_ip WHERE email_key = ?", (key,)) == [(0,)]
+    assert db_rows(panel, "SELECT COUNT(*) FROM client_traffic WHERE email_key = ?", (key,)) == [
+        (0,)
+    ]
+    assert db_rows(panel, "SELECT COUNT(*) FROM client_ip WHERE email_key = ?", (key,)) == [(0,)]
     again = ok(api.post(f"{API}/add", {"client": {"email": email}, "inboundIds": [vless]}))
     assert again["traffic"] == {"up": 0, "down": 0, "enable": True}
 
@@ -420,7 +387,7 @@ def test_delete_keeping_traffic(panel, api, vless, keep):
     ok(api.post(f"{API}/updateTraffic/{email}", {"upload": 70, "download": 80}))
     ok(api.post(f"{API}/del/{email}?keepTraffic={keep}"))
     refused(api.get(f"{API}/get/{email}"), "no client")
-    assert sql(
+    assert db_rows(
         panel, "SELECT up, down FROM client_traffic WHERE email_key = ?", (email.casefold(),)
     ) == [(70, 80)]
     again = ok(api.post(f"{API}/add", {"client": {"email": email.upper()}, "inboundIds": [vless]}))
@@ -588,8 +555,8 @@ def test_reset_traffic_re_enables_a_disabled_client(panel, api, vless):
     email = created["email"]
     ok(api.post(f"{API}/updateTraffic/{email}", {"upload": 80, "download": 70}))
     key = email.casefold()
-    sql(panel, "UPDATE client SET enable = 0 WHERE email_key = ?", (key,))
-    sql(panel, "UPDATE client_traffic SET enable = 0 WHERE email_key = ?", (key,))
+    db_rows(panel, "UPDATE client SET enable = 0 WHERE email_key = ?", (key,))
+    db_rows(panel, "UPDATE client_traffic SET enable = 0 WHERE email_key = ?", (key,))
     disabled = get_client(api, email)["client"]
     assert disabled["enable"] is False and disabled["traffic"]["enable"] is False
     stat = next(s for s in listed(api, vless)["clientStats"] if s["email"] == email)
@@ -625,7 +592,7 @@ def test_ips_and_clear_ips(panel, api, vless):
 
 
 def panel_guid(panel) -> str:
-    return sql(panel, "SELECT value FROM setting WHERE key = 'panelGuid'")[0][0]
+    return db_rows(panel, "SELECT value FROM setting WHERE key = 'panelGuid'")[0][0]
 
 
 def test_presence_shapes(panel, api, vless):
@@ -641,7 +608,9 @@ def test_client_ips_by_guid_and_last_online_read_the_tables(panel, api, vless):
     key = email.casefold()
     log_ip(panel, key, "192.0.2.7", 1700000001)
     log_ip(panel, key, "192.0.2.8", 1700000002)
-    sql(panel, "UPDATE client_traffic SET last_online = 1700000123000 WHERE email_key = ?", (key,))
+    db_rows(
+        panel, "UPDATE client_traffic SET last_online = 1700000123000 WHERE email_key = ?", (key,)
+    )
     by_guid = ok(api.post(f"{API}/clientIpsByGuid"))
     assert list(by_guid) == [guid]
     assert by_guid[guid][email] == [
@@ -1053,7 +1022,9 @@ def test_del_all_clients(panel, api, vless):
     assert ok(api.post(f"{INBOUNDS}/{target}/delAllClients")) == {"deleted": 2}
     refused(api.get(f"{API}/get/{only_here['email']}"), "no client")
     key = only_here["email"].casefold()
-    assert sql(panel, "SELECT COUNT(*) FROM client_traffic WHERE email_key = ?", (key,)) == [(0,)]
+    assert db_rows(panel, "SELECT COUNT(*) FROM client_traffic WHERE email_key = ?", (key,)) == [
+        (0,)
+    ]
     assert get_client(api, also_elsewhere["email"])["inboundIds"] == [vless]
     assert get_client(api, bystander["email"])["inboundIds"] == [vless]
     assert inbound(api, target)["settings"]["clients"] == []

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import sqlite3
 import time
 
 import pytest
 from conftest import start_panel
+from helpers import create_inbound, db_rows, ok, refused
 
 API = "/panel/api/clients"
 DAY_MS = 86_400_000
@@ -31,19 +30,6 @@ _names = itertools.count(1)
 # ---- helpers -------------------------------------------------------------------------
 
 
-def ok(reply: dict):
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
-def refused(reply: dict, *words: str) -> None:
-    """A failure envelope whose message names every word given."""
-    assert reply["success"] is False, reply
-    assert reply["obj"] is None
-    for word in words:
-        assert word in reply["msg"], (word, reply["msg"])
-
-
 def inbound(api, protocol: str = "vless", **settings) -> int:
     payload = {"protocol": protocol, "port": next(_ports), "remark": protocol}
     if protocol == "vless":
@@ -56,7 +42,7 @@ def inbound(api, protocol: str = "vless", **settings) -> int:
     else:
         payload["settings"] = {}
     payload["settings"].update(settings)
-    return ok(api.post("/panel/api/inbounds/add", payload))["id"]
+    return create_inbound(api, payload)["id"]
 
 
 def emails(prefix: str, count: int) -> list[str]:
@@ -83,15 +69,6 @@ def missing(api, email: str) -> bool:
 
 def set_traffic(api, email: str, up: int, down: int = 0) -> None:
     ok(api.post(f"{API}/updateTraffic/{email}", {"upload": up, "download": down}))
-
-
-def db_rows(panel, sql: str, params: tuple = ()) -> list[tuple]:
-    db = sqlite3.connect(os.path.join(panel.data_dir, "appliance.db"))
-    try:
-        with db:
-            return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
 
 
 def export_by_email(api) -> dict[str, dict]:

@@ -14,6 +14,7 @@ import unicodedata
 
 import pytest
 from conftest import start_panel
+from helpers import create_inbound, ok, refused
 
 API = "/panel/api/clients"
 PAGED = f"{API}/list/paged"
@@ -38,25 +39,13 @@ SECRET_KEYS = {"id", "uuid", "password", "auth", "flow", "security", "reverse", 
 _ports = itertools.count(27000)
 
 
-def ok(reply: dict):
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
-def refused(reply: dict, *words: str) -> None:
-    assert reply["success"] is False, reply
-    assert reply["obj"] is None
-    for word in words:
-        assert word in reply["msg"], (word, reply["msg"])
-
-
 def inbound(api, protocol: str) -> int:
     payload = {"protocol": protocol, "port": next(_ports), "settings": {}}
     if protocol == "vless":
         payload["settings"] = {"decryption": "none"}
     if protocol == "shadowsocks":
         payload["settings"] = {"method": "2022-blake3-aes-256-gcm"}
-    return ok(api.post("/panel/api/inbounds/add", payload))["id"]
+    return create_inbound(api, payload)["id"]
 
 
 def page(api, **params) -> dict:

@@ -6,38 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import sqlite3
 
 import pytest
+from helpers import REALITY, TLS, create_inbound, db_rows, ok
 
 API = "/panel/api/inbounds"
-TLS = {
-    "network": "tcp",
-    "security": "tls",
-    "tlsSettings": {
-        "certificates": [{"certificateFile": "/etc/ssl/a.crt", "keyFile": "/etc/ssl/a.key"}]
-    },
-}
-REALITY = {
-    "network": "tcp",
-    "security": "reality",
-    "realitySettings": {
-        "target": "example.com:443",
-        "serverNames": ["example.com"],
-        "privateKey": "A" * 43,
-        "shortIds": [""],
-    },
-}
 
 _ports = itertools.count(25000)
 
 
 def add(api, protocol: str, **fields) -> dict:
-    payload = {"protocol": protocol, "port": next(_ports), **fields}
-    reply = api.post(f"{API}/add", payload)
-    assert reply["success"] is True, reply
-    return reply["obj"]
+    return create_inbound(api, {"protocol": protocol, "port": next(_ports), **fields})
 
 
 def master(api, protocol: str = "vless", stream: dict = TLS) -> dict:
@@ -49,9 +28,7 @@ def save(api, master_id: int, rules) -> dict:
 
 
 def rules_of(api, master_id: int) -> list[dict]:
-    reply = api.get(f"{API}/{master_id}/fallbacks")
-    assert reply["success"] is True, reply
-    return reply["obj"]
+    return ok(api.get(f"{API}/{master_id}/fallbacks"))
 
 
 def rendered(api, master_id: int) -> list[dict]:
@@ -69,10 +46,7 @@ def refused(reply: dict, *words: str) -> None:
 
 
 def stored_rules(panel) -> list[tuple]:
-    with sqlite3.connect(os.path.join(panel.data_dir, "appliance.db")) as db:
-        rows = db.execute("SELECT id, master_id, child_id FROM fallback").fetchall()
-    db.close()
-    return rows
+    return db_rows(panel, "SELECT id, master_id, child_id FROM fallback")
 
 
 # ---- which inbounds may be masters ----------------------------------------------------------

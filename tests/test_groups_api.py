@@ -12,23 +12,12 @@ from urllib.parse import quote
 
 import pytest
 from conftest import start_panel
+from helpers import create_inbound, ok, refused
 
 API = "/panel/api/clients"
 GROUPS = f"{API}/groups"
 
 _ports = itertools.count(28000)
-
-
-def ok(reply: dict):
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
-def refused(reply: dict, *words: str) -> None:
-    assert reply["success"] is False, reply
-    assert reply["obj"] is None
-    for word in words:
-        assert word in reply["msg"], (word, reply["msg"])
 
 
 @pytest.fixture
@@ -41,7 +30,7 @@ def api(tmp_path):
 @pytest.fixture
 def vless(api) -> int:
     payload = {"protocol": "vless", "port": next(_ports), "settings": {"decryption": "none"}}
-    return ok(api.post("/panel/api/inbounds/add", payload))["id"]
+    return create_inbound(api, payload)["id"]
 
 
 def clients(api, vless: int, *specs: tuple[str, str]) -> None:

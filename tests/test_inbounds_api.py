@@ -7,37 +7,17 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import os
 import random
-import sqlite3
 import time
 from urllib.parse import urlsplit
 
 import pytest
 import websocket
 from conftest import start_panel
+from helpers import REALITY, TLS, WG_PEER_KEY, create_inbound, db_rows, refused
 
 API = "/panel/api/inbounds"
-WG_PEER_KEY = base64.b64encode(bytes(range(32, 64))).decode()
-REALITY_KEY = base64.urlsafe_b64encode(bytes(range(32))).decode().rstrip("=")
 VLESS_ENC = "mlkem768x25519plus.native.600s.ptjHQxBQxTJ9MWr2cd5qWIflBSACHOevTauCQwa_71U"
-TLS = {
-    "network": "tcp",
-    "security": "tls",
-    "tlsSettings": {
-        "certificates": [{"certificateFile": "/etc/ssl/a.crt", "keyFile": "/etc/ssl/a.key"}]
-    },
-}
-REALITY = {
-    "network": "tcp",
-    "security": "reality",
-    "realitySettings": {
-        "target": "example.com:443",
-        "serverNames": ["example.com"],
-        "privateKey": REALITY_KEY,
-        "shortIds": ["", "0123abcd"],
-    },
-}
 HYSTERIA_STREAM = {**TLS, "network": "hysteria"}
 
 # A valid inbound of each protocol, without its port.
@@ -80,30 +60,14 @@ def sample(protocol: str, port: int | None = None, **fields) -> dict:
     return payload
 
 
-def add(api, payload: dict) -> dict:
-    reply = api.post(f"{API}/add", payload)
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
 def listing(api) -> list[dict]:
     reply = api.get(f"{API}/list")
     assert reply["success"] is True
     return reply["obj"]
 
 
-def refused(reply: dict, *words: str) -> None:
-    """A failure envelope whose message names every word given."""
-    assert reply["success"] is False, reply
-    assert reply["obj"] is None
-    for word in words:
-        assert word in reply["msg"], (word, reply["msg"])
-
-
 def counters(panel, inbound_id: int, up: int, down: int) -> None:
-    with sqlite3.connect(os.path.join(panel.data_dir, "appliance.db")) as db:
-        db.execute("UPDATE inbound SET up = ?, down = ? WHERE id = ?", (up, down, inbound_id))
-    db.close()
+    db_rows(panel, "UPDATE inbound SET up = ?, down = ? WHERE id = ?", (up, down, inbound_id))
 
 
 def port_of(url: str) -> int:
@@ -116,7 +80,7 @@ def port_of(url: str) -> int:
 @pytest.mark.parametrize("protocol", sorted(SAMPLES))
 def test_each_protocol_is_added_and_read_back(api, protocol):
     sent = sample(protocol)
-    created = add(api, sent)
+    created = create_inbound(api, sent)
     assert created["protocol"] == protocol
     assert created["port"] == sent["port"]
     assert created["enable"] is True
@@ -135,7 +99,7 @@ def test_each_protocol_is_added_and_read_back(api, protocol):
 
 @pytest.mark.parametrize("protocol", sorted(SAMPLES))
 def test_each_protocol_survives_sending_back_what_get_returned(api, protocol):
-    created = add(api, sample(protocol))
+    created = create_inbound(api, sample(protocol))
     reply = api.post(f"{API}/update/{created['id']}", created)
     assert reply["success"] is True, reply
     again = api.get(f"{API}/get/{created['id']}")["obj"]
@@ -143,15 +107,17 @@ def test_each_protocol_survives_sending_back_what_get_returned(api, protocol):
 
 
 def test_protocol_defaults_are_filled_in(api):
-    ss = add(api, {"protocol": "shadowsocks", "port": next_port(), "settings": {"method": "none"}})
+    ss = create_inbound(
+        api, {"protocol": "shadowsocks", "port": next_port(), "settings": {"method": "none"}}
+    )
     assert ss["settings"]["network"] == "tcp"
-    ss2022 = add(api, sample("shadowsocks"))
+    ss2022 = create_inbound(api, sample("shadowsocks"))
     assert len(base64.b64decode(ss2022["settings"]["password"])) == 32
-    wireguard = add(api, sample("wireguard"))
+    wireguard = create_inbound(api, sample("wireguard"))
     assert len(base64.b64decode(wireguard["settings"]["secretKey"])) == 32
-    hysteria = add(api, {"protocol": "hysteria2", "port": next_port()})
+    hysteria = create_inbound(api, {"protocol": "hysteria2", "port": next_port()})
     assert hysteria["streamSettings"]["network"] == "hysteria"
-    mtproto = add(api, sample("mtproto", settings={"adTag": "ABCDEF" + "0" * 26}))
+    mtproto = create_inbound(api, sample("mtproto", settings={"adTag": "ABCDEF" + "0" * 26}))
     assert mtproto["settings"]["adTag"] == "abcdef" + "0" * 26
 
 
@@ -163,7 +129,7 @@ def test_json_encoded_sections_are_accepted_and_returned_nested(api):
         "streamSettings": json.dumps(sent["streamSettings"]),
         "sniffing": json.dumps({"enabled": True, "destOverride": ["http", "tls"]}),
     }
-    created = add(api, legacy)
+    created = create_inbound(api, legacy)
     got = api.get(f"{API}/get/{created['id']}")["obj"]
     assert got["settings"] == {"decryption": "none", "clients": []}
     assert got["streamSettings"]["realitySettings"]["serverNames"] == ["example.com"]
@@ -171,7 +137,9 @@ def test_json_encoded_sections_are_accepted_and_returned_nested(api):
 
 
 def test_clients_sent_in_settings_are_not_stored(api):
-    created = add(api, sample("vmess", settings={"clients": [{"id": "x", "email": "a@b"}]}))
+    created = create_inbound(
+        api, sample("vmess", settings={"clients": [{"id": "x", "email": "a@b"}]})
+    )
     assert created["settings"]["clients"] == []
     assert api.get(f"{API}/get/{created['id']}")["obj"]["settings"]["clients"] == []
 
@@ -213,7 +181,7 @@ def test_bad_protocol_settings_are_refused_naming_the_field(api, protocol, field
 
 
 def test_list_slim_has_the_same_inbounds_as_list(api):
-    add(api, sample("trojan"))
+    create_inbound(api, sample("trojan"))
     full = listing(api)
     slim = api.get(f"{API}/list/slim")
     assert slim["success"] is True
@@ -237,8 +205,11 @@ def test_options_compute_tls_flow_capable_and_ss_method(api):
         "xhttp": (sample("vless", streamSettings={"network": "xhttp"}), False),
         "vmess-tls": (sample("vmess", streamSettings=TLS), False),
     }
-    ids = {name: (add(api, payload)["id"], capable) for name, (payload, capable) in cases.items()}
-    ss = add(api, sample("shadowsocks"))
+    ids = {
+        name: (create_inbound(api, payload)["id"], capable)
+        for name, (payload, capable) in cases.items()
+    }
+    ss = create_inbound(api, sample("shadowsocks"))
     reply = api.get(f"{API}/options")
     assert reply["success"] is True
     options = {option["id"]: option for option in reply["obj"]}
@@ -268,8 +239,8 @@ def test_get_unknown_or_malformed_id_is_refused(api, bad_id):
 
 def test_tcp_and_udp_inbounds_share_a_port_but_two_tcp_ones_do_not(api):
     port = next_port()
-    vless = add(api, sample("vless", port))
-    add(api, sample("hysteria2", port))
+    vless = create_inbound(api, sample("vless", port))
+    create_inbound(api, sample("hysteria2", port))
     before = listing(api)
     reply = api.post(f"{API}/add", sample("vmess", port))
     refused(reply, f"port {port}/tcp", f"inbound {vless['id']}")
@@ -278,19 +249,19 @@ def test_tcp_and_udp_inbounds_share_a_port_but_two_tcp_ones_do_not(api):
 
 def test_udp_listeners_conflict_with_each_other(api):
     port = next_port()
-    hysteria = add(api, sample("hysteria2", port))
+    hysteria = create_inbound(api, sample("hysteria2", port))
     refused(api.post(f"{API}/add", sample("wireguard", port)), f"inbound {hysteria['id']}")
     refused(api.post(f"{API}/add", sample("shadowsocks", port)), f"inbound {hysteria['id']}")
 
 
 def test_specific_address_conflicts_with_the_wildcard_but_not_with_another_address(api):
     port = next_port()
-    first = add(api, sample("vmess", port, listen="127.0.0.1"))
-    add(api, sample("vmess", port, listen="127.0.0.2"))
+    first = create_inbound(api, sample("vmess", port, listen="127.0.0.1"))
+    create_inbound(api, sample("vmess", port, listen="127.0.0.2"))
     refused(api.post(f"{API}/add", sample("vmess", port)), f"inbound {first['id']}")
     refused(api.post(f"{API}/add", sample("vmess", port, listen="0.0.0.0")), "already used")
     other_port = next_port()
-    wildcard = add(api, sample("trojan", other_port, listen="::"))
+    wildcard = create_inbound(api, sample("trojan", other_port, listen="::"))
     refused(
         api.post(f"{API}/add", sample("vmess", other_port, listen="10.1.2.3")),
         f"inbound {wildcard['id']}",
@@ -298,14 +269,14 @@ def test_specific_address_conflicts_with_the_wildcard_but_not_with_another_addre
 
 
 def test_same_unix_socket_twice_is_refused(api):
-    first = add(api, {"protocol": "socks", "listen": "/run/test-a.sock,0666"})
+    first = create_inbound(api, {"protocol": "socks", "listen": "/run/test-a.sock,0666"})
     assert first["port"] == 0
     refused(
         api.post(f"{API}/add", {"protocol": "http", "listen": "/run/test-a.sock"}),
         "/run/test-a.sock",
         f"inbound {first['id']}",
     )
-    add(api, {"protocol": "http", "listen": "/run/test-b.sock"})
+    create_inbound(api, {"protocol": "http", "listen": "/run/test-b.sock"})
 
 
 def test_the_panel_and_subscription_ports_are_refused(api, panel):
@@ -317,11 +288,11 @@ def test_the_panel_and_subscription_ports_are_refused(api, panel):
     sub = api.post(f"{API}/add", sample("vless", port_of(panel.sub_url)))
     assert "the subscription server" in sub["msg"]
     # UDP does not touch the panel's TCP listener.
-    add(api, sample("hysteria2", port_of(panel.url)))
+    create_inbound(api, sample("hysteria2", port_of(panel.url)))
 
 
 def test_explicit_duplicate_tag_is_refused_naming_the_inbound(api):
-    first = add(api, sample("vmess", tag="shared-tag"))
+    first = create_inbound(api, sample("vmess", tag="shared-tag"))
     before = listing(api)
     refused(api.post(f"{API}/add", sample("trojan", tag="shared-tag")), f"inbound {first['id']}")
     assert listing(api) == before
@@ -329,11 +300,11 @@ def test_explicit_duplicate_tag_is_refused_naming_the_inbound(api):
 
 def test_generated_tags_are_unique(api):
     port = next_port()
-    tcp = add(api, sample("vless", port))
-    udp = add(api, sample("hysteria2", port))
+    tcp = create_inbound(api, sample("vless", port))
+    udp = create_inbound(api, sample("hysteria2", port))
     assert tcp["tag"] and udp["tag"] and tcp["tag"] != udp["tag"]
-    taker = add(api, sample("vmess", tag=f"inbound-{port + 1000}"))
-    generated = add(api, sample("vmess", port + 1000))
+    taker = create_inbound(api, sample("vmess", tag=f"inbound-{port + 1000}"))
+    generated = create_inbound(api, sample("vmess", port + 1000))
     assert generated["tag"] != taker["tag"]
     tags = [inbound["tag"] for inbound in listing(api)]
     assert len(tags) == len(set(tags))
@@ -341,7 +312,7 @@ def test_generated_tags_are_unique(api):
 
 def test_a_generated_tag_is_accepted_when_sent_back(api):
     for listen in ("/run/tagged.sock,0666", "@abstract-name", "::1"):
-        created = add(api, {"protocol": "socks", "listen": listen, "port": next_port()})
+        created = create_inbound(api, {"protocol": "socks", "listen": listen, "port": next_port()})
         reply = api.post(f"{API}/update/{created['id']}", created)
         assert reply["success"] is True, (listen, reply)
         assert reply["obj"]["tag"] == created["tag"]
@@ -356,7 +327,7 @@ def test_malformed_tags_are_refused(api, tag):
 
 
 def test_update_keeps_the_id_and_can_move_the_port(api):
-    created = add(api, sample("vmess"))
+    created = create_inbound(api, sample("vmess"))
     new_port = next_port()
     reply = api.post(f"{API}/update/{created['id']}", {**created, "port": new_port, "tag": ""})
     assert reply["success"] is True
@@ -370,8 +341,8 @@ def test_update_keeps_the_id_and_can_move_the_port(api):
 
 
 def test_update_applies_the_conflict_rules_but_not_against_itself(api):
-    first = add(api, sample("vmess"))
-    second = add(api, sample("trojan"))
+    first = create_inbound(api, sample("vmess"))
+    second = create_inbound(api, sample("trojan"))
     same = api.post(f"{API}/update/{first['id']}", {**first, "remark": "renamed"})
     assert same["success"] is True
     assert same["obj"]["remark"] == "renamed"
@@ -394,7 +365,7 @@ def test_update_of_an_unknown_inbound_is_refused(api):
 
 
 def test_delete_removes_the_inbound(api):
-    created = add(api, sample("http"))
+    created = create_inbound(api, sample("http"))
     reply = api.post(f"{API}/del/{created['id']}")
     assert reply["success"] is True
     assert created["id"] not in [i["id"] for i in listing(api)]
@@ -403,7 +374,7 @@ def test_delete_removes_the_inbound(api):
 
 
 def test_bulk_delete_deletes_existing_and_reports_the_rest(api):
-    a, b = add(api, sample("http")), add(api, sample("socks"))
+    a, b = create_inbound(api, sample("http")), create_inbound(api, sample("socks"))
     reply = api.post(f"{API}/bulkDel", {"ids": [a["id"], 999999, b["id"], "x"]})
     assert reply["success"] is True
     assert reply["obj"]["deleted"] == 2
@@ -417,7 +388,7 @@ def test_bulk_delete_deletes_existing_and_reports_the_rest(api):
 
 @pytest.mark.parametrize("body", [{"ids": 3}, {"ids": "1,2"}, {"ids": None}, {}, [1, 2]])
 def test_bulk_delete_needs_a_list_of_ids(api, body):
-    keep = add(api, sample("http"))
+    keep = create_inbound(api, sample("http"))
     reply = api.post(f"{API}/bulkDel", body)
     assert reply["success"] is False
     assert "ids" in reply["msg"] or "JSON object" in reply["msg"]
@@ -425,7 +396,7 @@ def test_bulk_delete_needs_a_list_of_ids(api, body):
 
 
 def test_set_enable_flips_the_flag_and_refuses_non_booleans(api):
-    created = add(api, sample("vmess"))
+    created = create_inbound(api, sample("vmess"))
     path = f"{API}/setEnable/{created['id']}"
     assert api.post(path, {"enable": False})["success"] is True
     assert api.get(f"{API}/get/{created['id']}")["obj"]["enable"] is False
@@ -438,7 +409,7 @@ def test_set_enable_flips_the_flag_and_refuses_non_booleans(api):
 
 
 def test_reset_traffic_zeroes_one_inbound(api, panel):
-    one, two = add(api, sample("vmess")), add(api, sample("trojan"))
+    one, two = create_inbound(api, sample("vmess")), create_inbound(api, sample("trojan"))
     counters(panel, one["id"], 1000, 2000)
     counters(panel, two["id"], 30, 40)
     by_id = {i["id"]: i for i in listing(api)}
@@ -451,7 +422,7 @@ def test_reset_traffic_zeroes_one_inbound(api, panel):
 
 
 def test_reset_all_traffics_zeroes_every_inbound(api, panel):
-    one, two = add(api, sample("vmess")), add(api, sample("trojan"))
+    one, two = create_inbound(api, sample("vmess")), create_inbound(api, sample("trojan"))
     counters(panel, one["id"], 5, 6)
     counters(panel, two["id"], 7, 8)
     assert api.post(f"{API}/resetAllTraffics")["success"] is True
@@ -460,7 +431,7 @@ def test_reset_all_traffics_zeroes_every_inbound(api, panel):
 
 
 def test_delete_all_clients_reports_zero_and_keeps_the_inbound(api):
-    created = add(api, sample("vless"))
+    created = create_inbound(api, sample("vless"))
     reply = api.post(f"{API}/{created['id']}/delAllClients")
     assert reply == {"success": True, "msg": "", "obj": {"deleted": 0}}
     assert api.get(f"{API}/get/{created['id']}")["success"] is True
@@ -471,7 +442,7 @@ def test_delete_all_clients_reports_zero_and_keeps_the_inbound(api):
 
 
 def test_import_takes_a_json_encoded_inbound_in_form_field_data(api):
-    exported = add(api, sample("trojan"))
+    exported = create_inbound(api, sample("trojan"))
     api.post(f"{API}/del/{exported['id']}")
     data = json.dumps({**exported, "up": 9, "down": 9})
     reply = api.post(f"{API}/import", json=None, data={"data": data})
@@ -501,7 +472,7 @@ def test_import_refuses_what_is_not_an_inbound(api, form, words):
 
 
 def test_import_applies_the_port_rules(api):
-    existing = add(api, sample("vmess"))
+    existing = create_inbound(api, sample("vmess"))
     data = json.dumps(sample("trojan", existing["port"]))
     refused(api.post(f"{API}/import", json=None, data={"data": data}), f"inbound {existing['id']}")
 
@@ -548,7 +519,7 @@ WRONG_TYPES = [
 
 @pytest.mark.parametrize(("name", "make", "field"), WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
 def test_wrong_types_are_refused_naming_the_field(api, name, make, field):
-    target = add(api, sample("trojan"))
+    target = create_inbound(api, sample("trojan"))
     before = listing(api)
     payload = make()
     raw = json.dumps(payload)
@@ -684,7 +655,7 @@ def test_fuzzed_payloads_always_get_an_envelope(tmp_path):
     server = start_panel(tmp_path)
     try:
         api = server.client()
-        target = add(api, sample("trojan", 40200))
+        target = create_inbound(api, sample("trojan", 40200))
         rng = random.Random(20240601)
         answers = {True: 0, False: 0}
         for _ in range(300):
@@ -729,7 +700,7 @@ def test_mutations_push_invalidate_inbounds(panel, api):
         ws_url, header=[f"Cookie: appliance_session={cookie}"], timeout=2
     )
     try:
-        created = add(api, sample("vmess"))
+        created = create_inbound(api, sample("vmess"))
         message = read_invalidate(ws, time.monotonic() + 15)
         assert message == {"type": "invalidate", "resource": "inbounds"}
         assert api.post(f"{API}/setEnable/{created['id']}", {"enable": False})["success"]

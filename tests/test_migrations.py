@@ -31,6 +31,15 @@ def versions(conn) -> list[int]:
     return [int(row[0]) for row in cur.fetchall()]
 
 
+def stored_versions(path) -> list[int]:
+    """The versions recorded in the database file at `path`, read after the panel stopped."""
+    conn = sqlite3.connect(path)
+    try:
+        return versions(conn)
+    finally:
+        conn.close()
+
+
 def sqlite_at(path, version: int) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -96,11 +105,7 @@ def test_older_database_upgrades_on_start(tmp_path, version):
             assert [t["name"] for t in tokens] == ["from-old-release"]
     finally:
         server.stop()
-    conn = sqlite3.connect(db)
-    try:
-        assert versions(conn) == list(range(1, LATEST + 1))
-    finally:
-        conn.close()
+    assert stored_versions(db) == list(range(1, LATEST + 1))
 
 
 def test_empty_file_is_a_new_database(tmp_path):
@@ -111,11 +116,7 @@ def test_empty_file_is_a_new_database(tmp_path):
         serves(server)
     finally:
         server.stop()
-    conn = sqlite3.connect(db)
-    try:
-        assert versions(conn) == list(range(1, LATEST + 1))
-    finally:
-        conn.close()
+    assert stored_versions(db) == list(range(1, LATEST + 1))
 
 
 def run_on_newer_database(tmp_path) -> tuple[subprocess.CompletedProcess, str]:
@@ -145,11 +146,7 @@ def test_newer_database_is_refused(tmp_path):
     assert result.returncode != 0
     assert f"schema version {LATEST + 1}" in output and "newer" in output
     assert "panel listening" not in output
-    conn = sqlite3.connect(db)
-    try:
-        assert versions(conn) == [*range(1, LATEST + 1), LATEST + 1]  # left as it was
-    finally:
-        conn.close()
+    assert stored_versions(db) == [*range(1, LATEST + 1), LATEST + 1]  # left as it was
 
 
 def test_newer_database_is_refused_without_a_traceback(tmp_path):

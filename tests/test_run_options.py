@@ -14,21 +14,10 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import PanelServer
+from helpers import clean_env, free_port
 
 from appliance import config
 from appliance.web.server import listen
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def clean_env(**extra: str) -> dict:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    environment.update(extra)
-    return environment
 
 
 class CommandPanel(PanelServer):

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import base64
-import datetime
 import time
 import uuid
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from helpers import write_self_signed
 
 from appliance.services.status import BUCKETS, METRICS
 
@@ -159,31 +150,11 @@ def test_new_x25519_pair_is_real(api):
     assert len(seen) == 3
 
 
-def write_self_signed(directory) -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "panel.test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "web.crt", directory / "web.key"
-    cert_path.write_bytes(cert.public_bytes(Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
-    return str(cert_path), str(key_path)
-
-
 def test_web_cert_files_follow_settings(fresh_panel, tmp_path):
     api = fresh_panel.client()
     reply = api.get(SERVER + "/getWebCertFiles")
     assert reply == {"success": True, "msg": "", "obj": {"webCertFile": "", "webKeyFile": ""}}
-    cert_path, key_path = write_self_signed(tmp_path)
+    cert_path, key_path = write_self_signed(tmp_path, "panel.test")
     saved = api.post(
         "/panel/api/setting/update", json={"webCertFile": cert_path, "webKeyFile": key_path}
     )

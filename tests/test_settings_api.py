@@ -8,13 +8,9 @@ cannot look right through the API while the database says otherwise.
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import json
-import os
 import shutil
-import socket
-import sqlite3
 
 import pyotp
 import pytest
@@ -22,9 +18,15 @@ import requests
 import websocket
 from conftest import ApiClient
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from helpers import (
+    free_port,
+    self_signed_certificate,
+    setting_rows,
+    write_certificate,
+    write_key,
+)
 
 ALL = "/panel/api/setting/all"
 UPDATE = "/panel/api/setting/update"
@@ -35,20 +37,8 @@ REDACTED = "********"
 RESTART_WAIT = 30
 
 
-def setting_rows(server) -> dict[str, str]:
-    """The `setting` table as the panel stored it."""
-    with sqlite3.connect(os.path.join(server.data_dir, "appliance.db")) as conn:
-        return dict(conn.execute("SELECT key, value FROM setting"))
-
-
 def cookie_header(client: ApiClient) -> str:
     return "; ".join(f"{name}={value}" for name, value in client.http.cookies.items())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def assert_refused(api: ApiClient, server, body, message: str) -> None:
@@ -71,39 +61,13 @@ def saved(api: ApiClient, body: dict) -> dict:
 # ---- certificates ------------------------------------------------------------------------
 
 
-def write_key(path, key) -> str:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> dict[str, str]:
     """A self-signed certificate with its key, plus files that must be refused."""
     folder = tmp_path_factory.mktemp("certs")
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
+    key, cert = self_signed_certificate(
+        "127.0.0.1", x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
     )
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (folder / "garbage.pem").write_text("this is not PEM at all\n")
     (folder / "encrypted.pem").write_bytes(
         key.private_bytes(
@@ -113,7 +77,7 @@ def certs(tmp_path_factory) -> dict[str, str]:
         )
     )
     return {
-        "cert": str(folder / "cert.pem"),
+        "cert": write_certificate(folder / "cert.pem", cert),
         "key": write_key(folder / "key.pem", key),
         "other_key": write_key(folder / "other.pem", ec.generate_private_key(ec.SECP256R1())),
         "garbage": str(folder / "garbage.pem"),

@@ -6,11 +6,10 @@ as an `Authorization: Bearer` credential, over real HTTP.
 from __future__ import annotations
 
 import hashlib
-import os
-import sqlite3
 
 import pytest
 import requests
+from helpers import database_bytes, db_rows
 
 BASE = "/panel/api/setting/apiTokens"
 STATUS = "/panel/api/server/status"
@@ -39,18 +38,7 @@ def names(api) -> list[str]:
 
 
 def token_rows(panel) -> list[tuple]:
-    connection = sqlite3.connect(os.path.join(panel.data_dir, "appliance.db"))
-    try:
-        return connection.execute("SELECT id, name, token_hash, enabled FROM api_token").fetchall()
-    finally:
-        connection.close()
-
-
-def database_bytes(panel) -> bytes:
-    path = os.path.join(panel.data_dir, "appliance.db")
-    return b"".join(
-        open(name, "rb").read() for name in (path, path + "-wal") if os.path.exists(name)
-    )
+    return db_rows(panel, "SELECT id, name, token_hash, enabled FROM api_token")
 
 
 def assert_unauthorized(response: requests.Response) -> None:
