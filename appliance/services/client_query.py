@@ -120,25 +120,27 @@ class ClientQuery:
         direction = ORDERS[order]
         where_sql = f" WHERE {' AND '.join(where)}" if where else ""
         summary = self.summary()
+        order_sql = f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
+        columns = (
+            "c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, c.limit_ip, "
+            "c.reset_days, c.group_name, c.created_at, c.updated_at, t.up, t.down, t.enable"
+        )
+        offset = (page - 1) * size
         if where:
-            # The traffic join is paid only when a condition reads the counters.
-            reads_traffic = query.get("filter") in ("active", "depleted", "expiring")
-            source = FROM if reads_traffic else "FROM client c"
-            filtered = self.store.rows(f"SELECT COUNT(*) {source}{where_sql}", params)[0][0]
+            filtered, page_ids = self._matching_page(
+                query, sort, where_sql, order_sql, params, offset, size
+            )
+            rows = []
+            if page_ids:
+                marks = ", ".join("?" * len(page_ids))
+                rows = self.store.rows(
+                    f"SELECT {columns} {FROM} WHERE c.id IN ({marks}) {order_sql}", page_ids
+                )
         else:
             filtered = summary["total"]
-        # With a search, matches are few: scan and sort them (the unary + keeps SQLite
-        # from walking the whole email index row by row to find them).
-        order_key = SORT_SQL[sort]
-        if sort == "email" and query.get("search") and self.store.dialect == "sqlite":
-            order_key = "+" + order_key
-        rows = self.store.rows(
-            f"SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
-            f"c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, "
-            f"t.up, t.down, t.enable {FROM}{where_sql} "
-            f"ORDER BY {order_key} {direction}, c.id {direction} LIMIT ? OFFSET ?",
-            [*params, size, (page - 1) * size],
-        )
+            rows = self.store.rows(
+                f"SELECT {columns} {FROM} {order_sql} LIMIT ? OFFSET ?", [size, offset]
+            )
         attachments = self.attachments([row[0] for row in rows])
         items = [
             {
@@ -180,6 +182,25 @@ class ClientQuery:
             "pageSize": size,
             "summary": summary,
         }
+
+    def _matching_page(self, query, sort, where_sql, order_sql, params, offset, size):
+        """The count of matches and the ids of one page of them, from one scan: the ids of
+        every match, sorted, with the traffic join only when a condition or the order
+        reads the counters."""
+        reads_traffic = query.get("filter") in ("active", "depleted", "expiring") or sort in (
+            "traffic",
+            "remaining",
+        )
+        source = FROM if reads_traffic else "FROM client c"
+        if sort == "email" and self.store.dialect == "sqlite":
+            # The unary + keeps SQLite from walking the whole email index, fetching every
+            # row to test it: one scan, then a sort of the matches, is far cheaper.
+            order_sql = order_sql.replace("c.email_key", "+c.email_key", 1)
+        ids = [
+            row[0]
+            for row in self.store.rows(f"SELECT c.id {source}{where_sql} {order_sql}", params)
+        ]
+        return len(ids), ids[offset : offset + size]
 
     def _conditions(self, query: dict) -> tuple[list[str], list]:
         where: list[str] = []
