@@ -26,9 +26,12 @@ from appliance.core.process import CoreProcess
 from appliance.jobs import every
 from appliance.services.auth import Auth
 from appliance.services.client_bulk import ClientBulk
+from appliance.services.client_ips import ClientIps
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
 from appliance.services.core import CoreService
+from appliance.services.core_logs import ACCESS_LOG_NAME
+from appliance.services.core_releases import CoreReleases, installed_binary
 from appliance.services.errors import ServiceError
 from appliance.services.groups import Groups
 from appliance.services.inbounds import Inbounds
@@ -45,6 +48,7 @@ from appliance.web.core_routes import core_routes
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import inbound_routes
 from appliance.web.openapi import openapi_routes
+from appliance.web.release_routes import release_routes
 from appliance.web.server import BasePath, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
 from appliance.web.session_routes import session_routes
@@ -72,9 +76,18 @@ class Panel:
         self.hub = Hub()
         self.accounting = TrafficAccounting(self.store, self.presence)
         core_dir = os.path.join(options.data_dir, "core")
+        # Built before the core starts: it begins reading at the access log's end.
+        self.client_ips = ClientIps(
+            self.store,
+            self.settings,
+            access_log=os.path.join(core_dir, ACCESS_LOG_NAME),
+            limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
+        )
         self.core = CoreService(
             store=self.store,
-            process=CoreProcess(options.core, core_dir, self._core_state),
+            process=CoreProcess(
+                options.core or installed_binary(core_dir), core_dir, self._core_state
+            ),
             workdir=core_dir,
             inbounds=self.inbounds,
             core_clients=self.client_query.core_clients,
@@ -83,7 +96,9 @@ class Panel:
             sweep=self.client_bulk.disable_depleted,
             hub=self.hub,
             on_change=self.changed,
+            client_ips=self.client_ips,
         )
+        self.core_releases = CoreReleases(self.settings, core_dir, self.core)
         self.history = History()
         self.sampler = StatusSampler(
             __version__, self.core_info, lambda: len(self.presence.online())
@@ -120,6 +135,7 @@ class Panel:
             inbound_routes(self),
             client_routes(self),
             core_routes(self),
+            release_routes(self),
             server_routes(self),
             setting_routes(self),
         ]

@@ -41,7 +41,15 @@ FORMS = {
     },
 }
 # Called elsewhere on a panel of its own: it would restart the shared one.
-NOT_CALLED = {("POST", "/panel/api/setting/restartPanel")}
+# restartPanel would end the shared panel; the release routes download from the
+# internet by default (tests/test_core_releases.py drives them against a local server).
+NOT_CALLED = {
+    ("POST", "/panel/api/setting/restartPanel"),
+    ("GET", "/panel/api/server/getCoreVersion"),
+    ("POST", "/panel/api/server/installCore/{version}"),
+    ("POST", "/panel/api/server/updateGeofile"),
+    ("POST", "/panel/api/server/updateGeofile/{fileName}"),
+}
 # Called on a client of their own, since they end the session that calls them.
 OWN_SESSION = {("POST", "/logout")}
 

@@ -27,6 +27,9 @@ Rules:
   `stats`, the user and system stats policy, and a first routing rule sending inbound
   "api" to outbound "api" are ensured. A template inbound tagged "api" is replaced by
   ours; the template's other inbounds, outbounds and rules are kept in their order.
+- `access_log` (a path) becomes the template's `log.access` unless the template names a
+  file of its own: the panel reads the access log for client IPs and `corelogs`, so an
+  empty value or "none" there gives way to the panel's file.
 - An inbound runs in this core when it is enabled, its expiry has not passed, its quota
   is not used up, it is not assigned to a node (nodes run their own core) and it is not
   MTProto (its own process).
@@ -109,12 +112,15 @@ def build_config(
     api_port: int,
     flavor: str = "xray",
     now_ms: int | None = None,
+    access_log: str = "",
 ) -> dict:
     """The core config for these records (see the module docstring for the contract)."""
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {', '.join(FLAVORS)} (got {flavor!r})")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     config = copy.deepcopy(template)
+    if access_log:
+        _ensure_access_log(config, access_log)
     _ensure_api(config)
     _ensure_stats(config)
     _ensure_policy(config)
@@ -210,6 +216,13 @@ def _section(config: dict, key: str) -> dict:
     if not isinstance(config.get(key), dict):
         config[key] = {}
     return config[key]
+
+
+def _ensure_access_log(config: dict, path: str) -> None:
+    log = _section(config, "log")
+    own = log.get("access")
+    if not isinstance(own, str) or own.strip().lower() in ("", "none"):
+        log["access"] = path
 
 
 def _ensure_api(config: dict) -> None:

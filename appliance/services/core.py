@@ -34,6 +34,7 @@ from pony.orm import db_session
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
 from appliance.core.live import live_changes
+from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
 from appliance.services.errors import ServiceError
 from appliance.services.settings import core_template
 
@@ -58,6 +59,7 @@ class CoreService:
         sweep,
         hub,
         on_change,
+        client_ips=None,
     ):
         self.store = store
         self.core_clients = core_clients
@@ -69,6 +71,9 @@ class CoreService:
         self.sweep = sweep
         self.hub = hub
         self.on_change = on_change
+        # Reads the access log each tick for client IPs (services.client_ips); None: off.
+        self.client_ips = client_ips
+        self.access_log = os.path.join(workdir, ACCESS_LOG_NAME)
         self.api: CoreApi | None = None
         self.api_port = 0
         self.running: dict | None = None
@@ -119,6 +124,23 @@ class CoreService:
         self._launch()
         self.hub.notify("Core restarted", "The core runs the current configuration.", "info")
 
+    def use_binary(self, path: str) -> None:
+        """Run the core from `path` from now on (a newly installed core), starting it
+        even if none ran; a file that is not a core, or a core refusing the config,
+        raises and keeps the previous binary."""
+        previous = self.process.binary
+        self.process.binary, self.process.info = path, None
+        try:
+            self._flavor, _version, self._prefix = self.process.detect()
+            if not self.api_port:
+                self.api_port = _free_port()
+                gevent.spawn(self._sync_loop)
+            self.tick()
+            self._launch()
+        except ServiceError:
+            self.process.binary, self.process.info = previous, None
+            raise
+
     def shutdown(self) -> None:
         """At panel exit: count the last bytes, then stop the core with the panel."""
         if self.process.state == "running":
@@ -160,6 +182,7 @@ class CoreService:
             self.api_port,
             flavor=self._flavor,
             now_ms=int(time.time() * 1000),
+            access_log=self.access_log,
         )
 
     def template(self) -> dict:
@@ -180,6 +203,7 @@ class CoreService:
                 self.api_port,
                 flavor=self._flavor,
                 now_ms=int(time.time() * 1000),
+                access_log=self.access_log,
             )
             self.process.test(candidate)
         self.settings.write(checked)
@@ -279,6 +303,8 @@ class CoreService:
             self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
         if self.sweep():
             self.on_change("clients")
+        if self.client_ips is not None:
+            self.client_ips.collect(log_path(self.running, "access"))
 
     # ---- surviving a crashed panel ---------------------------------------------------------
 

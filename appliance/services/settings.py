@@ -72,6 +72,11 @@ DEFAULTS: dict[str, Any] = {
     "coreTemplate": "",
     "trafficInterval": 10,  # seconds between traffic ticks
     "outboundTestUrl": "https://www.google.com/generate_204",
+    # Where installCore lists core releases (GitHub's releases API shape) and where
+    # updateGeofile gets the geo files Xray's own release bundles.
+    "coreReleaseUrl": "https://api.github.com/repos/XTLS/Xray-core/releases",
+    "geoipUrl": "https://github.com/v2fly/geoip/releases/latest/download/geoip.dat",
+    "geositeUrl": "https://github.com/v2fly/domain-list-community/releases/latest/download/dlc.dat",
 }
 SECRET_KEYS = frozenset({"tgBotToken", "smtpPassword"})
 # Stored alongside settings but never part of the settings API.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from appliance.core.template import default_template
+from appliance.services import core_logs
 from appliance.services.errors import ServiceError
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
@@ -79,6 +80,22 @@ def core_routes(panel) -> RouteTable:
     @server.get("/getConfigJson", "The core config the panel runs (or would run)")
     def config_json():
         return core.running or core.build()
+
+    @server.post(
+        "/corelogs/<count>",
+        "The core's last access and error lines, filtered (see services.core_logs)",
+        form=True,
+        body={
+            "filter": "string",
+            "showDirect": "string",
+            "showBlocked": "string",
+            "showProxy": "string",
+        },
+    )
+    def core_log_lines(count):
+        form = json_object(8192)
+        config = core.running or core.build()
+        return core_logs.recent_core_logs(config, core.process.output(500), count, form)
 
     table.routes.extend(server.routes)
     return table

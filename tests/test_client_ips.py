@@ -1,0 +1,264 @@
+"""Client IPs from the core's access log: the collector against a real SQLite store and
+real files (lines with documentation addresses, since tests only have loopback), the
+over-limit lines checked with the fail2ban filter documented in docs/fail2ban.md, and
+the whole path through a panel on the real core."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from core_helpers import LOOPBACK, echo_server
+from test_core_e2e import add_client, add_inbound, client_core, core_panel, ok, passes, route
+
+from appliance.services.client_ips import ACTIVE_WINDOW, ClientIps, host_addresses
+from appliance.services.client_query import ClientQuery
+from appliance.services.clients import Clients
+from appliance.services.core_logs import ACCESS_LOG_KEEP, ACCESS_LOG_LIMIT
+from appliance.services.inbounds import Inbounds
+from appliance.services.presence import Presence
+from appliance.services.settings import Settings
+from appliance.store import Store
+
+NOW = float(int(time.time()))
+OWN = "203.0.113.250"  # stands in for an address of this host
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "fail2ban.md"
+WAIT = 20
+
+
+def stamp(ago: float) -> str:
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(NOW - ago))
+
+
+def xray_line(ip: str, email: str, ago: float = 0, outbound: str = "direct") -> str:
+    return (
+        f"{stamp(ago)}.123456 from {ip}:40000 accepted tcp:example.com:443 "
+        f"[in-1 >> {outbound}] email: {email}"
+    )
+
+
+def v2ray_line(ip: str, email: str, ago: float = 0, status: str = "accepted") -> str:
+    if status == "rejected":
+        return f"{stamp(ago)} {ip}:40000 rejected  proxy/vless/encoding: invalid request user id"
+    return f"{stamp(ago)} {ip}:40000 accepted tcp:example.com:443 [direct] email: {email}"
+
+
+def append(path: str, *lines: str) -> None:
+    with open(path, "a") as fh:
+        fh.write("".join(line + "\n" for line in lines))
+
+
+def fail2ban_filter() -> re.Pattern:
+    """The documented failregex as a Python expression: fail2ban's <ADDR> and <F-USER>
+    tags become named groups."""
+    text = DOCS.read_text()
+    failregex = re.search(r"^failregex\s*=\s*(.+)$", text, re.MULTILINE).group(1).strip()
+    pattern = (
+        failregex.replace("<F-USER>", "(?P<user>")
+        .replace("</F-USER>", ")")
+        .replace("<ADDR>", r"(?P<addr>[0-9A-Fa-f.:]+)")
+    )
+    return re.compile(pattern)
+
+
+# ---- the collector against a real store ---------------------------------------------------
+
+
+@pytest.fixture
+def world(tmp_path):
+    """Clients Alice (limitIp 2), bob (0) and carol (1) on one inbound; ipLimitEnable on;
+    an access log that already holds a line from before the collector started."""
+    store = Store(str(tmp_path / "panel.db"))
+    store.open()
+    settings = Settings(store)
+    settings.load()
+    settings.write(settings.check({"ipLimitEnable": True}))
+    inbounds = Inbounds(store, lambda: [], ClientQuery(store, settings, Presence()).by_inbound)
+    inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
+    clients = Clients(store)
+    for email, limit in (("Alice", 2), ("bob", 0), ("carol", 1)):
+        clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
+    access = str(tmp_path / "core" / "access.log")
+    os.makedirs(os.path.dirname(access))
+    append(access, xray_line("198.51.100.1", "Alice"))
+    collector = ClientIps(
+        store,
+        settings,
+        access_log=access,
+        limit_log=str(tmp_path / "logs" / "ip-limit.log"),
+        clock=lambda: NOW,
+        own_addresses=lambda: {OWN, LOOPBACK, "::1"},
+    )
+    yield {"collector": collector, "clients": clients, "settings": settings, "access": access}
+    store.close()
+
+
+def ips(world, email: str) -> list[str]:
+    return world["clients"].ips(email)
+
+
+def over_limit(world) -> list[tuple[str, str]]:
+    """(email, address) of every ip-limit.log line, read with the documented filter."""
+    path = world["collector"].limit_log
+    if not os.path.exists(path):
+        return []
+    lines = Path(path).read_text().splitlines()
+    matches = [fail2ban_filter().search(line) for line in lines]
+    assert all(matches), lines
+    return [(m["user"], m["addr"]) for m in matches]
+
+
+def feed(world, *lines: str) -> None:
+    append(world["access"], *lines)
+    world["collector"].collect()
+
+
+def test_new_lines_of_known_clients_are_recorded_with_their_time(world):
+    feed(
+        world,
+        xray_line("203.0.113.1", "alice", ago=30),  # emails compare case-insensitively
+        v2ray_line("203.0.113.2", "bob", ago=5),
+        xray_line("[2001:db8::1]", "Alice", ago=1),
+        xray_line("203.0.113.3", "nobody@x"),  # no such client
+        xray_line("203.0.113.4", "Alice", outbound="api"),  # the panel's own API calls
+        v2ray_line("203.0.113.5", "", status="rejected"),
+        f"{stamp(0)} [Warning] core: an error-log line",
+    )
+    assert ips(world, "Alice") == [
+        f"2001:db8::1 ({int(NOW) - 1})",
+        f"203.0.113.1 ({int(NOW) - 30})",
+    ]  # 198.51.100.1 was in the file before the collector started
+    assert ips(world, "bob") == [f"203.0.113.2 ({int(NOW) - 5})"]
+    assert over_limit(world) == []
+
+
+def test_a_sighting_moves_seen_at_forward_only(world):
+    feed(world, xray_line("203.0.113.1", "Alice", ago=10), xray_line("203.0.113.1", "Alice", 50))
+    assert ips(world, "Alice") == [f"203.0.113.1 ({int(NOW) - 10})"]
+    feed(world, xray_line("203.0.113.1", "Alice", ago=100))
+    assert ips(world, "Alice") == [f"203.0.113.1 ({int(NOW) - 10})"]
+    feed(world, xray_line("203.0.113.1", "Alice", ago=2))
+    assert ips(world, "Alice") == [f"203.0.113.1 ({int(NOW) - 2})"]
+
+
+def test_a_truncated_access_log_is_read_from_its_start(world):
+    feed(world, xray_line("203.0.113.1", "Alice", ago=9), xray_line("203.0.113.2", "bob", ago=9))
+    with open(world["access"], "w") as fh:
+        fh.write(v2ray_line("203.0.113.7", "bob") + "\n")
+    world["collector"].collect()
+    assert ips(world, "bob") == [f"203.0.113.7 ({int(NOW)})", f"203.0.113.2 ({int(NOW) - 9})"]
+
+
+def test_addresses_beyond_the_limit_are_logged_for_fail2ban_once_per_sighting(world):
+    feed(world, xray_line("203.0.113.1", "Alice", 60), xray_line("203.0.113.2", "Alice", 30))
+    assert over_limit(world) == []
+    feed(world, xray_line("203.0.113.3", "Alice"))
+    assert over_limit(world) == [("Alice", "203.0.113.3")]
+    feed(world, xray_line("203.0.113.1", "Alice"))  # one of the two it had first
+    assert over_limit(world) == [("Alice", "203.0.113.3")]
+    feed(world, xray_line("203.0.113.3", "Alice"), xray_line("[2001:db8::9]", "Alice"))
+    assert over_limit(world) == [
+        ("Alice", "203.0.113.3"),
+        ("Alice", "203.0.113.3"),
+        ("Alice", "2001:db8::9"),
+    ]
+    lines = Path(world["collector"].limit_log).read_text().splitlines()
+    assert lines[0] == f"{stamp(0)} [LIMIT_IP] Email = Alice || SRC = 203.0.113.3"
+
+
+def test_only_addresses_seen_within_the_window_count(world):
+    old = ACTIVE_WINDOW + 60
+    feed(world, xray_line("203.0.113.1", "Alice", old), xray_line("203.0.113.2", "Alice", old))
+    feed(world, xray_line("203.0.113.3", "Alice"), xray_line("203.0.113.4", "Alice"))
+    assert over_limit(world) == []
+    feed(world, xray_line("203.0.113.5", "Alice"))
+    assert over_limit(world) == [("Alice", "203.0.113.5")]
+
+
+def test_loopback_and_the_hosts_own_addresses_are_never_counted_or_logged(world):
+    feed(
+        world,
+        v2ray_line(LOOPBACK, "carol"),
+        xray_line("[::1]", "carol"),
+        xray_line(OWN, "carol"),
+        xray_line("127.0.0.2", "carol"),
+        xray_line("203.0.113.60", "carol"),
+    )
+    assert over_limit(world) == []
+    assert len(ips(world, "carol")) == 5  # still listed for the admin
+    feed(world, xray_line("203.0.113.61", "carol"))
+    assert over_limit(world) == [("carol", "203.0.113.61")]
+
+
+def test_no_limit_lines_for_limit_zero_or_with_the_setting_off(world):
+    feed(world, *(xray_line(f"203.0.113.{n}", "bob") for n in range(1, 20)))
+    assert len(ips(world, "bob")) == 19
+    settings = world["settings"]
+    settings.write(settings.check({"ipLimitEnable": False}))
+    feed(world, *(xray_line(f"203.0.113.{n}", "Alice") for n in range(1, 6)))
+    assert len(ips(world, "Alice")) == 5
+    assert over_limit(world) == []
+    assert not os.path.exists(world["collector"].limit_log)
+
+
+def test_an_access_log_past_its_limit_is_cut_back_and_still_followed(world):
+    with open(world["access"], "r+b") as fh:
+        fh.truncate(ACCESS_LOG_LIMIT + 1)  # sparse: a flood the disk must not keep
+    world["collector"].collect()
+    assert os.path.getsize(world["access"]) <= ACCESS_LOG_KEEP
+    feed(world, v2ray_line("203.0.113.8", "bob"))
+    assert ips(world, "bob") == [f"203.0.113.8 ({int(NOW)})"]
+
+
+def test_the_hosts_own_addresses_include_loopback():
+    assert LOOPBACK in host_addresses()
+
+
+# ---- through the panel on the real core ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    server = core_panel(tmp_path_factory.mktemp("client-ips"))
+    yield server
+    server.stop()
+
+
+def wait_until(condition, what: str):
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {WAIT} s: {what}")
+
+
+def test_a_client_connecting_through_the_core_shows_up_in_its_ips(panel, tmp_path):
+    api = panel.client()
+    config = ok(api.get("/panel/api/server/getConfigJson"))
+    assert config["log"]["access"] == os.path.join(panel.data_dir, "core", "access.log")
+    inbound = add_inbound(api, "vless")
+    client = add_client(api, inbound["id"])
+    email = client["email"]
+    assert ok(api.post(f"/panel/api/clients/ips/{email}")) == []
+    before = int(time.time())
+    way = route(inbound, client)
+    with echo_server() as echo, client_core(tmp_path, [way]):
+        wait_until(lambda: passes(way[0], echo), "the vless inbound carries bytes")
+        listed = wait_until(
+            lambda: ok(api.post(f"/panel/api/clients/ips/{email}")), "the client's IP is listed"
+        )
+    address, seen = re.fullmatch(r"(\S+) \((\d+)\)", listed[0]).groups()
+    assert (address, len(listed)) == (LOOPBACK, 1)
+    assert before - 1 <= int(seen) <= time.time()
+
+    def corelogs(count="50", **form) -> str:
+        return ok(api.post(f"/panel/api/server/corelogs/{count}", data=form))
+
+    assert f"email: {email}" in corelogs(showDirect="true", filter=email)
+    assert f"email: {email}" not in corelogs(showBlocked="true", showProxy="true")
+    refused = api.post("/panel/api/server/corelogs/lots", data={"showDirect": "true"})
+    assert refused["success"] is False and "count must be an integer" in refused["msg"]
