@@ -76,6 +76,19 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+def version_output(binary: str) -> str:
+    """What `binary -version` prints (both cores answer that flag); raises OSError when it
+    cannot run and subprocess.TimeoutExpired when it does not answer in time."""
+    result = subprocess.run(
+        [binary, "-version"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=DETECT_TIMEOUT,
+        env=child_environment(),
+    )
+    return result.stdout.decode(errors="replace")
+
+
 def _ignore_state(state: str) -> None:
     """The default `on_state`: nobody listens."""
 
@@ -137,20 +150,13 @@ class CoreProcess:
         `ServiceError` when the binary is not a core this panel can drive."""
         path = self._find()
         try:
-            result = subprocess.run(
-                [path, "-version"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=DETECT_TIMEOUT,
-                env=child_environment(),
-            )
+            text = version_output(path)
         except subprocess.TimeoutExpired:
             raise ServiceError(
                 f"{path} -version did not answer within {DETECT_TIMEOUT} s"
             ) from None
         except OSError as exc:
             raise CoreMissing(f"the core is not installed: {path}: {exc.strerror}") from None
-        text = result.stdout.decode(errors="replace")
         match = VERSION_LINE.search(text)
         if match is None:
             first = text.strip().splitlines()[:1] or ["nothing"]

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from appliance.core.process import DETECT_TIMEOUT, VERSION_LINE, child_environment
+from appliance.core.process import DETECT_TIMEOUT, VERSION_LINE, version_output
 from appliance.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -492,13 +492,7 @@ def _extract(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, asset: s
 def _core_version(binary: str, tag: str) -> str:
     """The version the unpacked binary reports; it must run here and say it is a core."""
     try:
-        result = subprocess.run(
-            [binary, "-version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=DETECT_TIMEOUT,
-            env=child_environment(),
-        )
+        printed = version_output(binary)
     except subprocess.TimeoutExpired:
         raise ServiceError(
             f"the core of {tag} did not answer -version within {DETECT_TIMEOUT} s; "
@@ -509,7 +503,7 @@ def _core_version(binary: str, tag: str) -> str:
             f"the core of {tag} does not run on this machine ({exc.strerror}); "
             "nothing was installed"
         ) from None
-    match = VERSION_LINE.search(result.stdout.decode(errors="replace"))
+    match = VERSION_LINE.search(printed)
     if match is None:
         raise ServiceError(
             f"the binary in {tag} does not report a core version; nothing was installed"
