@@ -239,3 +239,16 @@ def test_no_traceback_in_the_panel_output(panel, api):
     assert api.get("/panel/api/server/status")["success"] is True
     assert "Traceback" not in panel.output()
     assert " 500 " not in panel.output()
+
+
+@pytest.mark.parametrize(
+    "path", ["/panel/api/clients/import", "/panel/api/inbounds/import"], ids=["clients", "inbounds"]
+)
+def test_import_data_nested_too_deeply_is_an_envelope_error(panel, path):
+    """The import routes parse JSON text from a field themselves; nesting deep enough to
+    exhaust the parser is refused like any other JSON that cannot be read."""
+    api = panel.client()
+    reply = api.post(path, {"data": "[" * 100_000 + "]" * 100_000})
+    assert reply["success"] is False
+    assert "data is not valid JSON" in reply["msg"]
+    assert "Traceback" not in panel.output()

@@ -10,7 +10,6 @@ minutes.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pony.orm import db_session, select
@@ -21,7 +20,7 @@ from appliance.services.client_rules import email_key
 from appliance.services.clients import Clients, columns_of, inbound_ids_of, inbound_record
 from appliance.services.errors import ServiceError
 from appliance.services.inbound_protocols import INT64_MAX
-from appliance.services.parse import parse_emails, parse_id
+from appliance.services.parse import parse_emails, parse_id, parse_json_text
 
 DAY_MS = 86_400_000
 IN_CHUNK = 500
@@ -44,14 +43,7 @@ class ClientBulk:
         """`{data}`: the JSON text of an export. Unattached clients come back unattached;
         counters and timestamps come back as exported."""
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, str):
-            raise ServiceError("data must be the JSON text of an export (an array)")
-        try:
-            items = json.loads(data)
-        except ValueError as exc:
-            raise ServiceError(f"data is not valid JSON: {exc}") from None
-        if not isinstance(items, list):
-            raise ServiceError("data must encode a JSON array of {client, inboundIds}")
+        items = parse_json_text(data, "data", list, "an array of {client, inboundIds}")
         return self._create_many(items, require_inbounds=False, restore=True)
 
     def _create_many(self, items: list, *, require_inbounds: bool, restore: bool) -> dict:

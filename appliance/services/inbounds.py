@@ -26,7 +26,7 @@ from appliance.services.client_rules import legacy_method
 from appliance.services.clients import refit
 from appliance.services.errors import ServiceError
 from appliance.services.fallbacks import Fallbacks, master_problem
-from appliance.services.parse import parse_id
+from appliance.services.parse import parse_id, parse_json_text
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
@@ -152,14 +152,7 @@ class Inbounds:
 
     def import_(self, data) -> dict:
         """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
-        if not isinstance(data, str) or not data.strip():
-            raise ServiceError("data must be a JSON-encoded inbound")
-        try:
-            payload = json.loads(data)
-        except ValueError as exc:
-            raise ServiceError(f"data is not valid JSON: {exc}") from None
-        if not isinstance(payload, dict):
-            raise ServiceError("data must encode a JSON object (one inbound)")
+        payload = parse_json_text(data, "data", dict, "an object (one inbound)")
         payload = {k: v for k, v in payload.items() if k not in ("id", "up", "down")}
         return self.add(payload)
 

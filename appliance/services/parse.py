@@ -25,3 +25,17 @@ def parse_emails(body: Any) -> list[str]:
     if not all(isinstance(email, str) for email in emails):
         raise ServiceError("emails must contain only strings")
     return list(dict.fromkeys(emails))
+
+
+def parse_json_text(data: Any, what: str, kind: type, shape: str) -> Any:
+    """A JSON document sent as text inside a field (the import routes), parsed and
+    checked to be `kind`; `shape` says what it should be, for the message."""
+    if not isinstance(data, str) or not data.strip():
+        raise ServiceError(f"{what} must be the JSON text of {shape}")
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ServiceError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise ServiceError(f"{what} must encode {shape}")
+    return value
