@@ -23,7 +23,7 @@ import sqlite3
 import time
 from urllib.parse import quote
 
-from harness import BenchError, Client, Dataset, compact_json, register_dataset
+from harness import BenchError, Client, Dataset, inbound_columns, register_dataset
 
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
@@ -152,22 +152,7 @@ def _insert_inbounds(conn: sqlite3.Connection, now: int) -> dict[int, dict]:
             "INSERT INTO inbound (id, remark, tag, protocol, listen, port, enable, expiry_time, "
             "total, settings, stream_settings, sniffing, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                inbound_id,
-                record["remark"],
-                f"inbound-{record['port']}",
-                record["protocol"],
-                record["listen"],
-                record["port"],
-                record["enable"],
-                record["expiryTime"],
-                record["total"],
-                compact_json(record["settings"]),
-                compact_json(record["streamSettings"]),
-                compact_json(record["sniffing"]),
-                now,
-                now,
-            ),
+            (inbound_id, *inbound_columns(record, now)),
         )
         records[inbound_id] = {"id": inbound_id, **record}
     return records

@@ -430,28 +430,32 @@ def seed_inbounds(conn: sqlite3.Connection, count: int) -> None:
     rows = []
     for index in range(count):
         record = normalize_inbound(inbound_payload(index))
-        rows.append(
-            (
-                record["remark"],
-                f"inbound-{record['port']}",
-                record["protocol"],
-                record["listen"],
-                record["port"],
-                record["enable"],
-                record["expiryTime"],
-                record["total"],
-                compact_json(record["settings"]),
-                compact_json(record["streamSettings"]),
-                compact_json(record["sniffing"]),
-                now,
-                now,
-            )
-        )
+        rows.append(inbound_columns(record, now))
     conn.executemany(
         "INSERT INTO inbound (remark, tag, protocol, listen, port, enable, expiry_time, total, "
         "settings, stream_settings, sniffing, created_at, updated_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
+    )
+
+
+def inbound_columns(record: dict, now: int) -> tuple:
+    """A normalised inbound as the values of an `inbound` row, from remark to updated_at
+    (the column order of the INSERTs that seed datasets)."""
+    return (
+        record["remark"],
+        f"inbound-{record['port']}",
+        record["protocol"],
+        record["listen"],
+        record["port"],
+        record["enable"],
+        record["expiryTime"],
+        record["total"],
+        compact_json(record["settings"]),
+        compact_json(record["streamSettings"]),
+        compact_json(record["sniffing"]),
+        now,
+        now,
     )
 
 
