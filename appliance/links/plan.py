@@ -1,0 +1,371 @@
+"""What one link must say, worked out once for all three output formats.
+
+A client on an inbound yields one link per place it can connect to: each enabled host
+(in the order given), else each legacy `streamSettings.externalProxy` entry, else the
+default address of the subscription and the inbound's port. For each of them this module
+resolves, from the inbound, the client and that host, everything a client app needs:
+address and port, the secret, the transport, and the security layer with its parameters.
+The share-link, JSON and Mihomo renderers then only translate a `LinkPlan` into their
+format, so the three never disagree about where or how to connect.
+
+Rules worth knowing:
+
+- A host's empty address, port or SNI inherits the subscription address, the inbound's
+  port and the inbound's server name. Its `security` is `same` (keep the inbound's),
+  `none` (strip TLS: e.g. a plain relay in front), `tls` (force TLS: e.g. a CDN that
+  terminates TLS in front of a plain WebSocket inbound) or `reality` (kept only when the
+  inbound has REALITY settings to describe it). Hysteria runs over QUIC, which always
+  carries TLS, so its links keep TLS whatever a host says.
+- REALITY links carry the public key from `realitySettings.settings.publicKey` when the
+  panel stored one, else the key derived from `realitySettings.privateKey` (X25519,
+  encoded as URL-safe base64 without padding, as the core prints it). The first short id
+  and the first server name are used; the fingerprint defaults to "chrome", because a
+  REALITY client must imitate a browser.
+- The Vision flow of a VLESS client is kept only where the core accepts it (raw TCP under
+  TLS or REALITY, or XHTTP with VLESS Encryption) and the link still has TLS or REALITY.
+- Shadowsocks 2022 links carry "server key:user key"; legacy ciphers carry the client's
+  own `method` when it has one, else the inbound's.
+- Hysteria: the core implements Hysteria 2 for both panel protocols (`hysteria` and
+  `hysteria2`); a link uses the version-1 form only when the inbound declares version 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+
+from appliance.links.remarks import render_remark
+
+LINK_PROTOCOLS = frozenset({"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"})
+SS2022_PREFIX = "2022-blake3-"
+# The newer names the core accepts for two transports, mapped to the names every client
+# app understands.
+NETWORK_ALIASES = {"raw": "tcp", "splithttp": "xhttp"}
+TRANSPORT_OBJECTS = {
+    "tcp": ("tcpSettings", "rawSettings"),
+    "ws": ("wsSettings",),
+    "grpc": ("grpcSettings",),
+    "httpupgrade": ("httpupgradeSettings",),
+    "xhttp": ("xhttpSettings", "splithttpSettings"),
+    "kcp": ("kcpSettings",),
+    "quic": ("quicSettings",),
+    "hysteria": ("hysteriaSettings",),
+}
+HOST_SECURITIES = ("same", "none", "tls", "reality")
+
+
+@dataclass(frozen=True)
+class LinkContext:
+    """Where links point by default, and how they are named.
+
+    `address`: the address clients connect to when no host overrides it (the subDomain
+    setting, else the host name the request came to, without port).
+    `remark_model`: the `remarkModel` setting, see `appliance.links.remarks`.
+    """
+
+    address: str
+    remark_model: str
+
+
+@dataclass(frozen=True)
+class Security:
+    """The security layer of one link: kind is "none", "tls" or "reality"."""
+
+    kind: str
+    sni: str = ""
+    alpn: tuple[str, ...] = ()
+    fingerprint: str = ""
+    allow_insecure: bool = False
+    public_key: str = ""
+    short_id: str = ""
+    spider_x: str = ""
+    mldsa65_verify: str = ""
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """Everything one link says. `transport` is the inbound's settings object of
+    `network` (a copy; {} when the inbound has none)."""
+
+    protocol: str
+    remark: str
+    address: str
+    port: int
+    network: str
+    security: Security
+    transport: dict = field(default_factory=dict)
+    user_id: str = ""
+    password: str = ""
+    flow: str = ""
+    vless_encryption: str = "none"
+    vmess_security: str = "auto"
+    ss_method: str = ""
+    hysteria_version: int = 2
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One place to connect to: a host, an external proxy or the default address."""
+
+    address: str
+    port: int
+    security: str
+    sni: str
+    remark: str
+
+
+def link_plans(inbound: dict, client: dict, hosts: list[dict], ctx: LinkContext) -> list[LinkPlan]:
+    """One plan per link of `client` on `inbound`; [] when the protocol has no link form
+    or the client lacks the secret the protocol needs."""
+    if not isinstance(inbound, dict) or not isinstance(client, dict):
+        return []
+    protocol = _text(inbound.get("protocol"))
+    if protocol not in LINK_PROTOCOLS:
+        return []
+    settings = section(inbound, "settings")
+    stream = section(inbound, "streamSettings")
+    credentials = _credentials(protocol, settings, stream, client)
+    if credentials is None:
+        return []
+    network = _network(protocol, stream)
+    transport = _transport_object(stream, network)
+    plans = []
+    for target in _targets(inbound, stream, hosts, ctx):
+        security = _security(protocol, stream, target)
+        remark = render_remark(
+            ctx.remark_model,
+            _text(inbound.get("remark")),
+            _text(client.get("email")),
+            target.remark,
+        )
+        flow = credentials.get("flow", "")
+        if flow and not _flow_allowed(network, settings, stream, security):
+            flow = ""
+        plans.append(
+            LinkPlan(
+                protocol=protocol,
+                remark=remark,
+                address=target.address,
+                port=target.port,
+                network=network,
+                security=security,
+                transport=dict(transport),
+                **{**credentials, "flow": flow},
+            )
+        )
+    return plans
+
+
+def section(record: dict, key: str) -> dict:
+    """A nested object of a record, accepting the legacy JSON-text form; {} otherwise."""
+    value = record.get(key)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def is_ss2022(method: str) -> bool:
+    return method.startswith(SS2022_PREFIX)
+
+
+# ---------------------------------------------------------------------------------------
+# Credentials
+# ---------------------------------------------------------------------------------------
+
+
+def _credentials(protocol: str, settings: dict, stream: dict, client: dict) -> dict | None:
+    if protocol in ("vless", "vmess"):
+        user_id = _text(client.get("id")) or _text(client.get("uuid"))
+        if not user_id:
+            return None
+        if protocol == "vmess":
+            return {"user_id": user_id, "vmess_security": _text(client.get("security")) or "auto"}
+        encryption = _text(settings.get("encryption")) or "none"
+        return {
+            "user_id": user_id,
+            "flow": _text(client.get("flow")),
+            "vless_encryption": encryption,
+        }
+    if protocol == "trojan":
+        password = _text(client.get("password"))
+        return {"password": password} if password else None
+    if protocol == "shadowsocks":
+        return _shadowsocks(settings, client)
+    auth = _text(client.get("auth")) or _text(client.get("password"))
+    if not auth:
+        return None
+    version = settings.get("version", section(stream, "hysteriaSettings").get("version", 2))
+    return {"password": auth, "hysteria_version": 1 if version == 1 else 2}
+
+
+def _shadowsocks(settings: dict, client: dict) -> dict | None:
+    inbound_method = _text(settings.get("method"))
+    password = _text(client.get("password"))
+    if not inbound_method or not password:
+        return None
+    if is_ss2022(inbound_method):
+        server_key = _text(settings.get("password"))
+        combined = f"{server_key}:{password}" if server_key else password
+        return {"ss_method": inbound_method, "password": combined}
+    legacy = inbound_method not in ("none", "plain")
+    method = (_text(client.get("method")) if legacy else "") or inbound_method
+    return {"ss_method": method, "password": password}
+
+
+def _flow_allowed(network: str, settings: dict, stream: dict, security: Security) -> bool:
+    """Vision needs raw TCP under TLS/REALITY, or XHTTP carrying VLESS Encryption."""
+    if network == "tcp":
+        inbound_security = _text(stream.get("security")) or "none"
+        return inbound_security in ("tls", "reality") and security.kind in ("tls", "reality")
+    decryption = _text(settings.get("decryption")) or "none"
+    return network == "xhttp" and decryption != "none"
+
+
+# ---------------------------------------------------------------------------------------
+# Transport
+# ---------------------------------------------------------------------------------------
+
+
+def _network(protocol: str, stream: dict) -> str:
+    if protocol in ("hysteria", "hysteria2"):
+        return "hysteria"
+    network = _text(stream.get("network")) or "tcp"
+    return NETWORK_ALIASES.get(network, network)
+
+
+def _transport_object(stream: dict, network: str) -> dict:
+    for name in TRANSPORT_OBJECTS.get(network, ()):
+        value = stream.get(name)
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+# ---------------------------------------------------------------------------------------
+# Targets: hosts, external proxies, or the default address
+# ---------------------------------------------------------------------------------------
+
+
+def _targets(inbound: dict, stream: dict, hosts: list[dict], ctx: LinkContext) -> list[_Target]:
+    port = _port(inbound.get("port")) or 0
+    usable_hosts = [host for host in hosts or [] if isinstance(host, dict)]
+    if usable_hosts:
+        return [
+            _Target(
+                address=_text(host.get("address")) or ctx.address,
+                port=_port(host.get("port")) or port,
+                security=_host_security(host.get("security")),
+                sni=_text(host.get("sni")),
+                remark=_text(host.get("remark")),
+            )
+            for host in usable_hosts
+        ]
+    proxies = stream.get("externalProxy")
+    external = (
+        [proxy for proxy in proxies if isinstance(proxy, dict)] if isinstance(proxies, list) else []
+    )
+    if external:
+        return [
+            _Target(
+                address=_text(proxy.get("dest")) or ctx.address,
+                port=_port(proxy.get("port")) or port,
+                security=_host_security(proxy.get("forceTls")),
+                sni="",
+                remark=_text(proxy.get("remark")),
+            )
+            for proxy in external
+        ]
+    return [_Target(address=ctx.address, port=port, security="same", sni="", remark="")]
+
+
+def _host_security(value: object) -> str:
+    return value if isinstance(value, str) and value in HOST_SECURITIES else "same"
+
+
+# ---------------------------------------------------------------------------------------
+# Security
+# ---------------------------------------------------------------------------------------
+
+
+def _security(protocol: str, stream: dict, target: _Target) -> Security:
+    inbound_kind = _text(stream.get("security")) or "none"
+    kind = inbound_kind if target.security == "same" else target.security
+    if kind == "reality" and not isinstance(stream.get("realitySettings"), dict):
+        kind = inbound_kind
+    if protocol in ("hysteria", "hysteria2"):
+        kind = "tls"
+    if kind == "reality":
+        return _reality(section(stream, "realitySettings"), target.sni)
+    if kind == "tls":
+        return _tls(section(stream, "tlsSettings"), target.sni)
+    return Security(kind="none")
+
+
+def _tls(tls: dict, host_sni: str) -> Security:
+    extra = section(tls, "settings")
+    alpn = tls.get("alpn")
+    return Security(
+        kind="tls",
+        sni=host_sni or _text(tls.get("serverName")) or _text(extra.get("serverName")),
+        alpn=tuple(item for item in alpn if isinstance(item, str) and item)
+        if isinstance(alpn, list)
+        else (),
+        fingerprint=_text(extra.get("fingerprint")) or _text(tls.get("fingerprint")),
+        allow_insecure=extra.get("allowInsecure") is True or tls.get("allowInsecure") is True,
+    )
+
+
+def _reality(reality: dict, host_sni: str) -> Security:
+    extra = section(reality, "settings")
+    names = [name for name in reality.get("serverNames") or [] if isinstance(name, str) and name]
+    short_ids = [sid for sid in reality.get("shortIds") or [] if isinstance(sid, str)]
+    return Security(
+        kind="reality",
+        sni=host_sni or _text(extra.get("serverName")) or (names[0] if names else ""),
+        fingerprint=_text(extra.get("fingerprint")) or "chrome",
+        public_key=_text(extra.get("publicKey"))
+        or reality_public_key(_text(reality.get("privateKey"))),
+        short_id=short_ids[0] if short_ids else "",
+        spider_x=_text(extra.get("spiderX")),
+        mldsa65_verify=_text(extra.get("mldsa65Verify")),
+    )
+
+
+def reality_public_key(private_key: str) -> str:
+    """The X25519 public key of a REALITY private key, both URL-safe base64 without
+    padding (how the core reads and prints them); "" when the key is not 32 bytes."""
+    try:
+        raw = base64.urlsafe_b64decode(private_key + "=" * (-len(private_key) % 4))
+    except (binascii.Error, ValueError):
+        return ""
+    if len(raw) != 32:
+        return ""
+    # Imported here: `cryptography` is heavy and only REALITY links need it.
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    public = X25519PrivateKey.from_private_bytes(raw).public_key()
+    encoded = base64.urlsafe_b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw))
+    return encoded.rstrip(b"=").decode("ascii")
+
+
+# ---------------------------------------------------------------------------------------
+# Small readers
+# ---------------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _port(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and 1 <= value <= 65535 else None
