@@ -338,6 +338,31 @@ def test_default_sort_is_by_email_ascending(api, data):
     assert found(api, order="descend") == list(reversed(found(api)))
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"filter": "active"},
+        {"filter": "depleted"},
+        {"filter": "deactive"},
+        {"filter": "expiring"},
+        {"protocol": "trojan"},
+        {"protocol": "vless", "filter": "active"},
+        {"search": "ex", "group": "Team A"},
+        {"filter": "active", "sort": "traffic", "order": "descend"},
+    ],
+)
+def test_filtered_counts_the_matches_on_every_page(api, data, params):
+    """The count comes from the summary, a cache or a scan, depending on the conditions:
+    whichever it is, it is the number of rows the pages list, on the first page and
+    on the later ones."""
+    everything = found(api, **params)
+    for number in (1, 2, 3):
+        result = page(api, page=number, pageSize=2, **params)
+        assert result["filtered"] == len(everything)
+        assert [i["email"] for i in result["items"]] == everything[2 * number - 2 : 2 * number]
+
+
 # ---- the summary follows changes at once -------------------------------------------------------
 
 
@@ -382,6 +407,23 @@ def test_summary_reflects_each_change_immediately(own):
     ok(api.post(f"{API}/del/a@now"))
     assert page(api)["summary"]["total"] == 0
     assert page(api)["summary"]["depleted"] == []
+
+
+def test_filtered_counts_follow_each_change(own):
+    api = own.client()
+    vless_id, trojan_id = inbound(api, "vless"), inbound(api, "trojan")
+    for email in ("a@count", "b@count", "c@count"):
+        ok(api.post(f"{API}/add", {"client": {"email": email}, "inboundIds": [vless_id]}))
+    assert page(api, protocol="trojan")["filtered"] == 0
+    assert page(api, protocol="vless", search="count")["filtered"] == 3
+    ok(api.post(f"{API}/b@count/attach", {"inboundIds": [trojan_id]}))
+    assert page(api, protocol="trojan")["filtered"] == 1
+    ok(api.post(f"{API}/del/c@count"))
+    assert page(api, protocol="vless", search="count")["filtered"] == 2
+    assert page(api, filter="active")["filtered"] == 2
+    ok(api.post(f"{API}/update/a@count", {"email": "a@count", "enable": False}))
+    assert page(api, filter="active")["filtered"] == 1
+    assert page(api, filter="deactive")["filtered"] == 1
 
 
 def test_expiring_follows_expire_diff(own):

@@ -10,6 +10,7 @@ limit only bounds how late a client whose expiry passes unattended moves to "dep
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -41,11 +42,20 @@ SORT_SQL = {
     "email": "c.email_key",
     "inboundIds": "COALESCE((SELECT MIN(ci.inbound_id) FROM client_inbound ci "
     f"WHERE ci.client_id = c.id), {UNLIMITED})",
-    "traffic": USED,
     "remaining": f"CASE WHEN c.total_bytes = 0 THEN {UNLIMITED} ELSE c.total_bytes - {USED} END",
     "expiryTime": f"CASE WHEN c.expiry_time = 0 THEN {UNLIMITED} "
     f"WHEN c.expiry_time < 0 THEN {NOT_STARTED} - c.expiry_time ELSE c.expiry_time END",
 }
+# Sorting by traffic walks an index on the traffic table's `up + down` (migration 5) from
+# the top, so it joins from that table: every client has its traffic row from creation.
+BY_TRAFFIC = "FROM client_traffic t JOIN client c ON c.email_key = t.email_key"
+TRAFFIC_FILTERS = ("active", "depleted", "expiring")
+# EXISTS rather than IN: a page in email order then walks the email index and stops at
+# the page's end instead of sorting every match.
+ON_PROTOCOL = (
+    "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
+    "WHERE ci.client_id = c.id AND i.protocol = ?)"
+)
 ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
@@ -58,6 +68,8 @@ class ClientQuery:
         self.clock = clock
         self._summary: tuple[float, dict] | None = None
         self._generation = 0
+        self._counts: dict[tuple, int] = {}
+        self._summary_text: tuple[dict, str] | None = None
 
     def invalidate(self) -> None:
         """Drop the cached summary; call after any change to clients, their traffic,
@@ -65,6 +77,7 @@ class ClientQuery:
         is not cached, since it may have read the data from before the change."""
         self._generation += 1
         self._summary = None
+        self._counts = {}
 
     # ---- conditions ------------------------------------------------------------------
 
@@ -117,65 +130,28 @@ class ClientQuery:
         order = query.get("order") or "ascend"
         if order not in ORDERS:
             raise ServiceError(f"order must be ascend or descend (got '{order}')")
-        direction = ORDERS[order]
-        where_sql = f" WHERE {' AND '.join(where)}" if where else ""
         summary = self.summary()
-        order_sql = f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
-        columns = (
-            "c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, c.limit_ip, "
-            "c.reset_days, c.group_name, c.created_at, c.updated_at, t.up, t.down, t.enable"
+        filtered = self._known_count(query, where, params, summary)
+        source, order_sql = _source_and_order(
+            sort, ORDERS[order], query.get("filter") in TRAFFIC_FILTERS
         )
+        where_sql = f" WHERE {' AND '.join(where)}" if where else ""
         offset = (page - 1) * size
-        if where:
-            filtered, page_ids = self._matching_page(
-                query, sort, where_sql, order_sql, params, offset, size
+        if filtered is None:
+            filtered, page_ids = self._count_and_page(
+                where_sql, params, source, order_sql, offset, size
             )
-            rows = []
-            if page_ids:
-                marks = ", ".join("?" * len(page_ids))
-                rows = self.store.rows(
-                    f"SELECT {columns} {FROM} WHERE c.id IN ({marks}) {order_sql}", page_ids
-                )
+            self._counts[(where_sql, tuple(params))] = filtered
         else:
-            filtered = summary["total"]
-            rows = self.store.rows(
-                f"SELECT {columns} {FROM} {order_sql} LIMIT ? OFFSET ?", [size, offset]
-            )
-        attachments = self.attachments([row[0] for row in rows])
-        items = [
-            {
-                "email": email,
-                "subId": sub_id,
-                "enable": bool(enable),
-                "totalGB": total,
-                "expiryTime": expiry,
-                "limitIp": limit_ip,
-                "reset": reset,
-                "group": group,
-                "inboundIds": attachments.get(client_id, []),
-                "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
-                "createdAt": created,
-                "updatedAt": updated,
-            }
-            for (
-                client_id,
-                email,
-                sub_id,
-                enable,
-                total,
-                expiry,
-                limit_ip,
-                reset,
-                group,
-                created,
-                updated,
-                up,
-                down,
-                t_enable,
-            ) in rows
-        ]
+            page_ids = [
+                row[0]
+                for row in self.store.rows(
+                    f"SELECT c.id {source}{where_sql} {order_sql} LIMIT ? OFFSET ?",
+                    [*params, size, offset],
+                )
+            ]
         return {
-            "items": items,
+            "items": self._slim_rows(page_ids),
             "total": summary["total"],
             "filtered": filtered,
             "page": page,
@@ -183,16 +159,34 @@ class ClientQuery:
             "summary": summary,
         }
 
-    def _matching_page(self, query, sort, where_sql, order_sql, params, offset, size):
+    def paged_json(self, query: dict) -> str:
+        """`paged` as JSON text. The summary lists every depleted, expiring and disabled
+        email, over a megabyte at 100,000 clients: its text is made once per summary,
+        not once per page."""
+        result = self.paged(query)
+        summary = result.pop("summary")
+        cached = self._summary_text
+        if cached is None or cached[0] is not summary:
+            cached = self._summary_text = (summary, json.dumps(summary, ensure_ascii=False))
+        head = json.dumps(result, ensure_ascii=False)
+        return f'{head[:-1]}, "summary": {cached[1]}}}'
+
+    def _known_count(self, query: dict, where: list, params: list, summary: dict) -> int | None:
+        """How many clients match, when that is known without a scan: no condition, one
+        status bucket alone (the summary's lists), or conditions counted earlier since
+        the last change. The summary is at most `SUMMARY_TTL` old, so a count is too."""
+        if not where:
+            return summary["total"]
+        bucket = query.get("filter") or ""
+        if len(where) == 1 and bucket:
+            return summary["active"] if bucket == "active" else len(summary[bucket])
+        return self._counts.get((f" WHERE {' AND '.join(where)}", tuple(params)))
+
+    def _count_and_page(self, where_sql, params, source, order_sql, offset, size):
         """The count of matches and the ids of one page of them, from one scan: the ids of
-        every match, sorted, with the traffic join only when a condition or the order
-        reads the counters."""
-        reads_traffic = query.get("filter") in ("active", "depleted", "expiring") or sort in (
-            "traffic",
-            "remaining",
-        )
-        source = FROM if reads_traffic else "FROM client c"
-        if sort == "email" and self.store.dialect == "sqlite":
+        every match, sorted. Cheaper than a count and a page when the conditions select
+        few rows, and its count is kept for the next pages."""
+        if self.store.dialect == "sqlite" and order_sql.startswith("ORDER BY c.email_key"):
             # The unary + keeps SQLite from walking the whole email index, fetching every
             # row to test it: one scan, then a sort of the matches, is far cheaper.
             order_sql = order_sql.replace("c.email_key", "+c.email_key", 1)
@@ -201,6 +195,41 @@ class ClientQuery:
             for row in self.store.rows(f"SELECT c.id {source}{where_sql} {order_sql}", params)
         ]
         return len(ids), ids[offset : offset + size]
+
+    def _slim_rows(self, client_ids: list[int]) -> list[dict]:
+        """The slim rows of a page, in the order of `client_ids`."""
+        if not client_ids:
+            return []
+        marks = ", ".join("?" * len(client_ids))
+        rows = self.store.rows(
+            "SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
+            "c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, t.up, t.down, "
+            f"t.enable {FROM} WHERE c.id IN ({marks})",
+            client_ids,
+        )
+        by_id = {row[0]: row for row in rows}
+        attachments = self.attachments(client_ids)
+        items = []
+        for client_id in filter(by_id.__contains__, client_ids):
+            (_, email, sub_id, enable, total, expiry, limit_ip, reset, group, created,
+             updated, up, down, t_enable) = by_id[client_id]  # fmt: skip
+            items.append(
+                {
+                    "email": email,
+                    "subId": sub_id,
+                    "enable": bool(enable),
+                    "totalGB": total,
+                    "expiryTime": expiry,
+                    "limitIp": limit_ip,
+                    "reset": reset,
+                    "group": group,
+                    "inboundIds": attachments.get(client_id, []),
+                    "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
+                    "createdAt": created,
+                    "updatedAt": updated,
+                }
+            )
+        return items
 
     def _conditions(self, query: dict) -> tuple[list[str], list]:
         where: list[str] = []
@@ -225,10 +254,7 @@ class ClientQuery:
                     f"protocol must be one of {', '.join(sorted(inbound_rules.CLIENT_PROTOCOLS))}"
                     f" (got '{protocol}')"
                 )
-            where.append(
-                "c.id IN (SELECT ci.client_id FROM client_inbound ci "
-                "JOIN inbound i ON i.id = ci.inbound_id WHERE i.protocol = ?)"
-            )
+            where.append(ON_PROTOCOL)
             params.append(protocol)
         group = query.get("group") or ""
         if group:
@@ -242,12 +268,14 @@ class ClientQuery:
     @db_session
     def summary(self) -> dict:
         """Counts and the emails in each bucket, over every client, from one scan that
-        returns only the clients in some bucket (usually a small share of all)."""
+        returns only the clients in some bucket (usually a small share of all). The
+        clients of each protocol are counted with it, for pages filtered by protocol."""
         now = time.monotonic()
         cached = self._summary
         if cached is not None and now - cached[0] < SUMMARY_TTL:
             return cached[1]
         generation = self._generation
+        self._counts = {}
         depleted, depleted_params = self.depleted_sql()
         expiring, expiring_params = self.expiring_sql()
         total = self.store.rows("SELECT COUNT(*) FROM client")[0][0]
@@ -257,6 +285,13 @@ class ClientQuery:
             f"WHERE c.enable = ? OR {depleted} OR {expiring} ORDER BY c.email_key",
             [*depleted_params, *expiring_params, False, *depleted_params, *expiring_params],
         )
+        counts = {
+            (f" WHERE {ON_PROTOCOL}", (protocol,)): count
+            for protocol, count in self.store.rows(
+                "SELECT i.protocol, COUNT(DISTINCT ci.client_id) FROM client_inbound ci "
+                "JOIN inbound i ON i.id = ci.inbound_id GROUP BY i.protocol"
+            )
+        }
         summary = {
             "total": total,
             "active": total - sum(1 for _, enable, gone, _ in rows if not enable or gone),
@@ -267,6 +302,7 @@ class ClientQuery:
         }
         if generation == self._generation:
             self._summary = (now, summary)
+            self._counts.update(counts)
         return summary
 
     def _emails(self, name: str) -> list[str]:
@@ -426,6 +462,15 @@ class ClientQuery:
 
 
 WIDTH = len(CLIENT_COLUMNS)
+
+
+def _source_and_order(sort: str, direction: str, filter_reads_traffic: bool) -> tuple[str, str]:
+    """The FROM clause and the ORDER BY of a page: ties broken by id, so pages never
+    overlap; the traffic join only when a condition or the order reads the counters."""
+    if sort == "traffic":
+        return BY_TRAFFIC, f"ORDER BY (t.up + t.down) {direction}, t.id {direction}"
+    source = FROM if filter_reads_traffic or sort == "remaining" else "FROM client c"
+    return source, f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
 
 
 def client_api_view(row: tuple) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bottle import request
 
 from appliance.services.errors import ServiceError
-from appliance.web.http import Reply, body, json_object
+from appliance.web.http import JsonText, Reply, body, json_object
 from appliance.web.routes import RouteTable
 
 BULK_BODY = 64 << 20
@@ -29,7 +29,7 @@ def client_routes(panel) -> RouteTable:
 
     @table.get("/list/paged", "A page of slim client rows, filtered and sorted, with a summary")
     def paged():
-        return query.paged(query_text())
+        return JsonText(query.paged_json(query_text()))
 
     @table.get("/get/<email>", "One client with its inbound ids and external links")
     def get(email):

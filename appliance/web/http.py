@@ -37,7 +37,18 @@ def envelope(success: bool, msg: str = "", obj: Any = None, status: int = 200) -
     return encode(success, msg, obj)
 
 
+@dataclass(frozen=True)
+class JsonText:
+    """A payload a service has already encoded (because it caches the text): it goes
+    into the envelope as it is."""
+
+    text: str
+
+
 def encode(success: bool, msg: str = "", obj: Any = None) -> str:
+    if isinstance(obj, JsonText):
+        head = json.dumps({"success": success, "msg": msg}, ensure_ascii=False)
+        return f'{head[:-1]}, "obj": {obj.text}}}'
     return json.dumps({"success": success, "msg": msg, "obj": obj}, ensure_ascii=False)
 
 
