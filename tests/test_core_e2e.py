@@ -385,6 +385,17 @@ def test_a_client_added_to_a_running_vless_inbound_works_at_once(api, panel, tmp
             wait_until(lambda: passes(newcomer_route[0], echo), "the new client connects")
             assert round_trip(open_connection), "another client's open connection broke"
         assert core_pid(panel) == pid, "the core was restarted"
+        running = ok(api.get("/panel/api/server/getConfigJson"))
+        served = next(i for i in running["inbounds"] if i.get("tag") == inbound["tag"])
+        assert newcomer["email"] in [c["email"] for c in served["settings"]["clients"]]
+        # The supervisor restarts a crashed core from its config file: the live change
+        # must be in it, or the newcomer would be locked out again.
+        os.kill(pid, signal.SIGKILL)
+        wait_until(
+            lambda: core_state(api) == "running" and core_pid(panel) not in (0, pid),
+            "the supervisor restarts the core",
+        )
+        wait_until(lambda: passes(newcomer_route[0], echo), "the newcomer connects again")
 
 
 # ---- 4. a killed core comes back, and its bytes are counted once -------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from appliance.core.live import UserOp, live_changes
+from appliance.core.live import UserOp, live_changes, running
 
 
 def config(*inbounds: dict) -> dict:
@@ -20,14 +20,14 @@ BOB = {"id": "22222222-2222-4222-8222-222222222222", "email": "bob"}
 
 
 def test_an_identical_config_needs_nothing():
-    running = config(inbound("a", "vless", ALICE))
-    assert live_changes(running, copy.deepcopy(running)) == []
+    current = config(inbound("a", "vless", ALICE))
+    assert live_changes(running(current), copy.deepcopy(current)) == []
 
 
 def test_added_and_removed_users_of_vless_vmess_trojan_go_live():
-    running = config(inbound("a", "vless", ALICE), inbound("b", "vmess", BOB, port=8443))
+    current = config(inbound("a", "vless", ALICE), inbound("b", "vmess", BOB, port=8443))
     wanted = config(inbound("a", "vless", ALICE, BOB), inbound("b", "vmess", port=8443))
-    assert live_changes(running, wanted) == [
+    assert live_changes(running(current), wanted) == [
         UserOp("remove", "b", "vmess", "bob"),
         UserOp("add", "a", "vless", "bob", BOB),
     ]
@@ -35,7 +35,9 @@ def test_added_and_removed_users_of_vless_vmess_trojan_go_live():
 
 def test_a_changed_entry_is_removed_then_added():
     changed = {**ALICE, "flow": "xtls-rprx-vision"}
-    ops = live_changes(config(inbound("a", "vless", ALICE)), config(inbound("a", "vless", changed)))
+    ops = live_changes(
+        running(config(inbound("a", "vless", ALICE))), config(inbound("a", "vless", changed))
+    )
     assert ops == [
         UserOp("remove", "a", "vless", "alice"),
         UserOp("add", "a", "vless", "alice", changed),
@@ -45,24 +47,38 @@ def test_a_changed_entry_is_removed_then_added():
 def test_shadowsocks_users_need_a_restart():
     user = {"password": "x", "method": "aes-256-gcm", "email": "alice"}
     assert (
-        live_changes(config(inbound("s", "shadowsocks")), config(inbound("s", "shadowsocks", user)))
+        live_changes(
+            running(config(inbound("s", "shadowsocks"))),
+            config(inbound("s", "shadowsocks", user)),
+        )
         is None
     )
 
 
 def test_anything_besides_clients_needs_a_restart():
-    running = config(inbound("a", "vless", ALICE))
-    assert live_changes(running, config(inbound("a", "vless", ALICE, port=444))) is None
-    assert (
-        live_changes(running, config(inbound("a", "vless", ALICE), inbound("b", "vless"))) is None
-    )
-    routed = copy.deepcopy(running)
+    current = config(inbound("a", "vless", ALICE))
+    kept = running(current)
+    assert live_changes(kept, config(inbound("a", "vless", ALICE, port=444))) is None
+    assert live_changes(kept, config(inbound("a", "vless", ALICE), inbound("b", "vless"))) is None
+    routed = copy.deepcopy(current)
     routed["routing"] = {"rules": []}
-    assert live_changes(running, routed) is None
+    assert live_changes(kept, routed) is None
 
 
-def test_the_running_config_is_not_modified():
-    running = config(inbound("a", "vless", ALICE))
-    kept = copy.deepcopy(running)
-    live_changes(running, config(inbound("a", "vless")))
-    assert running == kept
+def test_a_change_inside_a_nested_field_of_an_entry_is_seen():
+    reverse = {**ALICE, "reverse": {"tag": "r1"}}
+    moved = {**ALICE, "reverse": {"tag": "r2"}}
+    kept = running(config(inbound("a", "vless", reverse)))
+    assert live_changes(kept, config(inbound("a", "vless", copy.deepcopy(reverse)))) == []
+    assert live_changes(kept, config(inbound("a", "vless", moved))) == [
+        UserOp("remove", "a", "vless", "alice"),
+        UserOp("add", "a", "vless", "alice", moved),
+    ]
+
+
+def test_neither_config_is_modified():
+    current = config(inbound("a", "vless", ALICE))
+    wanted = config(inbound("a", "vless"))
+    kept_current, kept_wanted = copy.deepcopy(current), copy.deepcopy(wanted)
+    live_changes(running(current), wanted)
+    assert current == kept_current and wanted == kept_wanted

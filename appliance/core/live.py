@@ -9,7 +9,6 @@ a Shadowsocks user, the routing) needs a restart. Pure: configs in, operations o
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 LIVE_PROTOCOLS = frozenset({"vless", "vmess", "trojan"})
@@ -24,27 +23,49 @@ class UserOp:
     entry: dict | None = None  # the client entry, for "add"
 
 
-def live_changes(running: dict, wanted: dict) -> list[UserOp] | None:
-    """The user operations that make `running` into `wanted`, or None when a restart is
-    needed. Removals come first, so a changed entry is removed, then added again."""
-    if _without_clients(running) != _without_clients(wanted):
+@dataclass(frozen=True)
+class Running:
+    """What the panel keeps of the config the core runs: everything but the client
+    entries, and a fingerprint of each entry. At 100,000 clients the entries are most of
+    a config; keeping fingerprints instead of a second copy saves tens of megabytes."""
+
+    skeleton: dict
+    entries: tuple[dict[str, int], ...]  # per inbound, in order: email -> fingerprint
+
+
+def running(config: dict) -> Running:
+    """What to keep of `config` once the core runs it."""
+    return Running(
+        _without_clients(config),
+        tuple(
+            {email: _fingerprint(entry) for email, entry in _entries(inbound).items()}
+            for inbound in config.get("inbounds", [])
+        ),
+    )
+
+
+def live_changes(current: Running, wanted: dict) -> list[UserOp] | None:
+    """The user operations that make the `current` config into `wanted`, or None when a
+    restart is needed. Removals come first, so a changed entry is removed, then added
+    again."""
+    if current.skeleton != _without_clients(wanted):
         return None
     removals: list[UserOp] = []
     additions: list[UserOp] = []
-    for old, new in zip(running.get("inbounds", []), wanted.get("inbounds", []), strict=True):
-        before = _entries(old)
+    for before, new in zip(current.entries, wanted.get("inbounds", []), strict=True):
         after = _entries(new)
-        if before == after:
+        prints = {email: _fingerprint(entry) for email, entry in after.items()}
+        if before == prints:
             continue
         protocol = new.get("protocol", "")
         if protocol not in LIVE_PROTOCOLS:
             return None
         tag = new.get("tag", "")
-        for email, entry in before.items():
-            if after.get(email) != entry:
+        for email, print_ in before.items():
+            if prints.get(email) != print_:
                 removals.append(UserOp("remove", tag, protocol, email))
         for email, entry in after.items():
-            if before.get(email) != entry:
+            if before.get(email) != prints[email]:
                 additions.append(UserOp("add", tag, protocol, email, entry))
     return removals + additions
 
@@ -54,10 +75,28 @@ def _entries(inbound: dict) -> dict[str, dict]:
     return {client.get("email", ""): client for client in clients}
 
 
+def _fingerprint(entry: dict) -> int:
+    """Equal entries give equal numbers; different ones, with a chance of 2**-64 per pair
+    compared, different numbers (a process-wide hash: never stored)."""
+    return hash(_frozen(entry))
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
 def _without_clients(config: dict) -> dict:
-    stripped = copy.deepcopy(config)
-    for inbound in stripped.get("inbounds", []):
+    """`config` without client lists; shares every other part with it (configs are
+    built anew for each comparison and never changed afterwards)."""
+    inbounds = []
+    for inbound in config.get("inbounds", []):
         settings = inbound.get("settings")
-        if isinstance(settings, dict):
-            settings.pop("clients", None)
-    return stripped
+        if isinstance(settings, dict) and "clients" in settings:
+            settings = {key: value for key, value in settings.items() if key != "clients"}
+            inbound = {**inbound, "settings": settings}
+        inbounds.append(inbound)
+    return {**config, "inbounds": inbounds}

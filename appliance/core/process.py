@@ -275,6 +275,13 @@ class CoreProcess:
             raise
         os.replace(candidate, self.config_path)
 
+    def record(self, config: dict) -> None:
+        """Make `config` the config.json of a core that took it live (its client
+        entries, not a restart), so the supervisor restarts a crashed core on it. Not
+        tested again: it differs from the tested config only in users the core took."""
+        with self._lock:
+            os.replace(self._write_candidate(config), self.config_path)
+
     def stop(self) -> None:
         """Stop the core (SIGTERM, SIGKILL after a grace period) and any pending restart.
         Stopping a core that does not run does nothing."""

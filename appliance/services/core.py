@@ -33,7 +33,7 @@ from pony.orm import db_session
 
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
-from appliance.core.live import live_changes
+from appliance.core.live import Running, live_changes, running
 from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
 from appliance.services.errors import ServiceError
 from appliance.services.settings import core_template
@@ -76,7 +76,7 @@ class CoreService:
         self.access_log = os.path.join(workdir, ACCESS_LOG_NAME)
         self.api: CoreApi | None = None
         self.api_port = 0
-        self.running: dict | None = None
+        self.running: Running | None = None  # what the core runs, when it runs
         self.error = ""
         self._generation_base = secrets.randbits(40)
         self._dirty = Event()
@@ -151,7 +151,7 @@ class CoreService:
     def _launch(self) -> None:
         config = self.build()
         self.process.restart(config)
-        self.running = config
+        self.running = running(config)
         self.error = ""
         self._connect()
         self._save_state()
@@ -223,6 +223,17 @@ class CoreService:
             else:
                 self.store.execute("UPDATE outbound_traffic SET up = 0, down = 0")
 
+    def running_config(self) -> dict:
+        """The config the core runs, as its config.json holds it (live changes included);
+        the config it would run when it does not."""
+        if self.running is not None:
+            try:
+                with open(self.process.config_path) as file:
+                    return json.load(file)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot read the running core's config: %s", exc)
+        return self.build()
+
     def info(self) -> dict:
         return {
             "state": self.process.state,
@@ -255,7 +266,10 @@ class CoreService:
         if operations == []:
             return
         if operations is not None and self._apply_live(operations):
-            self.running = wanted
+            # A core that crashes later restarts from config.json: it must hold the
+            # users added and removed live, or they would come back as they were.
+            self.process.record(wanted)
+            self.running = running(wanted)
             return
         self.tick()
         try:
@@ -264,7 +278,7 @@ class CoreService:
             self.error = exc.msg
             self.hub.notify("Core config refused", exc.msg, "error")
             return
-        self.running = wanted
+        self.running = running(wanted)
         self.error = ""
         self._connect()
         self._save_state()
@@ -304,7 +318,8 @@ class CoreService:
         if self.sweep():
             self.on_change("clients")
         if self.client_ips is not None:
-            self.client_ips.collect(log_path(self.running, "access"))
+            skeleton = self.running.skeleton if self.running is not None else None
+            self.client_ips.collect(log_path(skeleton, "access"))
 
     # ---- surviving a crashed panel ---------------------------------------------------------
 

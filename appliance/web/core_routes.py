@@ -79,7 +79,7 @@ def core_routes(panel) -> RouteTable:
 
     @server.get("/getConfigJson", "The core config the panel runs (or would run)")
     def config_json():
-        return core.running or core.build()
+        return core.running_config()
 
     @server.post(
         "/corelogs/<count>",
@@ -94,7 +94,7 @@ def core_routes(panel) -> RouteTable:
     )
     def core_log_lines(count):
         form = json_object(8192)
-        config = core.running or core.build()
+        config = core.running_config()
         return core_logs.recent_core_logs(config, core.process.output(500), count, form)
 
     table.routes.extend(server.routes)
