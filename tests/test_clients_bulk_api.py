@@ -243,6 +243,23 @@ def test_import_refuses_bad_data(api, body, words):
     assert len(ok(api.get(f"{API}/export"))) == before
 
 
+def test_export_streams_more_clients_than_one_batch_each_once(own):
+    """The export is read a batch at a time: no client is lost or repeated where one
+    batch ends and the next begins, and the reply is one JSON document."""
+    api = own.client()
+    vless_id = inbound(api)
+    emails = [f"batch{n:04d}@export" for n in range(2_345)]
+    ok(
+        api.post(
+            f"{API}/bulkCreate",
+            [{"client": {"email": e}, "inboundIds": [vless_id]} for e in emails],
+        )
+    )
+    exported = ok(api.get(f"{API}/export"))
+    assert [item["client"]["email"] for item in exported] == emails
+    assert all(item["inboundIds"] == [vless_id] for item in exported)
+
+
 def test_export_delete_import_round_trips_every_field(own):
     api = own.client()
     vless_id = inbound(api)

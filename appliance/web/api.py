@@ -16,7 +16,7 @@ import bottle
 from bottle import HTTPError, HTTPResponse, request
 
 from appliance.services.errors import ServiceError, Unauthorized
-from appliance.web.http import BodyTooLarge, Reply, encode, envelope, fail, raw_header
+from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class ApiPlugin:
                 return result
             if isinstance(result, Reply):
                 return envelope(True, result.msg, result.obj)
+            if isinstance(result, JsonStream):
+                return result.envelope()
             return envelope(True, "", result)
 
         return wrapper

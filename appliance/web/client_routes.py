@@ -5,7 +5,7 @@ from __future__ import annotations
 from bottle import request
 
 from appliance.services.errors import ServiceError
-from appliance.web.http import JsonText, Reply, body, json_object
+from appliance.web.http import JsonStream, JsonText, Reply, body, json_object
 from appliance.web.routes import RouteTable
 
 BULK_BODY = 64 << 20
@@ -108,7 +108,7 @@ def client_routes(panel) -> RouteTable:
 
     @table.get("/export", "Every client as {client, inboundIds}")
     def export():
-        return query.export()
+        return JsonStream(query.export_json())
 
     @table.post(
         "/import",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -43,6 +44,22 @@ class JsonText:
     into the envelope as it is."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class JsonStream:
+    """A payload too large to hold as one text: JSON pieces sent as they are made, in
+    the envelope of a success (a failure after the first piece can only cut the reply
+    short, which no JSON parser accepts as complete)."""
+
+    pieces: Iterator[str]
+
+    def envelope(self) -> Iterator[bytes]:
+        response.content_type = "application/json; charset=utf-8"
+        yield b'{"success": true, "msg": "", "obj": '
+        for piece in self.pieces:
+            yield piece.encode()
+        yield b"}"
 
 
 def encode(success: bool, msg: str = "", obj: Any = None) -> str:
