@@ -530,7 +530,7 @@ def test_a_bare_template_gets_api_stats_policy_and_the_api_rule():
     config = build_config({"outbounds": [{"protocol": "freedom"}]}, [], API_PORT, now_ms=NOW)
     assert config == {
         "outbounds": [{"protocol": "freedom"}],
-        "api": {"tag": "api", "services": ["HandlerService", "StatsService"]},
+        "api": {"tag": "api", "services": ["HandlerService", "StatsService", "RoutingService"]},
         "stats": {},
         "policy": {
             "levels": {"0": {"statsUserUplink": True, "statsUserDownlink": True}},
@@ -570,7 +570,10 @@ def test_the_users_template_is_kept_around_what_the_panel_needs():
     assert template == original
     assert config["log"] == {"loglevel": "debug"}
     assert config["dns"] == {"servers": ["1.1.1.1"]}
-    assert config["api"] == {"tag": "api", "services": ["LoggerService", *API_SERVICES]}
+    assert config["api"] == {
+        "tag": "api",
+        "services": ["LoggerService", *API_SERVICES, "RoutingService"],
+    }
     assert config["outbounds"] == original["outbounds"]
     assert [i["tag"] for i in config["inbounds"]] == ["api", "local-socks", "panel"]
     assert config["inbounds"][0] == api_inbound(API_PORT)
@@ -606,6 +609,21 @@ def test_the_fingerprint_ignores_key_order_and_sees_every_change():
     view["clientRows"][1]["enable"] = False
     changed = build_config(default_template(), [view], API_PORT, now_ms=NOW)
     assert config_fingerprint(changed) != config_fingerprint(config)
+
+
+def test_the_api_services_match_what_each_core_has():
+    """Xray gets its router service (route test, balancer override), and its observatory
+    service when the template runs an observatory; V2Ray 4.34 has neither and would
+    refuse a config that names them."""
+
+    def services(flavor: str, template: dict) -> list[str]:
+        return build_config(template, [], API_PORT, flavor=flavor, now_ms=NOW)["api"]["services"]
+
+    observed = {"observatory": {"subjectSelector": ["proxy"]}}
+    assert services("v2fly", {}) == ["HandlerService", "StatsService"]
+    assert services("v2fly", observed) == ["HandlerService", "StatsService"]
+    assert services("xray", {}) == ["HandlerService", "StatsService", "RoutingService"]
+    assert services("xray", observed)[-1] == "ObservatoryService"
 
 
 def test_an_unknown_flavor_is_refused():

@@ -121,7 +121,7 @@ def build_config(
     config = copy.deepcopy(template)
     if access_log:
         _ensure_access_log(config, access_log)
-    _ensure_api(config)
+    _ensure_api(config, flavor)
     _ensure_stats(config)
     _ensure_policy(config)
     _ensure_api_rule(config)
@@ -225,12 +225,20 @@ def _ensure_access_log(config: dict, path: str) -> None:
         log["access"] = path
 
 
-def _ensure_api(config: dict) -> None:
+def _ensure_api(config: dict, flavor: str) -> None:
+    """The gRPC services the panel calls: users and counters on every core; on Xray
+    also the router (route test, balancer override) and, when the template runs an
+    observatory, its status (V2Ray 4.34 has neither service)."""
     api = _section(config, "api")
     api["tag"] = API_TAG
     services = api.get("services")
     services = list(services) if isinstance(services, list) else []
-    api["services"] = services + [name for name in API_SERVICES if name not in services]
+    wanted = list(API_SERVICES)
+    if flavor == "xray":
+        wanted.append("RoutingService")
+        if config.get("observatory") or config.get("burstObservatory"):
+            wanted.append("ObservatoryService")
+    api["services"] = services + [name for name in wanted if name not in services]
 
 
 def _ensure_stats(config: dict) -> None:
