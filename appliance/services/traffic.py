@@ -27,15 +27,17 @@ from appliance.services.client_rules import email_key
 GENERATION = "#generation"
 SEPARATOR = ">>>"
 IN_CHUNK = 500
+KINDS = frozenset({"user", "inbound", "outbound"})
+DIRECTIONS = {"uplink": 0, "downlink": 1}
 
 
 @dataclass
 class Tick:
-    """What one tick moved: email keys, inbound tags and outbound tags."""
+    """What one tick moved, as [up, down]: by email key, inbound tag and outbound tag."""
 
-    clients: dict[str, tuple[int, int]] = field(default_factory=dict)
-    inbounds: dict[str, tuple[int, int]] = field(default_factory=dict)
-    outbounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    clients: dict[str, list[int]] = field(default_factory=dict)
+    inbounds: dict[str, list[int]] = field(default_factory=dict)
+    outbounds: dict[str, list[int]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.clients or self.inbounds or self.outbounds)
@@ -55,13 +57,15 @@ class TrafficAccounting:
             last = self._load()
             same_core = last.get(GENERATION) == generation
             deltas: dict[str, int] = {}
+            changed: dict[str, int] = {}
+            previous = last.get if same_core else _nothing_before
             for name, value in counters.items():
-                before = last.get(name, 0) if same_core else 0
+                before = previous(name, 0)
                 moved = value - before if value >= before else value
                 if moved > 0:
                     deltas[name] = moved
+                    changed[name] = value
             tick = _group(deltas)
-            changed = {name: counters[name] for name in deltas}
             if not same_core:
                 changed[GENERATION] = generation
             if not same_core:
@@ -107,8 +111,13 @@ class TrafficAccounting:
             "UPDATE outbound_traffic SET up = up + ?, down = down + ? WHERE tag = ?",
             [(up, down, tag) for tag, (up, down) in tick.outbounds.items()],
         )
-        known = [(value, name) for name, value in changed.items() if name in last]
-        fresh = [(name, value) for name, value in changed.items() if name not in last]
+        known: list[tuple[int, str]] = []
+        fresh: list[tuple[str, int]] = []
+        for name, value in changed.items():
+            if name in last:
+                known.append((value, name))
+            else:
+                fresh.append((name, value))
         store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
         store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
         self._outbounds.update(new_outbounds)
@@ -130,28 +139,38 @@ class TrafficAccounting:
             )
 
 
-@functools.lru_cache(maxsize=1 << 18)
-def _key(email: str) -> str:
-    """Email keys of the core's counter names, remembered: the same names come back
-    every tick, and normalising 100,000 of them each time is wasted work."""
-    return email_key(email)
+def _nothing_before(name: str, default: int) -> int:
+    """The previous value of every counter of a core that just started."""
+    return default
+
+
+@functools.lru_cache(maxsize=1 << 19)
+def _counter(name: str) -> tuple[str, str, int] | None:
+    """(kind, owner, 0 for uplink or 1 for downlink) of a counter name such as
+    `user>>>EMAIL>>>traffic>>>uplink`, with a user's email as its key; None for names
+    that are not traffic. Remembered: the same names come back every tick, and taking
+    100,000 of them apart each time is most of a tick's work."""
+    parts = name.split(SEPARATOR)
+    if len(parts) != 4 or parts[0] not in KINDS or parts[2] != "traffic":
+        return None
+    kind, owner, _, direction = parts
+    if direction not in DIRECTIONS:
+        return None
+    return kind, email_key(owner) if kind == "user" else owner, DIRECTIONS[direction]
 
 
 def _group(deltas: dict[str, int]) -> Tick:
-    """Sort counter deltas by kind: `user>>>EMAIL>>>traffic>>>uplink` and the like."""
+    """Sort counter deltas by kind and owner."""
     tick = Tick()
     buckets = {"user": tick.clients, "inbound": tick.inbounds, "outbound": tick.outbounds}
     for name, moved in deltas.items():
-        parts = name.split(SEPARATOR)
-        if len(parts) != 4 or parts[0] not in buckets or parts[2] != "traffic":
+        counter = _counter(name)
+        if counter is None:
             continue
-        kind, owner, _, direction = parts
-        if kind == "user":
-            owner = _key(owner)
-        up, down = buckets[kind].get(owner, (0, 0))
-        if direction == "uplink":
-            up += moved
-        elif direction == "downlink":
-            down += moved
-        buckets[kind][owner] = (up, down)
+        kind, owner, direction = counter
+        bucket = buckets[kind]
+        pair = bucket.get(owner)
+        if pair is None:
+            pair = bucket[owner] = [0, 0]
+        pair[direction] += moved
     return tick
