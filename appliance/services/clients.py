@@ -100,6 +100,9 @@ class Clients:
             raise ServiceError(f"email '{record['email']}' is already in use")
         now = self.now_ms()
         row = self.store.Client(email_key=key, created_at=now, updated_at=now, **columns_of(record))
+        # Before any other query: Pony flushes the new row ahead of the next SELECT, and
+        # a concurrent insert of the same email must fail here, as a sentence.
+        self._flush_unique(record["email"])
         for inbound in inbounds:
             self.store.ClientInbound(client=row, inbound=inbound)
         traffic = self.store.ClientTraffic.get(email_key=key)
@@ -107,7 +110,6 @@ class Clients:
             self.store.ClientTraffic(email_key=key, email=record["email"])
         else:
             traffic.email = record["email"]
-        self._flush_unique(record["email"])
         return row
 
     def _flush_unique(self, email: str) -> None:

@@ -14,6 +14,7 @@ import logging
 
 import bottle
 from bottle import HTTPError, HTTPResponse, request
+from pony.orm import TransactionIntegrityError
 
 from appliance.services.errors import ServiceError, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
@@ -43,7 +44,20 @@ class ApiPlugin:
                 return fail(exc.msg, exc.status)
             except HTTPResponse:
                 raise
-            except Exception:
+            except Exception as exc:
+                unavailable = self.panel.store.unavailable(exc)
+                if unavailable is not None:
+                    # Rolled back by the db_session; the next request reconnects.
+                    log.warning("%s %s: %s", request.method, request.path, unavailable.msg)
+                    return fail(unavailable.msg, unavailable.status)
+                if isinstance(exc, TransactionIntegrityError):
+                    # Two requests passed a uniqueness check together (the networked
+                    # databases let them); the index refused the second one.
+                    log.info("%s %s: %s", request.method, request.path, exc)
+                    return fail(
+                        "this change collides with one saved at the same moment (a name or "
+                        "email that must be unique); nothing was changed, try again"
+                    )
                 log.exception("%s %s failed", request.method, request.path)
                 return fail("internal error; the panel log has the details", 500)
             if spec.resource and request.method in UNSAFE_METHODS:
