@@ -207,10 +207,30 @@ def _v3_core_counters(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v4_hosts(dialect: str) -> list[str]:
+    table = Table(
+        "host",
+        (
+            Column("inbound_id", "int", references="inbound"),
+            Column("remark", "str", 255),
+            Column("address", "str", 255, default=""),
+            Column("port", "int", default=0),
+            Column("security", "str", 16, default="same"),
+            Column("sni", "str", 255, default=""),
+            Column("tags", "text"),
+            Column("enable", "bool", default=True),
+            Column("sort_order", "int", default=0),
+        ),
+        (Index(("inbound_id", "sort_order")),),
+    )
+    return table.create(dialect)
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
     (3, "traffic accounting: last core counters, outbound traffic", _v3_core_counters),
+    (4, "hosts: per-inbound address and TLS overrides for subscriptions", _v4_hosts),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -70,6 +70,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         fallbacks = Set("Fallback", reverse="master")
         fallback_children = Set("Fallback", reverse="child", cascade_delete=True)
         attachments = Set("ClientInbound", cascade_delete=True)
+        hosts = Set("Host", cascade_delete=True)
 
     class Fallback(db.Entity):
         _table_ = "fallback"
@@ -155,6 +156,18 @@ def define_entities(db: Database) -> SimpleNamespace:
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
 
+    class Host(db.Entity):
+        _table_ = "host"
+        inbound = Required(Inbound, column="inbound_id")
+        remark = Required(str, 255, autostrip=False)
+        address = Optional(str, 255)
+        port = Required(int, default=0)
+        security = Required(str, 16, default="same")
+        sni = Optional(str, 255)
+        tags = Required(str, autostrip=False)
+        enable = Required(bool, default=True)
+        sort_order = Required(int, default=0)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -170,4 +183,5 @@ def define_entities(db: Database) -> SimpleNamespace:
         ClientGroup=ClientGroup,
         CoreCounter=CoreCounter,
         OutboundTraffic=OutboundTraffic,
+        Host=Host,
     )

@@ -7,6 +7,8 @@ from appliance.web.routes import RouteTable
 
 # Changes to inbounds that also change the clients shown on them.
 BOTH = ("inbounds", "clients")
+# Deleting an inbound deletes its hosts with it.
+WITH_HOSTS = (*BOTH, "hosts")
 INBOUND_BODY = {
     "remark": "string",
     "listen": "string",
@@ -57,12 +59,14 @@ def inbound_routes(panel) -> RouteTable:
     def update(id):
         return Reply("inbound updated", inbounds.update(id, body(1 << 20)))
 
-    @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource=BOTH)
+    @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource=WITH_HOSTS)
     def delete(id):
         inbounds.delete(id)
         return Reply("inbound deleted")
 
-    @table.post("/bulkDel", "Delete several inbounds", resource=BOTH, body={"ids": "integer[]"})
+    @table.post(
+        "/bulkDel", "Delete several inbounds", resource=WITH_HOSTS, body={"ids": "integer[]"}
+    )
     def bulk_delete():
         return inbounds.bulk_delete(json_object(1 << 20).get("ids"))
 
