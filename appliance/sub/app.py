@@ -1,16 +1,210 @@
-"""The subscription server's WSGI app.
+"""The subscription server's WSGI app: `/sub/`, `/json/` and `/yaml/` (paths from settings).
 
-It listens from the first release so the port is claimed and firewall rules can be
-written; every path answers 404 until subscriptions are served from it.
+It is a bare WSGI callable rather than a Bottle app: client apps poll it all day, every
+request is one of three GETs, and routing them is a prefix test. Settings are read on
+every request (a dictionary lookup), so a changed path, title or switch applies at once;
+the listening address, port and certificate apply on the next start, like the panel's.
+
+A subscription id that matches nothing, matches only clients that are disabled, out of
+quota or expired, or whose clients sit on no enabled inbound, gets the same 404 as an
+unknown path: the answer tells nothing about which ids exist.
+
+Links point at the `subDomain` setting when it is set (the server still answers under
+any name it is reached by), else at the host name the request came to; a Host header
+that is not a host name is replaced by the address the server listens on.
 """
 
 from __future__ import annotations
 
+import base64
+import logging
+import re
+from urllib.parse import parse_qs, quote
 
-def subscription_app(environ, start_response):
-    body = b"404 Not Found\n"
-    start_response(
-        "404 Not Found",
-        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
-    )
-    return [body]
+from appliance.services.subscriptions import Lookup, Subscriptions
+from appliance.sub.page import info_page
+
+log = logging.getLogger(__name__)
+
+# (format, path setting, switch setting); the links path has no switch of its own.
+ROUTES = (
+    ("links", "subPath", ""),
+    ("json", "subJsonPath", "subJsonEnable"),
+    ("yaml", "subYamlPath", "subYamlEnable"),
+)
+CONTENT_TYPES = {
+    "links": "text/plain; charset=utf-8",
+    "json": "application/json; charset=utf-8",
+    "yaml": "text/yaml; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+}
+HOST_HEADER = re.compile(
+    r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253})(?::(?P<port>\d{1,5}))?$"
+)
+PAGE_SECURITY = [
+    # The page runs no script and loads nothing: styles inline, QR codes inline SVG.
+    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
+    ("X-Content-Type-Options", "nosniff"),
+    # A subscription URL is a credential: it must not leave in a Referer.
+    ("Referrer-Policy", "no-referrer"),
+]
+NOT_FOUND = b"404 Not Found\n"
+HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
+
+
+class SubscriptionApp:
+    def __init__(self, settings, subscriptions: Subscriptions):
+        self.settings = settings
+        self.subscriptions = subscriptions
+
+    def __call__(self, environ, start_response):
+        try:
+            status, headers, body = self.respond(environ)
+        except Exception:
+            log.exception("subscription request %s failed", environ.get("PATH_INFO"))
+            status, headers, body = "500 Internal Server Error", [], b"internal error\n"
+        headers.append(("Content-Length", str(len(body))))
+        if not any(name == "Content-Type" for name, _ in headers):
+            headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        start_response(status, headers)
+        return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
+
+    def respond(self, environ) -> tuple[str, list[tuple[str, str]], bytes]:
+        get = self.settings.get
+        if not get("subEnable"):
+            return _not_found()
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
+        route = self._route(_path(environ))
+        if route is None:
+            return _not_found()
+        kind, sub_id = route
+        lookup = self.subscriptions.lookup(sub_id)
+        if lookup is None:
+            return _not_found()
+        name, authority = request_host(environ)
+        address = get("subDomain") or name
+        rendered = self.subscriptions.render(kind, lookup, address)
+        if not rendered.found:
+            return _not_found()
+        page_url = self._url(environ, authority, "subPath", sub_id)
+        headers = self._headers(lookup, page_url)
+        if kind == "links" and _wants_html(environ):
+            body = info_page(
+                title=self._title(lookup),
+                usage=lookup.usage,
+                links=rendered.links,
+                sub_url=page_url,
+                json_url=self._url(environ, authority, "subJsonPath", sub_id)
+                if get("subJsonEnable")
+                else "",
+                yaml_url=self._url(environ, authority, "subYamlPath", sub_id)
+                if get("subYamlEnable")
+                else "",
+            )
+            return (
+                "200 OK",
+                [*headers, *PAGE_SECURITY, ("Content-Type", CONTENT_TYPES["html"])],
+                body,
+            )
+        headers.append(("Content-Type", CONTENT_TYPES[kind]))
+        return "200 OK", headers, rendered.body
+
+    def _route(self, path: str) -> tuple[str, str] | None:
+        """(format, subscription id) of a request path, None when it is none of ours."""
+        for kind, path_key, switch in ROUTES:
+            prefix = self.settings.get(path_key)
+            if path.startswith(prefix) and (not switch or self.settings.get(switch)):
+                sub_id = path[len(prefix) :]
+                return (kind, sub_id) if sub_id and "/" not in sub_id else None
+        return None
+
+    def _headers(self, lookup: Lookup, page_url: str) -> list[tuple[str, str]]:
+        """The spec's subscription headers. Support-Url and Announce are sent only when
+        set; Routing only when routing is enabled and rules are set."""
+        get = self.settings.get
+        usage = lookup.usage
+        headers = [
+            (
+                "Subscription-Userinfo",
+                f"upload={usage.upload}; download={usage.download}; total={usage.total}; "
+                f"expire={usage.expire}",
+            ),
+            ("Profile-Title", _base64_value(self._title(lookup))),
+            ("Profile-Web-Page-Url", _header_safe(get("subProfileUrl") or page_url)),
+            # subUpdates is in hours; the header is in minutes.
+            ("Profile-Update-Interval", str(get("subUpdates") * 60)),
+            ("Routing-Enable", "true" if get("subEnableRouting") else "false"),
+            ("Cache-Control", "no-store"),
+        ]
+        if get("subSupportUrl"):
+            headers.append(("Support-Url", _header_safe(get("subSupportUrl"))))
+        if get("subAnnounce"):
+            headers.append(("Announce", _base64_value(get("subAnnounce"))))
+        rules = get("subRoutingRules")
+        if get("subEnableRouting") and rules:
+            headers.append(("Routing", _routing_value(rules)))
+        return headers
+
+    def _title(self, lookup: Lookup) -> str:
+        return self.settings.get("subTitle") or lookup.title
+
+    def _url(self, environ, authority: str, path_key: str, sub_id: str) -> str:
+        """The address of this subscription in another format, as a client reaches it:
+        the subDomain (with the port the request used) when set, else the Host."""
+        domain = self.settings.get("subDomain")
+        if domain:
+            port = authority.rsplit(":", 1)[1] if re.search(r":\d+$", authority) else ""
+            authority = f"{domain}:{port}" if port else domain
+        scheme = environ.get("wsgi.url_scheme", "http")
+        return f"{scheme}://{authority}{self.settings.get(path_key)}{quote(sub_id, safe='')}"
+
+
+def _not_found() -> tuple[str, list[tuple[str, str]], bytes]:
+    return "404 Not Found", [], NOT_FOUND
+
+
+def _path(environ) -> str:
+    """PATH_INFO as text: the server hands it over percent-decoded, as latin-1."""
+    raw = environ.get("PATH_INFO", "")
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return ""
+
+
+def request_host(environ: dict) -> tuple[str, str]:
+    """(host name without port, host with port) the request came to. A Host header that
+    is not a host name (anything could be sent) gives way to the listening address."""
+    match = HOST_HEADER.match(environ.get("HTTP_HOST", ""))
+    if match:
+        name = match.group("name").lower()
+        return name.strip("[]"), match.group(0).lower()
+    name = environ.get("SERVER_NAME", "127.0.0.1")
+    port = environ.get("SERVER_PORT", "")
+    bracketed = f"[{name}]" if ":" in name else name
+    return name, f"{bracketed}:{port}" if port else bracketed
+
+
+def _wants_html(environ) -> bool:
+    query = environ.get("QUERY_STRING")
+    if query and parse_qs(query).get("html") == ["1"]:
+        return True
+    return "text/html" in environ.get("HTTP_ACCEPT", "")
+
+
+def _base64_value(text: str) -> str:
+    """A header value that carries any Unicode: the "base64:" form client apps decode."""
+    return "base64:" + base64.b64encode(text.encode()).decode()
+
+
+def _header_safe(text: str) -> str:
+    return HEADER_UNSAFE.sub("", text)
+
+
+def _routing_value(rules: str) -> str:
+    """Sent as is when it is one line of printable ASCII (a client app's routing deep
+    link, say); otherwise base64 of it, since a header cannot hold line breaks."""
+    if not HEADER_UNSAFE.search(rules):
+        return rules
+    return base64.b64encode(rules.encode()).decode()

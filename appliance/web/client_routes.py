@@ -5,6 +5,7 @@ from __future__ import annotations
 from bottle import request
 
 from appliance.services.errors import ServiceError
+from appliance.sub.app import request_host
 from appliance.web.http import JsonStream, JsonText, Reply, body, json_object
 from appliance.web.routes import RouteTable
 
@@ -280,7 +281,24 @@ def client_routes(panel) -> RouteTable:
     def traffic(email):
         return clients.traffic(email)
 
+    @table.get("/subLinks/<subId>", "Share links a subscription id serves (not base64)")
+    def sub_links(subId):
+        return panel.subscriptions.sub_links(subId, link_address(panel))
+
+    @table.get("/links/<email>", "Share links of one client on every attached inbound")
+    def links(email):
+        return panel.subscriptions.email_links(email, link_address(panel))
+
     return table
+
+
+def link_address(panel) -> str:
+    """Where links made in the panel point: the subscription domain when set, else the
+    host name the panel was reached by (as a subscription does with its own)."""
+    domain = panel.settings.get("subDomain")
+    if domain:
+        return domain
+    return request_host(request.environ)[0]
 
 
 def query_text() -> dict[str, str]:

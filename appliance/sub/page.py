@@ -1,0 +1,124 @@
+"""The subscription's info page: what a person sees opening the subscription URL in a browser.
+
+It shows the usage and expiry, every link with a QR code to scan from a phone, and
+buttons that hand the subscription to the common client apps by their import deep links.
+The page is one self-contained document: styles inline, QR codes drawn here as inline
+SVG (by `segno`), no script, nothing loaded from elsewhere, so it works offline and
+leaks the subscription URL to no third party. Every value from the database or the
+request is HTML-escaped; the server also sends a Content-Security-Policy that forbids
+scripts, should anything slip through.
+"""
+
+from __future__ import annotations
+
+import datetime
+from html import escape
+from urllib.parse import quote
+
+import segno
+
+from appliance.services.subscriptions import Usage
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:0;background:#f4f5f7;color:#1d2330}
+main{max-width:860px;margin:0 auto;padding:24px}
+h1{font-size:1.4rem;margin:0 0 16px}
+section{background:#fff;border-radius:8px;padding:16px;margin-bottom:16px;
+box-shadow:0 1px 2px rgba(0,0,0,.08)}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:6px 16px;margin:0}
+dt{color:#5b6478}dd{margin:0;font-variant-numeric:tabular-nums}
+.apps a{display:inline-block;margin:4px 8px 4px 0;padding:8px 14px;border-radius:6px;
+background:#2f6fed;color:#fff;text-decoration:none}
+.link{display:flex;gap:16px;align-items:center;border-top:1px solid #e6e8ee;padding:12px 0}
+.link:first-of-type{border-top:0}
+.link code{word-break:break-all;font-size:.85rem}
+.link svg{flex:none;background:#fff}
+input{width:100%;box-sizing:border-box;padding:6px;font-family:monospace}
+"""
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def info_page(
+    *,
+    title: str,
+    usage: Usage,
+    links: list[str],
+    sub_url: str,
+    json_url: str,
+    yaml_url: str,
+) -> bytes:
+    """The whole HTML document; `json_url`/`yaml_url` are empty when those formats are
+    off."""
+    used = usage.upload + usage.download
+    rows = [
+        ("Uploaded", human_bytes(usage.upload)),
+        ("Downloaded", human_bytes(usage.download)),
+        ("Used", human_bytes(used)),
+        ("Quota", human_bytes(usage.total) if usage.total else "unlimited"),
+        ("Remaining", human_bytes(max(usage.total - used, 0)) if usage.total else "unlimited"),
+        ("Expires", _expiry(usage.expire)),
+    ]
+    usage_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+    urls = [("Subscription", sub_url), ("JSON", json_url), ("Mihomo (YAML)", yaml_url)]
+    url_html = "".join(
+        f'<p><label>{escape(label)}<input readonly value="{escape(url)}"></label></p>'
+        for label, url in urls
+        if url
+    )
+    links_html = (
+        "".join(
+            f'<div class="link">{segno.make(link, error="m").svg_inline(scale=3)}'
+            f"<code>{escape(link)}</code></div>"
+            for link in links
+        )
+        or "<p>No links.</p>"
+    )
+    apps_html = "".join(
+        f'<a href="{escape(href)}">{escape(name)}</a>'
+        for name, href in import_links(title, sub_url, yaml_url)
+    )
+    return (
+        "<!DOCTYPE html>"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="robots" content="noindex">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<body><main><h1>{escape(title)}</h1>"
+        f"<section><dl>{usage_html}</dl></section>"
+        f'<section class="apps"><h2>Import</h2>{apps_html}{url_html}</section>'
+        f"<section><h2>Links</h2>{links_html}</section>"
+        "</main></body></html>"
+    ).encode()
+
+
+def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str]]:
+    """(app, deep link) pairs the usual client apps register for importing a remote
+    subscription; Clash-family apps get the YAML address, and only when it is served."""
+    url = quote(sub_url, safe="")
+    name = quote(title, safe="")
+    apps = [
+        ("v2rayNG", f"v2rayng://install-config?url={url}"),
+        ("v2RayTun", f"v2raytun://import/{sub_url}"),
+        ("Streisand", f"streisand://import/{sub_url}#{name}"),
+        ("Hiddify", f"hiddify://import/{sub_url}#{name}"),
+        ("sing-box", f"sing-box://import-remote-profile?url={url}#{name}"),
+    ]
+    if yaml_url:
+        apps.append(("Clash / Mihomo", f"clash://install-config?url={quote(yaml_url, safe='')}"))
+    return apps
+
+
+def human_bytes(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    value, index = count / 1024, 1
+    while value >= 1024 and index < len(UNITS) - 1:
+        value, index = value / 1024, index + 1
+    return f"{value:.2f} {UNITS[index]}"
+
+
+def _expiry(seconds: int) -> str:
+    if not seconds:
+        return "never"
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
