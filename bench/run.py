@@ -24,6 +24,7 @@ from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import scenarios  # noqa: F401  (registers the scenarios)
+import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
 
 from appliance import __version__
