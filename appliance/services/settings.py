@@ -20,6 +20,7 @@ from pony.orm import db_session, select
 
 from appliance.core.template import default_template
 from appliance.services.errors import ServiceError
+from appliance.services.tgbot import parse_schedule
 
 REDACTED = "********"
 
@@ -232,6 +233,7 @@ def validate(values: dict[str, Any]) -> None:
                     f"{key} must be empty (all addresses) or an IP address (got '{values[key]}')"
                 ) from None
     parse_trusted_proxies(values["trustedProxies"])
+    parse_schedule(values["tgRunTime"])
     for cert_key, key_key in CERT_PAIRS:
         check_cert_pair(cert_key, values[cert_key], key_key, values[key_key])
     if values["coreTemplate"]:

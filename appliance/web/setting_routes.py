@@ -58,6 +58,10 @@ def setting_routes(panel) -> RouteTable:
         panel.restart_later(3)
         return Reply("the panel restarts in 3 seconds")
 
+    @table.post("/testTgBot", "Check the chat-bot token (getMe) and every admin chat (getChat)")
+    def test_chat_bot():
+        return Reply(panel.chat_bot.test())
+
     @table.get("/getDefaultJsonConfig", "The built-in core config template")
     def default_json_config():
         return default_template()

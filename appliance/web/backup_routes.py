@@ -1,0 +1,73 @@
+"""Routes of database backup and restore: getDb, getMigration, importDB, backuptotgbot."""
+
+from __future__ import annotations
+
+from bottle import HTTPResponse, request
+
+from appliance.services.backups import MAX_UPLOAD_BYTES, BackupFile
+from appliance.web.http import Reply
+from appliance.web.routes import RouteTable
+from appliance.web.upload import save_file_field
+
+# The upload route checks the size itself, with a message that speaks of the database.
+UPLOAD_ROUTE_MAX_BODY = 1 << 62
+
+
+def backup_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/server", "backup")
+
+    @table.get(
+        "/getDb",
+        "A consistent snapshot of the database as a SQLite file (any backend)",
+        raw=True,
+    )
+    def get_db():
+        return _attachment(panel.backups.database_file())
+
+    @table.get(
+        "/getMigration",
+        "SQL text dump (SQLite database) or a portable SQLite file (networked database)",
+        raw=True,
+    )
+    def get_migration():
+        return _attachment(panel.backups.migration_file())
+
+    @table.post(
+        "/importDB",
+        "Replace every record with an uploaded SQLite file or SQL dump (multipart field "
+        "db); the previous data is kept in the backups folder; the panel restarts",
+        resource=("settings", "inbounds", "clients"),
+        max_body=UPLOAD_ROUTE_MAX_BODY,
+    )
+    def import_db():
+        path = panel.backups.scratch_path(".upload")
+        save_file_field(
+            request.environ.get("wsgi.input"),
+            request.content_type,
+            request.content_length,
+            "db",
+            path,
+            MAX_UPLOAD_BYTES,
+        )
+        return Reply(panel.backups.restore(path))
+
+    bot = RouteTable("/panel/api", "backup")
+
+    @bot.post("/backuptotgbot", "Send a fresh database backup to every chat-bot admin chat")
+    def backup_to_bot():
+        return Reply(panel.chat_bot.send_backup())
+
+    table.routes.extend(bot.routes)
+    return table
+
+
+def _attachment(backup: BackupFile) -> HTTPResponse:
+    return HTTPResponse(
+        backup.stream,
+        headers={
+            "Content-Type": backup.content_type,
+            "Content-Length": str(backup.size),
+            "Content-Disposition": f'attachment; filename="{backup.filename}"',
+            "Cache-Control": "no-store",
+        },
+    )
