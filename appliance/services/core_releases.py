@@ -373,6 +373,31 @@ def _download(url: str, path: str, limit: int, label: str, expected: str | None)
     return size
 
 
+def fetch(url: str, limit: int, label: str) -> bytes:
+    """A small document (a release list) in memory, bounded like every download here:
+    for installers of other published files."""
+    return _fetch(url, limit, label)
+
+
+def download_verified(
+    url: str, path: str, limit: int, label: str, *, expected: str = "", digest_url: str = ""
+) -> int:
+    """Stream `url` into `path` and check it against the hex SHA-256 `expected`, or else
+    against the first hash in the sha256sum-style file at `digest_url`; returns the size.
+    A file with neither is refused: nothing unverified is installed."""
+    if not expected:
+        if not digest_url:
+            raise ServiceError(f"{label} has no published SHA-256; it is not installed unverified")
+        raw = _fetch(digest_url, DIGEST_LIMIT, f"the checksum of {label}")
+        match = SHA256SUM.match(raw.decode("utf-8", "replace"))
+        if match is None:
+            raise ServiceError(
+                f"the checksum file of {label} holds no SHA-256; nothing was replaced"
+            )
+        expected = match.group(1)
+    return _download(url, path, limit, label, expected.lower())
+
+
 def _too_large(label: str, url: str, limit: int) -> str:
     return f"{label} at {url} is larger than the limit of {limit >> 20} MB; nothing was installed"
 

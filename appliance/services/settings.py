@@ -78,6 +78,9 @@ DEFAULTS: dict[str, Any] = {
     "coreReleaseUrl": "https://api.github.com/repos/XTLS/Xray-core/releases",
     "geoipUrl": "https://github.com/v2fly/geoip/releases/latest/download/geoip.dat",
     "geositeUrl": "https://github.com/v2fly/domain-list-community/releases/latest/download/dlc.dat",
+    # Where getPanelUpdateInfo and updatePanel read the panel's own releases (GitHub's
+    # releases API shape: a list, or one release); empty: updates are not offered.
+    "panelUpdateUrl": "",
 }
 SECRET_KEYS = frozenset({"tgBotToken", "smtpPassword"})
 # Stored alongside settings but never part of the settings API.

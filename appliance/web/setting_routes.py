@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from bottle import request
+import json
+
+from bottle import request, response
 
 from appliance.core.template import default_template
 from appliance.services.settings import DEFAULTS
+from appliance.services.smtp_check import check_smtp
 from appliance.web.api import current_session
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
@@ -57,6 +60,16 @@ def setting_routes(panel) -> RouteTable:
     def restart_panel():
         panel.restart_later(3)
         return Reply("the panel restarts in 3 seconds")
+
+    @table.post(
+        "/testSmtp",
+        "Send a test mail with the saved SMTP settings: {success, stage, msg}",
+        raw=True,
+    )
+    def test_smtp():
+        # The envelope plus `stage`, which names where a failure happened.
+        response.content_type = "application/json; charset=utf-8"
+        return json.dumps({"obj": None, **check_smtp(panel.settings)}, ensure_ascii=False)
 
     @table.post("/testTgBot", "Check the chat-bot token (getMe) and every admin chat (getChat)")
     def test_chat_bot():
