@@ -1,0 +1,79 @@
+// Calls to the panel API. Paths are relative to <base href>, so the base path is never
+// written here. Cookie sessions send X-CSRF-Token on unsafe requests. A failure envelope
+// becomes a toast with its msg and a rejected promise: no error passes silently.
+import { t } from "./i18n.js";
+import { state, toast } from "./state.js";
+
+let csrfToken = "";
+let csrfReady = Promise.resolve();
+
+export class ApiError extends Error {
+  constructor(message, status, reply = null) {
+    super(message);
+    this.status = status;
+    // The failure envelope as sent, for routes that add fields to it (testSmtp's stage).
+    this.reply = reply;
+  }
+}
+
+export function setCsrfToken(token) {
+  csrfToken = token;
+}
+
+// Unsafe requests wait for the session's CSRF token while it is being fetched, so pages
+// can load their data without waiting for it.
+export function awaitCsrfToken(promise) {
+  csrfReady = promise.catch(() => {});
+}
+
+export async function request(method, path, options = {}) {
+  const url = new URL(path, document.baseURI);
+  for (const [key, value] of Object.entries(options.query || {})) {
+    if (value !== "" && value !== undefined && value !== null) url.searchParams.set(key, value);
+  }
+  const headers = {};
+  let body;
+  if (options.json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(options.json);
+  } else if (options.form) {
+    body = new URLSearchParams(options.form);
+  } else if (options.upload) {
+    body = options.upload; // FormData: the browser writes the multipart boundary itself
+  }
+  if (method !== "GET") {
+    await csrfReady;
+    if (csrfToken) headers["X-CSRF-Token"] = csrfToken;
+  }
+  let response;
+  try {
+    response = await fetch(url, { method, headers, body, credentials: "same-origin" });
+  } catch (error) {
+    return fail(t("error.network"), 0, options);
+  }
+  let reply;
+  try {
+    reply = await response.json();
+  } catch (error) {
+    return fail(t("error.badReply", { status: response.status }), response.status, options);
+  }
+  if (!reply.success) {
+    if (response.status === 401 && state.signedIn && !options.signIn) state.signedIn = false;
+    return fail(reply.msg || t("error.unknown"), response.status, options, reply);
+  }
+  return reply;
+}
+
+function fail(message, status, options, reply = null) {
+  if (!options.quiet) toast(message, "error");
+  throw new ApiError(message, status, reply);
+}
+
+export const api = {
+  get: async (path, options = {}) => (await request("GET", path, options)).obj,
+  post: async (path, json, options = {}) => (await request("POST", path, { ...options, json })).obj,
+  postForm: async (path, form, options = {}) =>
+    (await request("POST", path, { ...options, form })).obj,
+  upload: async (path, formData, options = {}) =>
+    (await request("POST", path, { ...options, upload: formData })).obj,
+};

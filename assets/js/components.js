@@ -1,0 +1,235 @@
+// Small building blocks shared by the pages: formatting, form fields, the dialog, toasts,
+// the QR code and the time-series chart.
+import { html, loadQrcode, loadUPlot, Vue } from "./lib.js";
+import { locale, t } from "./i18n.js";
+import { dismissToast, state, toast } from "./state.js";
+
+// ---- formatting -------------------------------------------------------------------------
+
+const UNITS = ["B", "KB", "MB", "GB", "TB", "PB"];
+
+export function formatBytes(value) {
+  let amount = Number(value) || 0;
+  let unit = 0;
+  while (Math.abs(amount) >= 1024 && unit < UNITS.length - 1) {
+    amount /= 1024;
+    unit += 1;
+  }
+  return `${amount.toFixed(unit === 0 ? 0 : 2)} ${UNITS[unit]}`;
+}
+
+export function formatDate(milliseconds) {
+  if (!milliseconds) return t("common.never");
+  if (milliseconds < 0) {
+    return t("clients.afterFirstUse", { days: Math.round(-milliseconds / 86400000) });
+  }
+  return new Date(milliseconds).toLocaleString(locale.value);
+}
+
+export function percent(part, whole) {
+  return whole ? Math.min(100, (part * 100) / whole) : 0;
+}
+
+// ---- form fields (plain functions returning vnodes; `model` is a reactive object) ---------
+
+export function field(label, input, hint = "") {
+  return html`<label class="field"><span class="field-label">${label}</span>${input}${
+    hint ? html`<small class="hint">${hint}</small>` : null
+  }</label>`;
+}
+
+export function textInput(model, key, attrs = {}) {
+  return html`<input type="text" value=${model[key] ?? ""}
+    onInput=${(event) => (model[key] = event.target.value)} ...${attrs} />`;
+}
+
+export function numberInput(model, key, attrs = {}) {
+  return html`<input type="number" value=${model[key] ?? 0}
+    onInput=${(event) => (model[key] = event.target.value === "" ? 0 : Number(event.target.value))}
+    ...${attrs} />`;
+}
+
+export function selectInput(model, key, choices, attrs = {}) {
+  return html`<select value=${model[key]} onChange=${(event) => (model[key] = event.target.value)}
+    ...${attrs}>${choices.map(
+      ([value, label]) => html`<option value=${value} selected=${model[key] === value}>${label}</option>`,
+    )}</select>`;
+}
+
+export function checkbox(model, key, label, attrs = {}) {
+  return html`<label class="check"><input type="checkbox" checked=${!!model[key]}
+    onChange=${(event) => (model[key] = event.target.checked)} ...${attrs} /><span>${label}</span></label>`;
+}
+
+export function toggle(checked, onChange, label) {
+  return html`<label class="switch" title=${label}><input type="checkbox" role="switch"
+    aria-label=${label} checked=${checked} onChange=${(event) => onChange(event.target.checked)} />
+    <span class="slider"></span></label>`;
+}
+
+export function textArea(model, key, attrs = {}) {
+  return html`<textarea value=${model[key] ?? ""}
+    onInput=${(event) => (model[key] = event.target.value)} ...${attrs}></textarea>`;
+}
+
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    toast(t("common.copied"), "success");
+  } catch (error) {
+    toast(t("common.copyFailed"), "error");
+  }
+}
+
+// A generated value the user takes elsewhere: its label, the value, and a copy button.
+export function copyBlock(label, value) {
+  return html`<div class="copy-block"><span class="field-label">${label}</span>
+    <div class="copy-row"><code class="token">${value}</code>
+      <button type="button" aria-label=${`${t("common.copy")}: ${label}`} onClick=${() => copyText(value)}>${t("common.copy")}</button></div></div>`;
+}
+
+// ---- dialog -------------------------------------------------------------------------------
+
+export const Modal = {
+  props: ["title", "onClose", "body", "footer", "wide"],
+  setup(props) {
+    const root = Vue.ref(null);
+    const previous = document.activeElement;
+    const onKey = (event) => {
+      if (event.key === "Escape") props.onClose();
+    };
+    Vue.onMounted(() => {
+      document.addEventListener("keydown", onKey);
+      const first = root.value.querySelector("input, select, textarea, button.primary");
+      (first || root.value).focus();
+    });
+    Vue.onUnmounted(() => {
+      document.removeEventListener("keydown", onKey);
+      if (previous && previous.focus) previous.focus();
+    });
+    return () => html`<div class="backdrop" onClick=${(event) => {
+      if (event.target === event.currentTarget) props.onClose();
+    }}>
+      <section class=${props.wide ? "modal wide" : "modal"} role="dialog" aria-modal="true"
+        aria-label=${props.title} tabindex="-1" ref=${root}>
+        <header class="modal-head"><h2>${props.title}</h2>
+          <button class="icon" aria-label=${t("common.close")} onClick=${props.onClose}>×</button>
+        </header>
+        <div class="modal-body">${props.body()}</div>
+        ${props.footer ? html`<footer class="modal-foot">${props.footer()}</footer>` : null}
+      </section>
+    </div>`;
+  },
+};
+
+export const ConfirmDialog = {
+  setup() {
+    return () =>
+      state.confirm
+        ? html`<${Modal} title=${t("common.confirm")} onClose=${() => state.confirm.answer(false)}
+            body=${() => html`<p>${state.confirm.message}</p>`}
+            footer=${() => html`
+              <button onClick=${() => state.confirm.answer(false)}>${t("common.cancel")}</button>
+              <button class="primary danger" onClick=${() => state.confirm.answer(true)}>
+                ${t("common.ok")}</button>`} />`
+        : null;
+  },
+};
+
+export const Toasts = {
+  setup() {
+    return () => html`<div class="toasts" role="status" aria-live="polite">
+      ${state.toasts.map(
+        (item) => html`<div key=${item.id} class=${`toast ${item.severity}`}>
+          <div>${item.title ? html`<strong>${item.title}</strong>` : null}<span>${item.text}</span></div>
+          <button class="icon" aria-label=${t("common.close")} onClick=${() => dismissToast(item.id)}>×</button>
+        </div>`,
+      )}
+    </div>`;
+  },
+};
+
+// ---- QR code --------------------------------------------------------------------------------
+
+export const QrCode = {
+  props: ["text"],
+  setup(props) {
+    const library = Vue.shallowRef(null);
+    loadQrcode().then((qrcode) => (library.value = qrcode), (error) => toast(error.message, "error"));
+    return () => {
+      if (!library.value) return html`<div class="qr"></div>`;
+      const code = library.value(0, "M");
+      code.addData(props.text, "Byte");
+      code.make();
+      const count = code.getModuleCount();
+      let path = "";
+      for (let row = 0; row < count; row += 1) {
+        for (let column = 0; column < count; column += 1) {
+          if (code.isDark(row, column)) path += `M${column + 4} ${row + 4}h1v1h-1z`;
+        }
+      }
+      const size = count + 8;
+      return html`<svg class="qr" viewBox=${`0 0 ${size} ${size}`} role="img"
+        aria-label=${t("clients.qrCode")} shape-rendering="crispEdges">
+        <rect width=${size} height=${size} fill="#fff" /><path d=${path} fill="#000" /></svg>`;
+    };
+  },
+};
+
+// ---- chart ----------------------------------------------------------------------------------
+
+export const Chart = {
+  props: ["series", "data", "format", "label"],
+  setup(props) {
+    const box = Vue.ref(null);
+    let plot = null;
+    let observer = null;
+    let uPlot = null;
+    const build = () => {
+      if (!uPlot || !box.value) return;
+      if (plot) plot.destroy();
+      const style = getComputedStyle(document.documentElement);
+      const axisColor = style.getPropertyValue("--muted").trim() || "#888";
+      const gridColor = style.getPropertyValue("--line").trim() || "#ddd";
+      const axis = { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { show: false } };
+      plot = new uPlot(
+        {
+          width: Math.max(box.value.clientWidth, 200),
+          height: 160,
+          legend: { show: props.series.length > 1 },
+          cursor: { drag: { x: false, y: false } },
+          scales: {
+            x: { time: true, range: (self, min, max) => (min === max ? [min - 300, max + 60] : [min, max]) },
+            y: { range: (self, min, max) => [0, Math.max(max, 1)] },
+          },
+          axes: [axis, { ...axis, size: 84, values: (self, ticks) => ticks.map(props.format) }],
+          series: [{}, ...props.series.map((item) => ({
+            label: item.label, stroke: item.color, fill: item.fill, width: 2,
+            value: (self, value) => (value == null ? "-" : props.format(value)),
+          }))],
+        },
+        props.data,
+        box.value,
+      );
+    };
+    Vue.onMounted(async () => {
+      try {
+        uPlot = await loadUPlot();
+      } catch (error) {
+        toast(error.message, "error");
+        return;
+      }
+      if (!box.value) return; // the page was left while the library loaded
+      build();
+      observer = new ResizeObserver(() => plot && plot.setSize({ width: Math.max(box.value.clientWidth, 200), height: 160 }));
+      observer.observe(box.value);
+    });
+    Vue.watch(() => props.data, (data) => plot && plot.setData(data));
+    Vue.watch(() => state.theme, build);
+    Vue.onUnmounted(() => {
+      if (observer) observer.disconnect();
+      if (plot) plot.destroy();
+    });
+    return () => html`<div class="chart" ref=${box} role="img" aria-label=${props.label}></div>`;
+  },
+};

@@ -1,0 +1,49 @@
+// Translations: every visible string goes through t(key, params). en.json is complete and
+// is the fallback; the other languages are loaded when chosen. Persian turns the page
+// right-to-left through <html dir>.
+import { Vue } from "./lib.js";
+
+export const LOCALES = [
+  { code: "en", name: "English", dir: "ltr" },
+  { code: "fa", name: "فارسی", dir: "rtl" },
+  { code: "ru", name: "Русский", dir: "ltr" },
+  { code: "zh", name: "简体中文", dir: "ltr" },
+];
+const STORAGE_KEY = "panel.locale";
+const messages = Vue.shallowReactive({});
+export const locale = Vue.ref("en");
+
+async function load(code) {
+  if (messages[code]) return;
+  const response = await fetch(`assets/i18n/${code}.json`);
+  if (!response.ok) throw new Error(`language file ${code}.json: HTTP ${response.status}`);
+  messages[code] = await response.json();
+}
+
+export async function setLocale(code) {
+  const known = LOCALES.find((entry) => entry.code === code) || LOCALES[0];
+  await load("en");
+  await load(known.code);
+  locale.value = known.code;
+  document.documentElement.lang = known.code;
+  document.documentElement.dir = known.dir;
+  localStorage.setItem(STORAGE_KEY, known.code);
+}
+
+export function initialLocale() {
+  const saved = localStorage.getItem(STORAGE_KEY);
+  if (saved) return saved;
+  const wanted = (navigator.language || "en").slice(0, 2).toLowerCase();
+  return LOCALES.some((entry) => entry.code === wanted) ? wanted : "en";
+}
+
+export function t(key, params) {
+  const table = messages[locale.value] || {};
+  let text = table[key] ?? (messages.en || {})[key] ?? key;
+  if (params) {
+    for (const [name, value] of Object.entries(params)) {
+      text = text.replaceAll(`{${name}}`, String(value));
+    }
+  }
+  return text;
+}

@@ -1,0 +1,140 @@
+// The add/edit form of a client: identity, the inbounds it is attached to, quota and
+// expiry, limits and labels. Editing replaces the record (the API's update is not a
+// patch) and then attaches or detaches inbounds whose boxes changed.
+import { html, Vue } from "../lib.js";
+import { api } from "../api.js";
+import { t } from "../i18n.js";
+import { checkbox, field, Modal, numberInput, selectInput, textInput } from "../components.js";
+
+const GB = 1024 ** 3;
+const DAY = 86400000;
+const FLOWS = ["", "xtls-rprx-vision", "xtls-rprx-vision-udp443"];
+
+function randomSubId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(8));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export const ClientForm = {
+  props: ["email", "inbounds", "onClose", "onSaved"],
+  setup(props) {
+    const editing = !!props.email;
+    const loaded = Vue.ref(!editing);
+    const busy = Vue.ref(false);
+    const model = Vue.reactive({
+      email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
+      tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
+    });
+    const selected = Vue.ref(new Set());
+    let original = null;
+    let originalIds = [];
+
+    Vue.onMounted(async () => {
+      if (!editing) {
+        if (props.inbounds.length === 1) selected.value = new Set([props.inbounds[0].id]);
+        return;
+      }
+      try {
+        const reply = await api.get(`panel/api/clients/get/${encodeURIComponent(props.email)}`);
+        original = reply.client;
+        originalIds = reply.inboundIds;
+        Object.assign(model, {
+          email: original.email, enable: original.enable, subId: original.subId || "",
+          comment: original.comment || "", group: original.group || "", limitIp: original.limitIp || 0,
+          tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
+          totalGB: original.totalGB ? +(original.totalGB / GB).toFixed(2) : 0,
+        });
+        if (original.expiryTime > 0) {
+          model.expiryMode = "date";
+          model.expiryDate = new Date(original.expiryTime).toISOString().slice(0, 10);
+        } else if (original.expiryTime < 0) {
+          model.expiryMode = "afterFirstUse";
+          model.expiryDays = Math.round(-original.expiryTime / DAY);
+        }
+        selected.value = new Set(reply.inboundIds);
+        loaded.value = true;
+      } catch (error) {
+        props.onClose();
+      }
+    });
+
+    const flowCapable = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.tlsFlowCapable));
+
+    function expiryTime() {
+      if (model.expiryMode === "date" && model.expiryDate) return new Date(`${model.expiryDate}T23:59:59`).getTime();
+      if (model.expiryMode === "afterFirstUse") return -DAY * Math.max(1, Number(model.expiryDays) || 1);
+      return 0;
+    }
+
+    async function save() {
+      const client = {
+        ...(original || {}),
+        email: model.email.trim(), enable: model.enable, subId: model.subId, comment: model.comment,
+        group: model.group, limitIp: Number(model.limitIp) || 0, tgId: Number(model.tgId) || 0,
+        reset: Number(model.reset) || 0, flow: flowCapable.value ? model.flow : "",
+        totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
+      };
+      delete client.inboundIds;
+      delete client.traffic;
+      const ids = [...selected.value];
+      busy.value = true;
+      try {
+        if (!editing) {
+          await api.post("panel/api/clients/add", { client, inboundIds: ids });
+        } else {
+          await api.post(`panel/api/clients/update/${encodeURIComponent(props.email)}`, client);
+          const email = encodeURIComponent(client.email);
+          const added = ids.filter((id) => !originalIds.includes(id));
+          const removed = originalIds.filter((id) => !ids.includes(id));
+          if (added.length) await api.post(`panel/api/clients/${email}/attach`, { inboundIds: added });
+          if (removed.length) await api.post(`panel/api/clients/${email}/detach`, { inboundIds: removed });
+        }
+        props.onSaved();
+      } catch (error) {
+        // the toast shows the panel's message; the form stays open to fix it
+      } finally {
+        busy.value = false;
+      }
+    }
+
+    function toggleInbound(id, on) {
+      const next = new Set(selected.value);
+      if (on) next.add(id);
+      else next.delete(id);
+      selected.value = next;
+    }
+
+    function body() {
+      if (!loaded.value) return html`<p class="muted">${t("common.loading")}</p>`;
+      return html`<form class="form-grid" id="client-form" onSubmit=${(e) => { e.preventDefault(); save(); }}>
+        ${field(t("clients.email"), textInput(model, "email", { name: "email", required: true, autocomplete: "off" }))}
+        ${field(t("clients.subId"), textInput(model, "subId", { name: "subId" }))}
+        <fieldset class="span-2"><legend>${t("clients.inbounds")}</legend>
+          ${props.inbounds.length === 0 ? html`<p class="muted">${t("clients.noInbounds")}</p>` : null}
+          <div class="row wrap">${props.inbounds.map((inbound) => html`<label class="check" key=${inbound.id}>
+            <input type="checkbox" name="inbound" value=${inbound.id} checked=${selected.value.has(inbound.id)}
+              onChange=${(e) => toggleInbound(inbound.id, e.target.checked)} />
+            <span>${inbound.remark || inbound.tag} (${inbound.protocol}:${inbound.port})</span></label>`)}</div>
+        </fieldset>
+        ${field(t("clients.totalGB"), numberInput(model, "totalGB", { min: 0, step: "any" }), t("common.zeroUnlimited"))}
+        ${field(t("clients.expiry"), selectInput(model, "expiryMode", [
+          ["never", t("common.never")], ["date", t("clients.onDate")], ["afterFirstUse", t("clients.afterFirstUseMode")]]))}
+        ${model.expiryMode === "date" ? field(t("clients.expiryDate"), html`<input type="date" value=${model.expiryDate}
+          required onInput=${(e) => (model.expiryDate = e.target.value)} />`) : null}
+        ${model.expiryMode === "afterFirstUse" ? field(t("clients.days"), numberInput(model, "expiryDays", { min: 1 })) : null}
+        ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}
+        ${field(t("clients.reset"), numberInput(model, "reset", { min: 0 }), t("clients.resetHint"))}
+        ${flowCapable.value ? field(t("clients.flow"), selectInput(model, "flow", FLOWS.map((f) => [f, f || t("common.none")]))) : null}
+        ${field(t("clients.group"), textInput(model, "group", { list: "group-names" }))}
+        ${field(t("clients.tgId"), numberInput(model, "tgId", { min: 0 }))}
+        ${field(t("clients.comment"), textInput(model, "comment"))}
+        ${checkbox(model, "enable", t("common.enabled"))}
+      </form>`;
+    }
+
+    return () => html`<${Modal} wide=${true} title=${editing ? t("clients.edit") : t("clients.add")} onClose=${props.onClose}
+      body=${body}
+      footer=${() => html`<button onClick=${props.onClose}>${t("common.cancel")}</button>
+        <button class="primary" type="submit" form="client-form" disabled=${busy.value || !loaded.value}>${t("common.save")}</button>`} />`;
+  },
+};

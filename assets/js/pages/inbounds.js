@@ -1,0 +1,85 @@
+// Inbounds: the list with traffic, the enable switch, add and edit, reset and delete.
+// The list is fetched again whenever the panel says inbounds changed (any session).
+import { html, Vue } from "../lib.js";
+import { api } from "../api.js";
+import { t } from "../i18n.js";
+import { askConfirm, state, toast } from "../state.js";
+import { formatBytes, formatDate, toggle } from "../components.js";
+import { InboundForm } from "./inbound-form.js";
+
+export const InboundsPage = {
+  setup() {
+    const inbounds = Vue.ref(null);
+    const editing = Vue.ref(null);
+
+    async function load() {
+      inbounds.value = await api.get("panel/api/inbounds/list/slim");
+    }
+    Vue.onMounted(() => load().catch(() => {}));
+    Vue.watch(() => state.versions.inbounds, () => load().catch(() => {}));
+
+    async function edit(inbound) {
+      editing.value = { inbound: await api.get(`panel/api/inbounds/get/${inbound.id}`) };
+    }
+
+    async function act(action, message) {
+      try {
+        await action();
+        toast(message, "success");
+        await load();
+      } catch (error) {
+        await load().catch(() => {});
+      }
+    }
+
+    async function remove(inbound) {
+      if (!(await askConfirm(t("inbound.confirmDelete", { name: inbound.remark || inbound.tag })))) return;
+      act(() => api.post(`panel/api/inbounds/del/${inbound.id}`), t("inbound.deleted"));
+    }
+
+    async function resetTraffic(inbound) {
+      if (!(await askConfirm(t("inbound.confirmReset", { name: inbound.remark || inbound.tag })))) return;
+      act(() => api.post(`panel/api/inbounds/${inbound.id}/resetTraffic`), t("inbound.trafficReset"));
+    }
+
+    function row(inbound) {
+      const stream = inbound.streamSettings || {};
+      const name = inbound.remark || inbound.tag;
+      return html`<tr key=${inbound.id} data-inbound=${inbound.id}>
+        <td data-label=${t("inbound.remark")}><strong>${name}</strong><div class="muted small">${inbound.tag}</div></td>
+        <td data-label=${t("inbound.protocol")}><span class="tag">${inbound.protocol}</span>
+          ${stream.network ? html` <span class="tag">${stream.network}</span>` : null}
+          ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>
+        <td data-label=${t("inbound.port")}>${inbound.port}</td>
+        <td data-label=${t("inbound.clients")}>${(inbound.settings && inbound.settings.clients ? inbound.settings.clients.length : 0)}</td>
+        <td data-label=${t("inbound.traffic")}>↑ ${formatBytes(inbound.up)} ↓ ${formatBytes(inbound.down)}
+          <div class="muted small">${inbound.total ? t("inbound.ofQuota", { total: formatBytes(inbound.total) }) : t("common.unlimited")}</div></td>
+        <td data-label=${t("inbound.expiry")}>${formatDate(inbound.expiryTime)}</td>
+        <td data-label=${t("common.enabled")}>${toggle(inbound.enable, (value) =>
+          act(() => api.post(`panel/api/inbounds/setEnable/${inbound.id}`, { enable: value }),
+            value ? t("inbound.enabledNow") : t("inbound.disabledNow")), t("inbound.enableName", { name }))}</td>
+        <td class="actions">
+          <button onClick=${() => edit(inbound)}>${t("common.edit")}</button>
+          <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
+          <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
+        </td>
+      </tr>`;
+    }
+
+    return () => html`<section class="page">
+      <div class="page-head"><h1>${t("nav.inbounds")}</h1>
+        <button class="primary" data-testid="add-inbound" onClick=${() => (editing.value = { inbound: null })}>${t("inbound.add")}</button></div>
+      ${inbounds.value === null
+        ? html`<p class="muted">${t("common.loading")}</p>`
+        : inbounds.value.length === 0
+          ? html`<p class="empty">${t("inbound.none")}</p>`
+          : html`<div class="table-wrap"><table class="table responsive">
+              <thead><tr><th>${t("inbound.remark")}</th><th>${t("inbound.protocol")}</th><th>${t("inbound.port")}</th>
+                <th>${t("inbound.clients")}</th><th>${t("inbound.traffic")}</th><th>${t("inbound.expiry")}</th>
+                <th>${t("common.enabled")}</th><th><span class="sr-only">${t("common.actions")}</span></th></tr></thead>
+              <tbody>${inbounds.value.map(row)}</tbody></table></div>`}
+      ${editing.value ? html`<${InboundForm} inbound=${editing.value.inbound} onClose=${() => (editing.value = null)}
+        onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
+    </section>`;
+  },
+};
