@@ -1,0 +1,86 @@
+"""The UI's translations: every language ships every string English has, with the same
+placeholders, and every key the scripts ask for exists in English.
+
+The scripts build a few keys from a prefix and a value (`core.state.${state}`); those
+prefixes are listed with the values the pages can produce, so a new status or page that
+forgets its translation fails here rather than showing a raw key to a user.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from appliance.web.ui import assets_dir
+
+ASSETS = Path(assets_dir())
+LANGUAGES = ("fa", "ru", "zh")
+STATIC_KEY = re.compile(r"\bt\(\"([a-zA-Z0-9_.]+)\"")
+DYNAMIC_KEY = re.compile(r"\bt\(`([a-zA-Z0-9_.]+)\.\$\{")
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# Every value each computed key prefix is built with in assets/js.
+DYNAMIC_VALUES = {
+    "nav": ["dashboard", "inbounds", "clients", "hosts", "core", "logs", "settings"],
+    "theme": ["auto", "light", "dark"],
+    "core.state": ["running", "stop", "error", "not_installed", "unknown"],
+    "core.done": ["start", "stop", "restart"],
+    "clients.status": ["online", "active", "deactive", "depleted", "expiring"],
+    "clients.sortBy": ["email", "enable", "traffic", "remaining", "expiryTime", "inboundIds"],
+    "dash.chart": ["cpu", "mem", "net", "online"],
+    "dash.metric": ["cpu", "mem", "netUp", "netDown", "online"],
+    "logs": ["panel", "core"],
+    "logs.levels": ["debug", "info", "notice", "warning", "error"],
+    "settings.section": ["panel", "clients", "subscription", "chatBot", "smtp"],
+}
+
+
+def messages(code: str) -> dict[str, str]:
+    return json.loads((ASSETS / "i18n" / f"{code}.json").read_text(encoding="utf-8"))
+
+
+def scripts() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in (ASSETS / "js").rglob("*.js"))
+
+
+def settings_keys() -> list[str]:
+    text = (ASSETS / "js" / "pages" / "settings.js").read_text(encoding="utf-8")
+    block = text[text.index("const SECTIONS") : text.index("};", text.index("const SECTIONS"))]
+    return re.findall(r'"(\w+)"', block)
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_every_english_key_is_translated(code):
+    english, other = messages("en"), messages(code)
+    assert sorted(set(english) - set(other)) == []
+    assert sorted(set(other) - set(english)) == []
+    for key, text in other.items():
+        assert text.strip(), (code, key)
+        assert set(PLACEHOLDER.findall(text)) == set(PLACEHOLDER.findall(english[key])), key
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_translations_differ_from_english(code):
+    """A file copied from English and never translated would pass the key check."""
+    english, other = messages("en"), messages(code)
+    same = [key for key in english if other[key] == english[key]]
+    assert len(same) < len(english) // 10, same
+
+
+def test_every_key_the_scripts_use_exists_in_english():
+    english = messages("en")
+    source = scripts()
+    used = set(STATIC_KEY.findall(source))
+    prefixes = set(DYNAMIC_KEY.findall(source))
+    assert prefixes - {"settings.key"} <= set(DYNAMIC_VALUES), prefixes
+    for prefix, values in DYNAMIC_VALUES.items():
+        used |= {f"{prefix}.{value}" for value in values}
+    used |= {f"settings.key.{key}" for key in settings_keys()}
+    assert sorted(used - set(english)) == []
+
+
+def test_persian_is_right_to_left():
+    text = (ASSETS / "js" / "i18n.js").read_text(encoding="utf-8")
+    assert re.search(r'code: "fa", name: "[^"]+", dir: "rtl"', text)
