@@ -2,8 +2,9 @@
 
 `start_panel()` launches `python -m appliance run` with a fresh data directory and
 `--port 0 --sub-port 0`, then reads the process output for the first-run credentials and
-the ports it bound. `ApiClient` is a signed-in `requests` session that sends the CSRF
-header, the way a browser page does.
+the ports it bound. `--db=postgres|mysql` runs every panel on a fresh database of its own
+on the local server instead of a SQLite file (dropped at the end). `ApiClient` is a
+signed-in `requests` session that sends the CSRF header, the way a browser page does.
 """
 
 from __future__ import annotations
@@ -19,11 +20,58 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
+from helpers import NETWORKED, create_database, drop_database
 
 LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
 SUB_RE = re.compile(r"subscription server listening on https?://[^:]+:(\d+)/")
 START_TIMEOUT = 30
 NO_CORE = "/nonexistent/core"
+BACKENDS = ("sqlite", *sorted(NETWORKED))
+# The backend the panels of this run use, from --db; databases made for them so far.
+backend = {"kind": "sqlite"}
+created_databases: list[str] = []
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--db",
+        choices=BACKENDS,
+        default="sqlite",
+        help="database backend of the panels the tests start (default sqlite)",
+    )
+
+
+def pytest_configure(config) -> None:
+    backend["kind"] = config.getoption("--db")
+
+
+def pytest_sessionfinish(session) -> None:
+    while created_databases:
+        drop_database(created_databases.pop())
+
+
+# Modules about the SQLite file as such; on a networked run they skip, saying why.
+SQLITE_ONLY = {
+    "test_cli.py": "the admin commands are tested on the data directory's SQLite file",
+    "test_run_options.py": "these tests place and look for the SQLite file",
+    "test_migrations.py": "this module runs its SQLite and networked cases itself",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    kind = backend["kind"]
+    if kind == "sqlite":
+        return
+    for item in items:
+        why = SQLITE_ONLY.get(item.path.name)
+        if why:
+            item.add_marker(pytest.mark.skip(reason=f"{why}; this run uses --db={kind}"))
+
+
+def skip_unless_sqlite(why: str) -> None:
+    """For a test about the SQLite file itself: on a networked run it says why it skips."""
+    if backend["kind"] != "sqlite":
+        pytest.skip(f"{why}; this run uses --db={backend['kind']}")
 
 
 @dataclass
@@ -38,6 +86,7 @@ class PanelServer:
     username: str = ""
     expect_credentials: bool = False
     password: str = ""
+    db_url: str = ""  # the networked database of a --db run; "" for the SQLite file
 
     def start(self) -> PanelServer:
         mark = len(self.lines)
@@ -146,12 +195,26 @@ def start_panel(tmp_path, *args: str, env: dict | None = None) -> PanelServer:
     # core tests name the real binary.
     environment["APPLIANCE_CORE"] = NO_CORE
     environment.update(env or {})
+    db_url = ""
+    if backend["kind"] != "sqlite" and "--db" not in args and "APPLIANCE_DB" not in environment:
+        db_url = create_database(backend["kind"])
+        created_databases.append(db_url)
+        environment["APPLIANCE_DB"] = db_url
     server = PanelServer(
         data_dir,
         ["--listen", "127.0.0.1", "--port", "0", "--sub-port", "0", *args],
         environment,
+        db_url=db_url,
     )
     return server.start()
+
+
+def stop_and_drop(server: PanelServer) -> None:
+    """Stop a panel and drop its networked database, if it has one."""
+    server.stop()
+    if server.db_url in created_databases:
+        created_databases.remove(server.db_url)
+        drop_database(server.db_url)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +222,7 @@ def panel(tmp_path_factory):
     """One panel per test module; tests in it share its database."""
     server = start_panel(tmp_path_factory.mktemp("panel"))
     yield server
-    server.stop()
+    stop_and_drop(server)
 
 
 @pytest.fixture
@@ -167,7 +230,7 @@ def fresh_panel(tmp_path):
     """A panel of the test's own, for tests that change sign-in state."""
     server = start_panel(tmp_path)
     yield server
-    server.stop()
+    stop_and_drop(server)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Helpers that several test modules need in the same form: the success and failure
 envelope checks, adding an inbound through the API, reading and writing the panel's
-SQLite file, a clean environment and a free port for a command, the stream settings most
-inbound samples use, and a self-signed certificate written to files.
+database (its SQLite file, or the PostgreSQL/MariaDB database of a `--db` run), a clean
+environment and a free port for a command, the stream settings most inbound samples use,
+and a self-signed certificate written to files.
 
 They were once copied into each module that used them; one copy means a fix or a stricter
 check reaches every test at once. Helpers particular to one module stay in that module.
@@ -10,10 +11,13 @@ check reaches every test at once. Helpers particular to one module stay in that 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import os
+import re
 import socket
 import sqlite3
+import uuid
 from pathlib import Path
 
 from cryptography import x509
@@ -86,7 +90,12 @@ def create_inbound(api, payload: dict) -> dict:
     return ok(api.post(f"{INBOUNDS}/add", payload))
 
 
-# ---- the panel's SQLite file --------------------------------------------------------------
+# ---- the panel's database --------------------------------------------------------------
+# A panel runs on its SQLite file unless the suite runs with --db=postgres|mysql; then each
+# panel gets a database of its own on the local server (`server.db_url`), and the helpers
+# below read and write that one instead.
+
+NETWORKED = {"postgres": ("127.0.0.1", 5432), "mysql": ("127.0.0.1", 3306)}
 
 
 def db_path(server) -> str:
@@ -94,7 +103,11 @@ def db_path(server) -> str:
 
 
 def db_rows(server, statement: str, params: tuple = ()) -> list[tuple]:
-    """Runs one statement on the panel's SQLite file, commits it, and returns its rows."""
+    """Runs one statement (SQLite's words, `?` placeholders) on the panel's database,
+    commits it, and returns its rows."""
+    url = getattr(server, "db_url", "")
+    if url:
+        return networked_rows(url, statement, params)
     db = sqlite3.connect(db_path(server))
     try:
         with db:
@@ -104,7 +117,15 @@ def db_rows(server, statement: str, params: tuple = ()) -> list[tuple]:
 
 
 def database_bytes(server) -> bytes:
-    """The SQLite file and its write-ahead log as bytes: what a secret must never be in."""
+    """Everything the panel stored, as bytes: what a secret must never be in. The SQLite
+    file and its write-ahead log, or every row of every table of a networked database."""
+    url = getattr(server, "db_url", "")
+    if url:
+        schema = "current_schema()" if _kind(url) == "postgres" else "DATABASE()"
+        tables = networked_rows(
+            url, f"SELECT table_name FROM information_schema.tables WHERE table_schema = {schema}"
+        )
+        return repr([networked_rows(url, f"SELECT * FROM {name}") for (name,) in tables]).encode()
     path = db_path(server)
     return b"".join(
         Path(name).read_bytes() for name in (path, path + "-wal") if os.path.exists(name)
@@ -114,6 +135,89 @@ def database_bytes(server) -> bytes:
 def setting_rows(server) -> dict[str, str]:
     """The `setting` table as the panel stored it."""
     return dict(db_rows(server, "SELECT key, value FROM setting"))
+
+
+def create_database(kind: str) -> str:
+    """A new, empty database on the local `kind` server; returns its URL."""
+    name = f"appliance_test_{uuid.uuid4().hex[:12]}"
+    with _server_admin(kind) as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    scheme = "postgresql://postgres" if kind == "postgres" else "mysql://root"
+    return f"{scheme}@127.0.0.1:{NETWORKED[kind][1]}/{name}"
+
+
+def drop_database(url: str) -> None:
+    """Drops a database `create_database` made, closing whatever still uses it."""
+    kind, name = _kind(url), url.rsplit("/", 1)[1]
+    with _server_admin(kind) as cur:
+        if kind == "postgres":
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        cur.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def networked_connection(url: str):
+    """A DB-API connection to a database `create_database` made."""
+    kind, name = _kind(url), url.rsplit("/", 1)[1]
+    host, port = NETWORKED[kind]
+    if kind == "postgres":
+        import psycopg2
+
+        return psycopg2.connect(host=host, port=port, user="postgres", dbname=name)
+    import pymysql
+
+    return pymysql.connect(host=host, port=port, user="root", password="", database=name)
+
+
+def networked_rows(url: str, statement: str, params: tuple = ()) -> list[tuple]:
+    """`db_rows` on a networked database. Tests write SQLite's SQL; the few words that
+    differ are translated here: `?` placeholders, 0/1 for booleans on PostgreSQL, and
+    the column named `key`, which MySQL reserves."""
+    kind = _kind(url)
+    statement = statement.replace("%", "%%").replace("?", "%s")
+    if kind == "postgres":
+        statement = re.sub(
+            r"\b(enabled?) = ([01])\b",
+            lambda m: f"{m[1]} = {'TRUE' if m[2] == '1' else 'FALSE'}",
+            statement,
+        )
+    else:
+        statement = re.sub(r"\bkey\b", "`key`", statement)
+    conn = networked_connection(url)
+    try:
+        cur = conn.cursor()
+        cur.execute(statement, params)
+        rows = [tuple(row) for row in cur.fetchall()] if cur.description else []
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def _kind(url: str) -> str:
+    return "postgres" if url.startswith("postgres") else "mysql"
+
+
+@contextlib.contextmanager
+def _server_admin(kind: str):
+    """An autocommit cursor on the server's administrative database."""
+    host, port = NETWORKED[kind]
+    if kind == "postgres":
+        import psycopg2
+
+        conn = psycopg2.connect(host=host, port=port, user="postgres", dbname="postgres")
+        conn.autocommit = True
+    else:
+        import pymysql
+
+        conn = pymysql.connect(host=host, port=port, user="root", password="", autocommit=True)
+    try:
+        yield conn.cursor()
+    finally:
+        conn.close()
 
 
 # ---- certificates -------------------------------------------------------------------------
