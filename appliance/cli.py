@@ -1,4 +1,4 @@
-"""Every subcommand of `appliance`: run, admin, version.
+"""Every subcommand of `appliance`: run, admin, setting, migrate-db, version.
 
 gevent patches the standard library before anything else is imported: Pony, the
 database drivers and `threading` must see the cooperative versions, or every greenlet
@@ -15,12 +15,13 @@ init_for_gevent()
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
-from appliance.config import ENV, resolve  # noqa: E402
+from appliance.config import DB_FILE, ENV, resolve  # noqa: E402
 from appliance.services.errors import ServiceError  # noqa: E402
 
 
@@ -75,9 +76,65 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(disable)
     disable.set_defaults(handler=cmd_admin_disable_2fa)
 
+    setting = commands.add_parser("setting", help="show or change panel settings offline")
+    setting_commands = setting.add_subparsers(
+        dest="setting_command", metavar="ACTION", required=True
+    )
+    show_settings = setting_commands.add_parser("show", help="print every setting")
+    _store_options(show_settings)
+    show_settings.set_defaults(handler=cmd_setting_show)
+    set_settings = setting_commands.add_parser(
+        "set",
+        help="change how the panel listens, checked like the settings API",
+        description="Change panel settings while the panel is stopped; they apply at its "
+        "next start. Values are checked as the settings API checks them: a bad one is "
+        "refused and nothing is written.",
+    )
+    _store_options(set_settings)
+    for flag, key, what in SETTING_FLAGS:
+        set_settings.add_argument(flag, dest=key, metavar="VALUE", help=f"{what} ({key})")
+    set_settings.set_defaults(handler=cmd_setting_set)
+
+    migrate_db = commands.add_parser(
+        "migrate-db",
+        help="copy the SQLite database into a PostgreSQL or MySQL/MariaDB database",
+        description="Copy every table of the panel's SQLite file into an empty networked "
+        "database in one transaction, then compare row counts and checksums per table. "
+        "The SQLite file is only read. Afterwards start the panel with --db URL.",
+    )
+    migrate_db.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="target database: postgresql://user:password@host[:port]/name or mysql://...",
+    )
+    migrate_db.add_argument(
+        "--from",
+        dest="source",
+        metavar="PATH",
+        help=f"the SQLite file to copy (default: {DB_FILE} in the data directory)",
+    )
+    migrate_db.add_argument(
+        "--data-dir", help=f"data directory (env {ENV['data_dir']}; default per user or system)"
+    )
+    migrate_db.add_argument(
+        "--replace", action="store_true", help="overwrite a target that already holds rows"
+    )
+    migrate_db.set_defaults(handler=cmd_migrate_db)
+
     version = commands.add_parser("version", help="print the panel version")
     version.set_defaults(handler=lambda args: print(__version__) or 0)
     return parser
+
+
+# `appliance setting set` flags: the settings that decide whether the panel can be reached.
+SETTING_FLAGS = (
+    ("--port", "webPort", "panel port, 1-65535"),
+    ("--base-path", "webBasePath", "panel URL path, like /panel/"),
+    ("--listen", "webListen", "panel listen address; empty for all addresses"),
+    ("--cert-file", "webCertFile", "TLS certificate file for HTTPS; empty for plain HTTP"),
+    ("--key-file", "webKeyFile", "TLS private key file matching --cert-file"),
+)
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +154,7 @@ def cmd_run(args) -> int:
     logbuffer.setup_logging(options.log_file, options.log_level)
     release_freed_memory()
     panel = Panel(options)
+    panel.store.wait_for_server = True
     credentials = panel.open()
 
     def announce(url: str) -> None:
@@ -165,6 +223,52 @@ def cmd_admin_disable_2fa(args) -> int:
     with _offline_panel(args) as panel:
         panel.auth.disable_two_factor()
     print("two-factor sign-in is off")
+    return 0
+
+
+def cmd_setting_show(args) -> int:
+    with _offline_panel(args) as panel:
+        values = panel.settings.all()
+    for key, value in values.items():
+        print(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    return 0
+
+
+def cmd_setting_set(args) -> int:
+    changes = {key: getattr(args, key) for _, key, _ in SETTING_FLAGS}
+    changes = {key: value for key, value in changes.items() if value is not None}
+    if not changes:
+        raise ServiceError(
+            "nothing to change; give at least one of "
+            + ", ".join(flag for flag, _, _ in SETTING_FLAGS)
+        )
+    with _offline_panel(args) as panel:
+        changed = panel.update_settings(changes, None)
+        values = {key: panel.settings.get(key) for key in changed}
+    if not changed:
+        print("nothing changed: the settings already have these values")
+        return 0
+    for key, value in values.items():
+        print(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    print("saved; a running panel uses them after its next restart")
+    return 0
+
+
+def cmd_migrate_db(args) -> int:
+    from appliance.store.transfer import format_report, migrate_database
+    from appliance.store.urls import parse_db_url
+
+    target = parse_db_url(args.to)
+    source = parse_db_url(args.source or os.path.join(resolve(args).data_dir, DB_FILE))
+    if source.kind != "sqlite":
+        raise ServiceError("--from must be a SQLite file (a path or sqlite:///path)")
+    copies = migrate_database(source.path, target, replace=args.replace)
+    print(format_report(copies))
+    total = sum(copy.source_rows for copy in copies)
+    print(
+        f"copied {total} rows from {source.path} into {target.redacted()}; all tables match.\n"
+        f"Start the panel on it with --db URL (or {ENV['db']}=URL)."
+    )
     return 0
 
 
