@@ -3,21 +3,49 @@
 `Store.open()` connects, applies pending migrations through a plain DB-API connection,
 then maps the Pony entities. SQLite runs in WAL mode with foreign keys on, so readers
 never wait for the writer and a crash mid-write leaves a valid file.
+
+A networked server is a separate machine that can be down or restart. At start the
+panel waits for it (`wait_for_server`, with a log line per attempt) rather than exit or
+run with nothing. A connection that breaks later fails only the request using it: Pony
+rolls the transaction back and drops the connection, the API answers "the database is
+unavailable" (`unavailable()`), and the next statement on a fresh transaction connects
+anew, so the panel recovers by itself once the server is back.
+
+Connections held: Pony keeps one connection per greenlet that has used the database, for
+the greenlet's life, and closes it when the greenlet ends. That is one per open HTTP
+connection to the panel (browsers keep two to six) plus one per background job (traffic,
+status) and one for the subscription server's open connections; an idle panel with one
+browser holds about five. Size the server's connection limit (PostgreSQL's default is
+100) for the browsers and API clients expected at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
+import time
 
 from pony.orm import Database
+from pony.orm.core import ConnectionClosedError
+from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
-from appliance.store.migrations import migrate
+from appliance.services.errors import ServiceError
+from appliance.store.migrations import LATEST, current_version, migrate
 from appliance.store.models import define_entities
 from appliance.store.urls import DbUrl, parse_db_url
 
 log = logging.getLogger(__name__)
+
+RETRY_FIRST_SECONDS = 2
+RETRY_MAX_SECONDS = 30
+
+
+class DatabaseUnavailable(ServiceError):
+    """The networked database cannot be reached; the request changed nothing."""
+
+    status = 503
 
 
 class Store:
@@ -28,6 +56,9 @@ class Store:
         self.dialect = self.url.kind
         self.db = Database()
         self.entities = define_entities(self.db)
+        # `appliance run` waits for a networked server that is down at start; the
+        # offline commands say so and stop instead.
+        self.wait_for_server = False
 
     def __getattr__(self, name: str):
         return getattr(self.entities, name)
@@ -67,9 +98,12 @@ class Store:
         """Migrate and map; returns the migration versions applied now."""
         if self.url.kind == "sqlite":
             os.makedirs(os.path.dirname(self.url.path) or ".", exist_ok=True)
-        conn = self.raw_connect()
+        conn = self._connect_at_start()
         try:
-            applied = migrate(conn, self.dialect)
+            if self.url.kind == "sqlite":
+                applied = _migrate_sqlite_or_restore(conn, self.url.path)
+            else:
+                applied = migrate(conn, self.dialect)
         finally:
             conn.close()
         self.db.bind(**self._bind_args())
@@ -77,6 +111,51 @@ class Store:
         if applied:
             log.info("database %s now at schema version %d", self.url.redacted(), applied[-1])
         return applied
+
+    def _connect_at_start(self):
+        """The first connection; a networked server that does not answer is waited for
+        with growing pauses when `wait_for_server` is set, and refused with a sentence
+        otherwise."""
+        if self.url.kind == "sqlite":
+            return self.raw_connect()
+        pause = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return self.raw_connect()
+            except self._driver_errors() as exc:
+                reason = _first_line(exc)
+                if not self.wait_for_server:
+                    raise ServiceError(
+                        f"the database at {self.url.redacted()} is unreachable ({reason})"
+                    ) from None
+            log.warning(
+                "database at %s is unreachable (%s); retrying in %d s",
+                self.url.redacted(),
+                reason,
+                pause,
+            )
+            time.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_SECONDS)
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailable | None:
+        """`exc` as "the database is unavailable", when it is a networked server's lost or
+        refused connection; None for anything else (a bug stays a bug)."""
+        if self.url.kind == "sqlite":
+            return None
+        if isinstance(exc, ConnectionClosedError):
+            return DatabaseUnavailable("the database is unavailable: the connection was lost")
+        if isinstance(exc, (OperationalError, InterfaceError, *self._driver_errors())):
+            return DatabaseUnavailable(f"the database is unavailable: {_first_line(exc)}")
+        return None
+
+    def _driver_errors(self) -> tuple[type[BaseException], ...]:
+        if self.url.kind == "postgres":
+            import psycopg2
+
+            return (psycopg2.OperationalError, psycopg2.InterfaceError)
+        import pymysql
+
+        return (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
     def rows(self, statement: str, params: tuple | list = ()) -> list[tuple]:
         """Read with raw SQL in the current db_session; `?` placeholders on every backend.
@@ -128,6 +207,43 @@ class Store:
             "database": url.database,
             "charset": "utf8mb4",
         }
+
+
+def _migrate_sqlite_or_restore(conn: sqlite3.Connection, path: str) -> list[int]:
+    """Migrate a SQLite file as a whole or not at all.
+
+    Each migration commits on its own, so a step that fails after earlier ones succeeded
+    would leave the file at a version in between, which the release that wrote it refuses
+    to open as "newer". A file behind the latest version is therefore copied first
+    (SQLite's online backup: WAL included, consistent) and copied back when any step
+    fails; the reason is raised with the file as it was. Should the copy-back fail too,
+    the copy stays beside the file for the owner to put back."""
+    version = current_version(conn, "sqlite")
+    if not 0 < version < LATEST:
+        return migrate(conn, "sqlite")
+    copy_path = f"{path}.before-v{LATEST}"
+    with contextlib.closing(sqlite3.connect(copy_path)) as copy:
+        conn.backup(copy)
+    try:
+        applied = migrate(conn, "sqlite")
+    except Exception as exc:
+        with contextlib.closing(sqlite3.connect(copy_path)) as copy:
+            copy.backup(conn)
+        os.remove(copy_path)
+        raise ServiceError(
+            f"upgrading the database {path} from schema version {version} to {LATEST} "
+            f"failed ({exc}); it was restored to version {version} unchanged"
+        ) from exc
+    os.remove(copy_path)
+    return applied
+
+
+def _first_line(exc: BaseException) -> str:
+    """A driver's message without its hints and context lines (never a password: the
+    drivers do not repeat the connection string)."""
+    original = getattr(exc, "original_exc", None) or exc
+    text = str(original).strip().splitlines()
+    return text[0].strip() if text and text[0].strip() else type(original).__name__
 
 
 def _pony_sql(statement: str, params) -> tuple[str, dict, dict]:

@@ -1,0 +1,251 @@
+"""A networked database that goes away: at start, between requests, and for a while.
+
+The panel runs on the real local PostgreSQL and MariaDB servers (never stopped here:
+others use them). Outages are made two ways: the server ends the panel's connections
+(`pg_terminate_backend`, `KILL`), or the panel reaches the server through a small TCP
+relay started by the test, which can refuse connections and cut the open ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import start_panel
+from helpers import (
+    NETWORKED,
+    clean_env,
+    create_database,
+    create_inbound,
+    drop_database,
+    free_port,
+    ok,
+)
+
+CLIENTS = "/panel/api/clients"
+
+
+class Relay:
+    """Forwards loopback connections on `port` to `target`; `cut()` closes every open
+    connection and stops listening, `resume()` listens again on the same port."""
+
+    def __init__(self, target: tuple[str, int], port: int):
+        self.target, self.port = target, port
+        self.listener: socket.socket | None = None
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def resume(self) -> Relay:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def cut(self) -> None:
+        with self.lock:
+            listener, self.listener = self.listener, None
+            sockets, self.sockets = self.sockets, []
+        if listener is not None:
+            # shutdown() wakes the accept() blocked in the relay's thread; close() alone
+            # would leave the port accepting until that call returned.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+def reachable(kind: str) -> bool:
+    try:
+        with socket.create_connection(NETWORKED[kind], timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=sorted(NETWORKED))
+def database(request):
+    """(kind, URL of a fresh database on the local server); dropped afterwards."""
+    kind = request.param
+    if not reachable(kind):
+        pytest.skip(f"no {kind} server on {NETWORKED[kind][0]}:{NETWORKED[kind][1]}")
+    url = create_database(kind)
+    yield kind, url
+    drop_database(url)
+
+
+def via(url: str, port: int) -> str:
+    """`url` pointed at the relay's port."""
+    return re.sub(r"@127\.0\.0\.1:\d+/", f"@127.0.0.1:{port}/", url)
+
+
+def end_server_connections(kind: str, url: str) -> int:
+    """The server ends every connection to the panel's database; returns how many."""
+    name = url.rsplit("/", 1)[1]
+    if kind == "postgres":
+        import psycopg2
+
+        conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        ended = len(cur.fetchall())
+    else:
+        import pymysql
+
+        conn = pymysql.connect(host="127.0.0.1", user="root", password="", autocommit=True)
+        cur = conn.cursor()
+        cur.execute(
+            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+            (name,),
+        )
+        ids = [row[0] for row in cur.fetchall()]
+        for thread_id in ids:
+            cur.execute(f"KILL {int(thread_id)}")
+        ended = len(ids)
+    conn.close()
+    return ended
+
+
+def add_client(api, inbound_id: int, email: str) -> dict:
+    return api.post(f"{CLIENTS}/add", {"client": {"email": email}, "inboundIds": [inbound_id]})
+
+
+def vless(api, port: int) -> int:
+    return create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": port,
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )["id"]
+
+
+def test_connections_ended_by_the_server_are_replaced(database, tmp_path):
+    kind, url = database
+    server = start_panel(tmp_path, env={"APPLIANCE_DB": url})
+    try:
+        api = server.client()
+        inbound_id = vless(api, 32001)
+        ok(add_client(api, inbound_id, "before@drop"))
+        assert end_server_connections(kind, url) >= 1
+        first = api.raw("GET", f"{CLIENTS}/list")
+        assert first.status_code != 500
+        reply = first.json()
+        assert reply["success"] or reply["msg"].startswith("the database is unavailable"), reply
+        for n in range(3):
+            ok(add_client(api, inbound_id, f"after{n}@drop"))
+        emails = {item["email"] for item in ok(api.get(f"{CLIENTS}/list"))}
+        assert emails == {"before@drop", "after0@drop", "after1@drop", "after2@drop"}
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output()
+
+
+def test_an_outage_fails_requests_cleanly_and_the_panel_recovers(database, tmp_path):
+    kind, url = database
+    relay = Relay(NETWORKED[kind], free_port()).resume()
+    server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, relay.port)})
+    try:
+        api = server.client()
+        inbound_id = vless(api, 32002)
+        relay.cut()
+        during = api.raw(
+            "POST", f"{CLIENTS}/add", json={"client": {"email": "x@y"}, "inboundIds": [1]}
+        )
+        assert during.status_code == 503, during.text
+        reply = during.json()
+        assert reply["success"] is False and reply["obj"] is None
+        assert reply["msg"].startswith("the database is unavailable: "), reply
+        listing = api.get(f"{CLIENTS}/list")
+        assert listing["success"] is False
+        assert "the database is unavailable" in listing["msg"]
+        relay.resume()
+        ok(add_client(api, inbound_id, "after@outage"))
+        assert [c["email"] for c in ok(api.get(f"{CLIENTS}/list"))] == ["after@outage"]
+    finally:
+        server.stop()
+        relay.cut()
+    assert "the database is unavailable" in server.output()
+    assert "Traceback" not in server.output()
+
+
+def test_a_database_down_at_start_is_waited_for(database, tmp_path):
+    kind, url = database
+    port = free_port()
+    # The relay appears only after the panel has tried and logged at least once.
+    threading.Timer(3, lambda: Relay(NETWORKED[kind], port).resume()).start()
+    started = time.monotonic()
+    server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, port)})
+    try:
+        assert time.monotonic() - started >= 3
+        scheme = "postgres" if kind == "postgres" else "mysql"
+        user = "postgres" if kind == "postgres" else "root"
+        name = url.rsplit("/", 1)[1]
+        line = next(line for line in server.lines if "is unreachable" in line)
+        assert f"database at {scheme}://{user}@127.0.0.1:{port}/{name} is unreachable (" in line
+        assert line.endswith("; retrying in 2 s"), line
+        api = server.client()
+        assert ok(api.get(f"{CLIENTS}/list")) == []
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output()
+
+
+def test_offline_commands_say_the_database_is_unreachable():
+    port = free_port()
+    url = f"postgresql://postgres:hunter2@127.0.0.1:{port}/panel"
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance", "admin", "show", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert result.returncode == 1
+    assert f"the database at postgres://postgres:***@127.0.0.1:{port}/panel is unreachable (" in (
+        result.stderr
+    )
+    assert "hunter2" not in result.stderr
+    assert "Traceback" not in result.stderr
