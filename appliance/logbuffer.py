@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 
+from appliance.core.process import child_environment
 from appliance.services.errors import ServiceError
 
 RING_SIZE = 5000
@@ -146,6 +147,7 @@ def read_journal(count: int | str, level: str = "info", unit: str = "appliance")
         text=True,
         timeout=10,
         check=False,
+        env=child_environment(),
     )
     if result.returncode != 0:
         raise ServiceError(f"journalctl failed: {result.stderr.strip()[:200]}")

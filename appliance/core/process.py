@@ -8,7 +8,8 @@ own is restarted after 1 s, 2 s, 4 s ... up to 30 s, the delay starting over onc
 lasted a minute; every state change is reported through `on_state`.
 
 Children get the panel's environment minus `LD_LIBRARY_PATH` (a frozen panel points it at
-its own unpack folder, where the core finds the wrong libraries) and their own process
+its own unpack folder, where the core finds the wrong libraries) and the frozen panel's
+`_PYI_` markers, and their own process
 group, so stopping the core also stops anything it started. The code uses `subprocess`
 and `threading` by module attribute: in the panel process gevent's monkey patching makes
 both cooperative (the watcher becomes a greenlet), while tests run them as plain threads.
@@ -68,7 +69,9 @@ class CoreMissing(ServiceError):
 def child_environment() -> dict[str, str]:
     """The environment for the core and its tools: the panel's own, with the user's
     LD_LIBRARY_PATH back in place of the one a frozen panel set for itself."""
-    env = dict(os.environ)
+    # The bootloader's own markers (_PYI_*) would make a PyInstaller-built tool started
+    # by the core take itself for a part of this panel and use its unpack folder.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("_PYI_")}
     env.pop("LD_LIBRARY_PATH", None)
     original = env.pop("LD_LIBRARY_PATH_ORIG", None)
     if original:
