@@ -484,7 +484,11 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
         assert before not in core_children(server)
         tags = core_tags(api)
         assert kept["tag"] in tags and dropped["tag"] not in tags
-        assert ok(api.get(f"{SERVER}/status"))["core"]["state"] == "running"
+        # The status is sampled every 2 s: it may still show the core of before.
+        wait_until(
+            lambda: ok(api.get(f"{SERVER}/status"))["core"]["state"] == "running",
+            "the status shows the core running",
+        )
         assert "Traceback" not in server.output(), server.output()
     finally:
         server.stop()
