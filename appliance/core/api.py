@@ -1,4 +1,5 @@
-"""The client of the core's gRPC API: traffic counters and live user changes.
+"""The client of the core's gRPC API: traffic counters, live user changes, and Xray's
+online users and their addresses, routing test, balancer override and observatory.
 
 The core serves StatsService and HandlerService on a loopback port named in its config.
 Xray and V2Ray serve the same messages under different package prefixes (`xray.` and
@@ -43,6 +44,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
+# Xray keeps the addresses of each online user in a map named after the user's email.
+ONLINE_PREFIX = "user>>>"
+ONLINE_SUFFIX = ">>>online"
 
 # Go errors carry the package path of each layer ("v2ray.com/core/proxy/vless: User x
 # already exists."); the path helps a Go developer, not the person reading the message.
@@ -54,6 +58,13 @@ def core_words(message: str) -> str:
     return GO_PACKAGE_PATH.sub("", message).strip()
 
 
+def online_email(name: str) -> str:
+    """The email in an online map's name `user>>>EMAIL>>>online`; any other name as it is."""
+    if name.startswith(ONLINE_PREFIX) and name.endswith(ONLINE_SUFFIX):
+        return name[len(ONLINE_PREFIX) : -len(ONLINE_SUFFIX)]
+    return name
+
+
 def init_for_gevent() -> None:
     """Make gRPC cooperate with gevent; call once, before any other use of gRPC. Importing
     gRPC through this module first is what switches its fork support off in time."""
@@ -62,6 +73,15 @@ def init_for_gevent() -> None:
 
 class CoreApiError(ServiceError):
     """The core's API could not be reached or refused the request."""
+
+
+class CoreApiUnsupported(CoreApiError):
+    """The core does not serve the service or method called: a core without it (V2Ray
+    has no balancer override), or an Xray whose template leaves it out of api.services."""
+
+
+class CoreApiNotFound(CoreApiError):
+    """The core has no such item: Xray asked for the addresses of a user not online."""
 
 
 def _identity(data: bytes) -> bytes:
@@ -78,6 +98,10 @@ class CoreApi:
         self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stats = f"/{prefix}.app.stats.command.StatsService/"
         self._handler = f"/{prefix}.app.proxyman.command.HandlerService/"
+        self._routing = f"/{prefix}.app.router.command.RoutingService/"
+        # Xray's observatory package alone carries "core" (xray.core.app.observatory).
+        observatory = "xray.core" if prefix == "xray" else prefix
+        self._observatory = f"/{observatory}.app.observatory.command.ObservatoryService/"
 
     def query_stats(self, pattern: str = "", reset: bool = False) -> dict[str, int]:
         """Counters whose name contains `pattern` (all of them for ""), as {name: value}."""
@@ -90,6 +114,24 @@ class CoreApi:
         """The core's runtime figures (goroutines, memory, GC, uptime in seconds)."""
         return self._call(
             self._stats + "GetSysStats", b"", wire.decode_sys_stats_response, "read sys stats"
+        )
+
+    def online_users(self) -> list[str]:
+        """The emails of the users connected now (Xray with `statsUserOnline` in their
+        policy level); the core names each by its online map, `user>>>EMAIL>>>online`."""
+        names = self._call(
+            self._stats + "GetAllOnlineUsers", b"", wire.decode_online_users, "list online users"
+        )
+        return [online_email(name) for name in names]
+
+    def online_ips(self, email: str) -> dict[str, int]:
+        """The addresses `email` is connected from now, each with the unix second the core
+        last saw it (Xray); a user who is not online is an error the core words."""
+        return self._call(
+            self._stats + "GetStatsOnlineIpList",
+            wire.online_ip_request(f"{ONLINE_PREFIX}{email}{ONLINE_SUFFIX}"),
+            wire.decode_online_ips,
+            f"list the addresses of {email}",
         )
 
     def add_user(self, inbound_tag: str, protocol: str, entry: dict) -> None:
@@ -112,6 +154,39 @@ class CoreApi:
             inbound_tag,
             wire.typed_message(operation, wire.remove_user_operation(email)),
             f"remove user {email} from inbound {inbound_tag}",
+        )
+
+    def route(self, context: bytes) -> dict:
+        """Which outbound the router picks for `context` (a `wire.routing_context`):
+        {outboundTag, outboundGroupTags}. Nothing is sent anywhere."""
+        request = wire.route_test_request(context, ["outbound"])
+        return self._call(self._routing + "TestRoute", request, wire.decode_routed, "test a route")
+
+    def balancer_info(self, tag: str) -> dict:
+        """A balancer's override and the targets it prefers now (Xray)."""
+        return self._call(
+            self._routing + "GetBalancerInfo",
+            wire.balancer_info_request(tag),
+            wire.decode_balancer_info,
+            f"read balancer {tag}",
+        )
+
+    def override_balancer(self, tag: str, target: str) -> None:
+        """Force balancer `tag` to outbound `target`; "" lets it choose again (Xray)."""
+        self._call(
+            self._routing + "OverrideBalancerTarget",
+            wire.override_balancer_request(tag, target),
+            _identity,
+            f"override balancer {tag}",
+        )
+
+    def outbound_status(self, tags: list[str] | None = None) -> list[dict]:
+        """The observatory's latest result per outbound (all of them for no tags)."""
+        return self._call(
+            self._observatory + "GetOutboundStatus",
+            wire.outbound_status_request(tags or []),
+            wire.decode_outbound_status,
+            "read the observatory",
         )
 
     def close(self) -> None:
@@ -148,6 +223,10 @@ class CoreApi:
         try:
             response = call(request, timeout=self.timeout)
         except grpc.RpcError as exc:
+            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise CoreApiUnsupported(f"cannot {what}: {self._reason(exc)}") from None
+            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise CoreApiNotFound(f"cannot {what}: {self._reason(exc)}") from None
             raise CoreApiError(f"cannot {what}: {self._reason(exc)}") from None
         try:
             return decode(response)

@@ -1,12 +1,16 @@
 """The few protobuf messages the panel exchanges with the core's gRPC API, by hand.
 
-The panel reads traffic counters (StatsService) and adds or removes users of a running
-inbound (HandlerService). Those messages are a handful of strings, integers and nested
-messages, so a small codec of the protobuf wire format (varints and length-delimited
-fields) covers them: no generated code to keep in step with two cores, and no protobuf
-runtime to ship. Field numbers follow the core's .proto files (app/stats/command,
-app/proxyman/command, common/serial/typed_message, common/protocol/user and headers,
-proxy/vless/account, proxy/vmess/account, proxy/trojan/config); Xray and V2Ray share them.
+The panel reads traffic counters and, from Xray, who is online from which addresses
+(StatsService), adds or removes users of a running inbound (HandlerService), and asks
+Xray's RoutingService and ObservatoryService which outbound a connection would take, how
+balancers stand and how outbounds answer probes.
+Those messages are a handful of strings, integers and nested messages, so a small codec
+of the protobuf wire format (varints and length-delimited fields) covers them: no
+generated code to keep in step with two cores, and no protobuf runtime to ship. Field
+numbers follow the core's .proto files (app/stats/command, app/proxyman/command,
+common/serial/typed_message, common/protocol/user and headers, proxy/vless/account,
+proxy/vmess/account, proxy/trojan/config, app/router/command, app/observatory and its
+command); Xray and V2Ray share them where both have them.
 
 Encoding follows proto3: a field holding its default (0, "", b"", False) is not written.
 """
@@ -158,6 +162,42 @@ def decode_sys_stats_response(data: bytes) -> dict[str, int]:
     return stats
 
 
+def online_ip_request(name: str) -> bytes:
+    """GetStatsRequest{string name = 1; bool reset = 2} for GetStatsOnlineIpList (Xray);
+    `name` is an online map's, `user>>>EMAIL>>>online`. Never reset: the map is the core's
+    own record of who is connected, not a counter of the panel's."""
+    return string_field(1, name)
+
+
+def decode_online_users(data: bytes) -> list[str]:
+    """GetAllOnlineUsersResponse{repeated string users = 1} (Xray): the names of the online
+    maps that hold an address, `user>>>EMAIL>>>online`."""
+    return [
+        value.decode(errors="replace")
+        for number, value in fields(data)
+        if number == 1 and isinstance(value, bytes)
+    ]
+
+
+def decode_online_ips(data: bytes) -> dict[str, int]:
+    """GetStatsOnlineIpListResponse{string name = 1; map<string, int64> ips = 2} (Xray) as
+    {address: unix seconds it was last seen}; a map is a repeated entry message
+    {key = 1; value = 2}."""
+    ips: dict[str, int] = {}
+    for number, value in fields(data):
+        if number != 2 or not isinstance(value, bytes):
+            continue
+        address, seen = "", 0
+        for key, part in fields(value):
+            if key == 1 and isinstance(part, bytes):
+                address = part.decode(errors="replace")
+            elif key == 2 and isinstance(part, int):
+                seen = int64(part)
+        if address:
+            ips[address] = seen
+    return ips
+
+
 def typed_message(type_name: str, value: bytes) -> bytes:
     return string_field(1, type_name) + bytes_field(2, value)
 
@@ -194,3 +234,130 @@ def vmess_account(user_id: str, security: str = "auto") -> bytes:
 
 def trojan_account(password: str, flow: str = "") -> bytes:
     return string_field(1, password) + string_field(2, flow)
+
+
+# ---- routing (RoutingService of app/router/command) ---------------------------------------
+
+# common/net/network.proto Network, by the names the routing rules use.
+NETWORKS = {"tcp": 2, "udp": 3}
+
+
+def routing_context(
+    *,
+    inbound_tag: str = "",
+    network: str = "tcp",
+    target_ips: list[bytes] | None = None,
+    target_port: int = 0,
+    target_domain: str = "",
+    protocol: str = "",
+    user: str = "",
+) -> bytes:
+    """RoutingContext{InboundTag = 1; Network = 2; repeated bytes TargetIPs = 4;
+    TargetPort = 6; TargetDomain = 7; Protocol = 8; User = 9}: a connection that has not
+    been routed yet, as TestRoute takes it."""
+    return (
+        string_field(1, inbound_tag)
+        + uint_field(2, NETWORKS[network])
+        + b"".join(bytes_field(4, ip) for ip in target_ips or [])
+        + uint_field(6, target_port)
+        + string_field(7, target_domain)
+        + string_field(8, protocol)
+        + string_field(9, user)
+    )
+
+
+def route_test_request(context: bytes, field_selectors: list[str]) -> bytes:
+    """TestRouteRequest{RoutingContext = 1; repeated FieldSelectors = 2; PublishResult = 3},
+    never published: a test must not show up as traffic in the routing statistics."""
+    return bytes_field(1, context) + b"".join(string_field(2, name) for name in field_selectors)
+
+
+def decode_routed(data: bytes) -> dict:
+    """The outbound part of a RoutingContext answer: OutboundTag (12) and the balancers
+    the connection went through, OutboundGroupTags (11)."""
+    routed: dict = {"outboundTag": "", "outboundGroupTags": []}
+    for number, value in fields(data):
+        if number == 12 and isinstance(value, bytes):
+            routed["outboundTag"] = value.decode(errors="replace")
+        elif number == 11 and isinstance(value, bytes):
+            routed["outboundGroupTags"].append(value.decode(errors="replace"))
+    return routed
+
+
+def balancer_info_request(tag: str) -> bytes:
+    """GetBalancerInfoRequest{string tag = 1} (Xray)."""
+    return string_field(1, tag)
+
+
+def decode_balancer_info(data: bytes) -> dict:
+    """GetBalancerInfoResponse{BalancerMsg balancer = 1}, where BalancerMsg is
+    {OverrideInfo override = 5; PrincipleTargetInfo principle_target = 6},
+    OverrideInfo {string target = 2} and PrincipleTargetInfo {repeated string tag = 1}."""
+    info: dict = {"override": "", "principleTargets": []}
+    for number, value in fields(data):
+        if number != 1 or not isinstance(value, bytes):
+            continue
+        for inner, part in fields(value):
+            if inner == 5 and isinstance(part, bytes):
+                for key, target in fields(part):
+                    if key == 2 and isinstance(target, bytes):
+                        info["override"] = target.decode(errors="replace")
+            elif inner == 6 and isinstance(part, bytes):
+                info["principleTargets"] += [
+                    tag.decode(errors="replace")
+                    for key, tag in fields(part)
+                    if key == 1 and isinstance(tag, bytes)
+                ]
+    return info
+
+
+def override_balancer_request(balancer_tag: str, target: str) -> bytes:
+    """OverrideBalancerTargetRequest{string balancerTag = 1; string target = 2} (Xray);
+    an empty target clears the override."""
+    return string_field(1, balancer_tag) + string_field(2, target)
+
+
+# ---- observatory (ObservatoryService of app/observatory/command) --------------------------
+
+
+def outbound_status_request(tags: list[str]) -> bytes:
+    """GetOutboundStatusRequest{repeated string outbound_tags = 1}; none: every outbound."""
+    return b"".join(string_field(1, tag) for tag in tags)
+
+
+def decode_outbound_status(data: bytes) -> list[dict]:
+    """GetOutboundStatusResponse{ObservationResult status = 1}, ObservationResult being
+    {repeated OutboundStatus status = 1}; each status as the dict `_decode_observed` makes."""
+    found = []
+    for number, value in fields(data):
+        if number == 1 and isinstance(value, bytes):
+            found += [
+                _decode_observed(status)
+                for key, status in fields(value)
+                if key == 1 and isinstance(status, bytes)
+            ]
+    return found
+
+
+def _decode_observed(data: bytes) -> dict:
+    """OutboundStatus{bool alive = 1; int64 delay = 2 (ms); string last_error_reason = 3;
+    string outbound_tag = 4; int64 last_seen_time = 5; int64 last_try_time = 6}."""
+    status = {
+        "tag": "",
+        "alive": False,
+        "delay": 0,
+        "lastErrorReason": "",
+        "lastSeenTime": 0,
+        "lastTryTime": 0,
+    }
+    names = {2: "delay", 5: "lastSeenTime", 6: "lastTryTime"}
+    for number, value in fields(data):
+        if number == 1 and isinstance(value, int):
+            status["alive"] = bool(value)
+        elif number in names and isinstance(value, int):
+            status[names[number]] = int64(value)
+        elif number == 3 and isinstance(value, bytes):
+            status["lastErrorReason"] = value.decode(errors="replace")
+        elif number == 4 and isinstance(value, bytes):
+            status["tag"] = value.decode(errors="replace")
+    return status
