@@ -65,6 +65,69 @@ def core_routes(panel) -> RouteTable:
         core.reset_outbound_traffic(tag)
         return Reply("outbound traffic reset")
 
+    @table.post(
+        "/testOutbound",
+        "Probe one outbound through a temporary core (mode tcp: dial its server only)",
+        form=True,
+        max_body=4 << 20,
+        body={"outbound": "string", "allOutbounds": "string", "mode": "string"},
+    )
+    def test_outbound():
+        form = json_object(4 << 20)
+        return panel.core_probe.test_one(
+            form.get("outbound"), form.get("allOutbounds"), form.get("mode")
+        )
+
+    @table.post(
+        "/testOutbounds",
+        "Probe up to 50 outbounds; results in input order",
+        form=True,
+        max_body=4 << 20,
+        body={"outbounds": "string", "allOutbounds": "string", "mode": "string"},
+    )
+    def test_outbounds():
+        form = json_object(4 << 20)
+        return panel.core_probe.test_many(
+            form.get("outbounds"), form.get("allOutbounds"), form.get("mode")
+        )
+
+    @table.post(
+        "/balancerStatus",
+        "Override and preferred targets of balancers (form tags, comma-separated)",
+        form=True,
+        body={"tags": "string"},
+    )
+    def balancer_status():
+        return panel.core_routing.balancer_status(json_object(8192).get("tags"))
+
+    @table.post(
+        "/balancerOverride",
+        "Force a balancer to one outbound until the core restarts (empty target clears)",
+        resource="core",
+        form=True,
+        body={"tag": "string", "target": "string"},
+    )
+    def balancer_override():
+        form = json_object(8192)
+        return Reply(panel.core_routing.override_balancer(form.get("tag"), form.get("target")))
+
+    @table.post(
+        "/routeTest",
+        "The outbound the core's router would pick for a destination; sends nothing",
+        form=True,
+        body={
+            "domain": "string",
+            "ip": "string",
+            "port": "string",
+            "network": "string",
+            "inboundTag": "string",
+            "protocol": "string",
+            "email": "string",
+        },
+    )
+    def route_test():
+        return panel.core_routing.route_test(json_object(8192))
+
     server = RouteTable("/panel/api/server", "server")
 
     @server.post("/stopCoreService", "Stop the core", resource="core")

@@ -24,6 +24,22 @@ def server_routes(panel) -> RouteTable:
     def history(metric, bucket):
         return panel.history.series(metric, bucket)
 
+    @table.get("/coreMetricsState", "The core's runtime metrics; empty when not configured")
+    def core_metrics_state():
+        return panel.core_metrics.state()
+
+    @table.get("/coreMetricsHistory/<metric>/<bucket>", "A core runtime metric's history")
+    def core_metrics_history(metric, bucket):
+        return panel.core_metrics.series(metric, bucket)
+
+    @table.get("/coreObservatory", "The core observatory's latest probe of each outbound")
+    def core_observatory():
+        return panel.core_metrics.observatory()
+
+    @table.get("/coreObservatoryHistory/<tag>/<bucket>", "An outbound's observed delay history")
+    def core_observatory_history(tag, bucket):
+        return panel.core_metrics.observatory_series(tag, bucket)
+
     @table.get("/getNewUUID", "A random UUID v4")
     def new_uuid():
         return keys.new_uuid()
