@@ -533,7 +533,9 @@ def test_a_bare_template_gets_api_stats_policy_and_the_api_rule():
         "api": {"tag": "api", "services": ["HandlerService", "StatsService", "RoutingService"]},
         "stats": {},
         "policy": {
-            "levels": {"0": {"statsUserUplink": True, "statsUserDownlink": True}},
+            "levels": {
+                "0": {"statsUserUplink": True, "statsUserDownlink": True, "statsUserOnline": True}
+            },
             "system": {
                 "statsInboundUplink": True,
                 "statsInboundDownlink": True,
@@ -578,7 +580,12 @@ def test_the_users_template_is_kept_around_what_the_panel_needs():
     assert [i["tag"] for i in config["inbounds"]] == ["api", "local-socks", "panel"]
     assert config["inbounds"][0] == api_inbound(API_PORT)
     assert config["policy"]["levels"] == {
-        "0": {"handshake": 4, "statsUserUplink": True, "statsUserDownlink": True},
+        "0": {
+            "handshake": 4,
+            "statsUserUplink": True,
+            "statsUserDownlink": True,
+            "statsUserOnline": True,
+        },
         "1": {"connIdle": 30},
     }
     assert all(config["policy"]["system"].values()) and len(config["policy"]["system"]) == 4
@@ -624,6 +631,18 @@ def test_the_api_services_match_what_each_core_has():
     assert services("v2fly", observed) == ["HandlerService", "StatsService"]
     assert services("xray", {}) == ["HandlerService", "StatsService", "RoutingService"]
     assert services("xray", observed)[-1] == "ObservatoryService"
+
+
+def test_only_xray_gets_the_online_map_of_each_user():
+    """`statsUserOnline` lets Xray's API list who is online from which addresses; V2Ray
+    4.34 has no such map, so its policy stays as it was."""
+
+    def level(flavor: str) -> dict:
+        config = build_config({}, [], API_PORT, flavor=flavor, now_ms=NOW)
+        return config["policy"]["levels"]["0"]
+
+    assert level("xray")["statsUserOnline"] is True
+    assert level("v2fly") == {"statsUserUplink": True, "statsUserDownlink": True}
 
 
 def test_an_unknown_flavor_is_refused():

@@ -25,8 +25,10 @@ Rules:
 - The API inbound (dokodemo-door on 127.0.0.1:`api_port`, tag "api") comes first; the
   template's `api` (tag "api", HandlerService and StatsService added to its services),
   `stats`, the user and system stats policy, and a first routing rule sending inbound
-  "api" to outbound "api" are ensured. A template inbound tagged "api" is replaced by
-  ours; the template's other inbounds, outbounds and rules are kept in their order.
+  "api" to outbound "api" are ensured; on Xray the client level also gets
+  `statsUserOnline`, so the API lists who is online from which addresses. A template
+  inbound tagged "api" is replaced by ours; the template's other inbounds, outbounds and
+  rules are kept in their order.
 - `access_log` (a path) becomes the template's `log.access` unless the template names a
   file of its own: the panel reads the access log for client IPs and `corelogs`, so an
   empty value or "none" there gives way to the panel's file.
@@ -123,7 +125,7 @@ def build_config(
         _ensure_access_log(config, access_log)
     _ensure_api(config, flavor)
     _ensure_stats(config)
-    _ensure_policy(config)
+    _ensure_policy(config, flavor)
     _ensure_api_rule(config)
     kept = [
         inbound
@@ -245,10 +247,15 @@ def _ensure_stats(config: dict) -> None:
     _section(config, "stats")
 
 
-def _ensure_policy(config: dict) -> None:
+def _ensure_policy(config: dict, flavor: str) -> None:
+    """Per-user and per-inbound/outbound counters on; on Xray also the online map of each
+    user (`statsUserOnline`), which its API lists with the addresses a user is connected
+    from. V2Ray 4.34 has no online maps and ignores the key, so it is left out there."""
     policy = _section(config, "policy")
     level = _section(_section(policy, "levels"), str(CLIENT_LEVEL))
     level["statsUserUplink"] = level["statsUserDownlink"] = True
+    if flavor == "xray":
+        level["statsUserOnline"] = True
     system = _section(policy, "system")
     for key in (
         "statsInboundUplink",

@@ -1,11 +1,22 @@
-"""Which addresses each client connects from, read off the core's access log, and the
-per-client IP limit (`limitIp`) turned into lines a fail2ban jail can act on.
+"""Which addresses each client connects from, asked of Xray's API or read off the core's
+access log, and the per-client IP limit (`limitIp`) turned into lines a fail2ban jail can
+act on.
 
-Every traffic tick the collector reads the access-log lines written since the last tick
-(see `core_logs`), keeps the accepted connections that name a client, and records one
-`client_ip` row per client and source address with the latest time it was seen: what
-`clients/ips/:email` lists. The line's own time counts, so lines read late (a flood
-worked off over several ticks) do not look newer than they are.
+Every traffic tick the collector records one `client_ip` row per client and source
+address with the latest time it was seen: what `clients/ips/:email` lists. Where the
+sightings come from depends on the core:
+
+- Xray with its online-user API (`statsUserOnline`, which the config builder turns on):
+  one call lists the users connected now, one call per user gives that user's addresses
+  with the time the core last saw each. A call per user costs, so a tick makes at most
+  `ONLINE_IP_CALLS` of them; see `pick_online` for who is asked when more are online.
+  The access log is then not parsed for addresses, only kept within its size limit.
+- Any other core (V2Ray), and an Xray that answers "unimplemented" (a release before
+  the API, which is remembered for the life of that core process): the access-log lines
+  written since the last tick (see `core_logs`), the accepted connections that name a
+  client. The line's own time counts, so lines read late (a flood worked off over several
+  ticks) do not look newer than they are. A tick whose API calls fail for another reason
+  (the core restarting) reads the log too.
 
 The limit: when `ipLimitEnable` is on and a client with `limitIp` N > 0 has more than N
 addresses seen within `ACTIVE_WINDOW`, the addresses it used first (the oldest rows: the
@@ -26,11 +37,12 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psutil
 from pony.orm import db_session
 
+from appliance.core.api import CoreApi, CoreApiError, CoreApiNotFound, CoreApiUnsupported
 from appliance.services.client_rules import email_key
 from appliance.services.core_logs import (
     ACCESS_LOG_KEEP,
@@ -42,6 +54,7 @@ from appliance.services.core_logs import (
     parse_access_line,
     trim,
 )
+from appliance.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +62,10 @@ ACTIVE_WINDOW = 600  # seconds: an address seen this recently counts as in use
 LIMIT_LOG_LIMIT = 8 << 20
 LIMIT_LOG_KEEP = 1 << 20
 IN_CHUNK = 500
+# Per tick, how many users' addresses are asked of Xray. A call costs about half a
+# millisecond on loopback (measured against a Python gRPC server on this kind of
+# machine), so a tick spends at most about half a second on it however many are online.
+ONLINE_IP_CALLS = 1000
 TIME_FORMAT = "%Y/%m/%d %H:%M:%S"
 
 
@@ -93,18 +110,30 @@ class ClientIps:
         self.clock = clock
         self.own_addresses = own_addresses
         self.tail = LogTail(access_log)
+        # The core process (its generation) that answered "unimplemented" to the online
+        # API: its access log is read instead for as long as it runs.
+        self.log_only_process: int | None = None
+        self.turn = 0  # ticks that asked the API: which share of a long list is next
 
-    def collect(self, path: str = "") -> None:
-        """Read what the core logged since the last call from `path` (the access log the
-        running config names; empty: the panel's own) and record it."""
+    def collect(self, path: str = "", core: CoreApi | None = None, process: int = 0) -> None:
+        """Record who connected from where since the last call: from the online API of
+        `core` (an Xray's, `process` naming that core process) when given and served,
+        else from `path` (the access log the running config names; empty: the panel's
+        own)."""
         path = path or self.access_log
         if path != self.tail.path:
             self.tail = LogTail(path)
-        lines = self.tail.read()
+        now = self.clock()
+        sightings = None
+        if core is not None and process != self.log_only_process:
+            sightings = self._online_sightings(core, process, now)
+        if sightings is None:
+            lines = self.tail.read()
+            sightings = _sightings((parse_access_line(line) for line in lines), now)
+        else:
+            self.tail.skip_to_end()
         if path == self.access_log and trim(path, ACCESS_LOG_LIMIT, ACCESS_LOG_KEEP):
             self.tail.skip_to_end()
-        now = self.clock()
-        sightings = _sightings((parse_access_line(line) for line in lines), now)
         if not sightings:
             return
         over = self.record(sightings, now)
@@ -140,6 +169,77 @@ class ClientIps:
         with open(self.limit_log, "a", encoding="utf-8") as fh:
             fh.write(text)
         log.info("%d address(es) over a client's IP limit written to %s", len(over), self.limit_log)
+
+    # ---- Xray's online API ----------------------------------------------------------------
+
+    def _online_sightings(
+        self, core: CoreApi, process: int, now: float
+    ) -> dict[str, dict[str, int]] | None:
+        """email key -> ip -> unix seconds of the users `pick_online` chooses; None when
+        the addresses must come from the access log this time."""
+        try:
+            return self._ask_online(core, now)
+        except CoreApiUnsupported as exc:
+            log.info("client IPs come from the access log while this core runs: %s", exc)
+            self.log_only_process = process
+        except CoreApiError as exc:
+            log.warning("client IPs come from the access log this tick: %s", exc)
+        return None
+
+    def _ask_online(self, core: CoreApi, now: float) -> dict[str, dict[str, int]]:
+        emails = {email_key(email): email for email in core.online_users()}
+        limited = self._limited(emails) if len(emails) > ONLINE_IP_CALLS else set()
+        chosen = pick_online(sorted(emails), limited, ONLINE_IP_CALLS, self.turn)
+        self.turn += 1
+        found: dict[str, dict[str, int]] = {}
+        for key in chosen:
+            try:
+                addresses = core.online_ips(emails[key])
+            except CoreApiNotFound:
+                continue  # gone offline between the two calls: the core dropped its map
+            found[key] = _online_addresses(addresses, now)
+        return found
+
+    def _limited(self, emails: dict[str, str]) -> set[str]:
+        """The email keys among `emails` whose IP limit is enforced (none when it is off)."""
+        if not self.settings.get("ipLimitEnable"):
+            return set()
+        with db_session:
+            clients = self._clients(list(emails))
+        return {key for key, client in clients.items() if client.limit_ip > 0}
+
+    # ---- the whole table (server/clientIps) ---------------------------------------------
+
+    def table(self) -> list[dict]:
+        """Every client with recorded addresses: `[{email, ips: [{ip, timestamp}]}]`,
+        clients by email, each one's most recently seen address first."""
+        found: dict[str, list[dict]] = {}
+        with db_session:
+            for email, ip, seen in self.store.rows(
+                "SELECT c.email, i.ip, i.seen_at FROM client_ip i "
+                "JOIN client c ON c.email_key = i.email_key "
+                "ORDER BY c.email_key, i.seen_at DESC, i.ip"
+            ):
+                found.setdefault(email, []).append({"ip": ip, "timestamp": seen})
+        return [{"email": email, "ips": ips} for email, ips in found.items()]
+
+    def merge(self, entries: Any) -> dict:
+        """Add `[{email, ips: [{ip, timestamp}]}]` (what `table` returns, from another
+        panel or a backup) to the recorded addresses: a new address is added, a known one
+        keeps the later of the two times, nothing is removed. The whole list is checked
+        before anything is written; entries of unknown clients are skipped and listed."""
+        now = int(self.clock())
+        sightings = _parse_table(entries, now)
+        with db_session:
+            clients = self._clients(list(sightings))
+            self._upsert({key: sightings[key][1] for key in clients})
+        skipped = [
+            {"email": email, "reason": "no client has this email"}
+            for key, (email, _) in sightings.items()
+            if key not in clients
+        ]
+        merged = sum(len(sightings[key][1]) for key in clients)
+        return {"clients": len(clients), "addresses": merged, "skipped": skipped}
 
     # ---- the store ---------------------------------------------------------------------------
 
@@ -204,6 +304,74 @@ def _sightings(entries, now: float) -> dict[str, dict[str, int]]:
         seen = _line_time(entry.when, now)
         addresses = found.setdefault(email_key(entry.email), {})
         addresses[entry.ip] = max(seen, addresses.get(entry.ip, 0))
+    return found
+
+
+def pick_online(online: list[str], limited: set[str], budget: int, turn: int) -> list[str]:
+    """Whose addresses to ask for this tick (one call each), of the `online` users (email
+    keys, sorted), `limited` being those whose IP limit is enforced:
+
+    - everybody online, when they fit in `budget` calls;
+    - else every limited user first, since the limit needs their addresses, and the rest
+      of the budget for the others, a different share of them each `turn`;
+    - more limited users online than the budget: a different share of them each turn,
+      so each is asked every ceil(limited / budget) ticks.
+    """
+    if len(online) <= budget:
+        return list(online)
+    first = [key for key in online if key in limited]
+    if len(first) >= budget:
+        return _share(first, budget, turn)
+    others = [key for key in online if key not in limited]
+    return first + _share(others, budget - len(first), turn)
+
+
+def _share(keys: list[str], size: int, turn: int) -> list[str]:
+    """The `turn`th run of `size` keys, wrapping around the end of `keys`."""
+    start = turn * size % len(keys)
+    return (keys[start:] + keys[:start])[:size]
+
+
+def _online_addresses(addresses: dict[str, int], now: float) -> dict[str, int]:
+    """ip -> unix seconds from the core's answer: addresses in the panel's spelling, a time
+    later than now (or none) counted as now, as for log lines."""
+    found: dict[str, int] = {}
+    for raw, seen in addresses.items():
+        ip = canonical_ip(raw)
+        if ip:
+            found[ip] = int(min(seen, now)) if seen > 0 else int(now)
+    return found
+
+
+def _parse_table(entries: Any, now: int) -> dict[str, tuple[str, dict[str, int]]]:
+    """email key -> (email, ip -> unix seconds) from a `clientIps` list; a time later
+    than now counts as now, as for log lines, so no address stays active forever."""
+    if not isinstance(entries, list):
+        raise ServiceError("ips must be a list of {email, ips: [{ip, timestamp}]}")
+    found: dict[str, tuple[str, dict[str, int]]] = {}
+    for number, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("email"), str):
+            raise ServiceError(f"ips[{number}] must be an object with an email string")
+        email = entry["email"].strip()
+        addresses = entry.get("ips")
+        if not email or not isinstance(addresses, list):
+            raise ServiceError(f"ips[{number}] needs a non-empty email and an ips list")
+        seen = found.setdefault(email_key(email), (email, {}))[1]
+        for item in addresses:
+            raw_ip = item.get("ip") if isinstance(item, dict) else None
+            ip = canonical_ip(raw_ip) if isinstance(raw_ip, str) else ""
+            if not ip:
+                raise ServiceError(
+                    f"ips[{number}] ({email[:100]}): each address must be "
+                    f"{{ip, timestamp}} with an IP address (got {str(item)[:100]})"
+                )
+            stamp = item.get("timestamp")
+            if isinstance(stamp, bool) or not isinstance(stamp, int) or stamp < 0:
+                raise ServiceError(
+                    f"ips[{number}] ({email[:100]}): the timestamp of {ip} must be "
+                    "unix seconds, a non-negative integer"
+                )
+            seen[ip] = max(min(stamp, now), seen.get(ip, 0))
     return found
 
 

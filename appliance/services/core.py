@@ -71,7 +71,8 @@ class CoreService:
         self.sweep = sweep
         self.hub = hub
         self.on_change = on_change
-        # Reads the access log each tick for client IPs (services.client_ips); None: off.
+        # Collects client IPs each tick (services.client_ips): from Xray's online API, else
+        # from the access log; None: off.
         self.client_ips = client_ips
         self.access_log = os.path.join(workdir, ACCESS_LOG_NAME)
         self.api: CoreApi | None = None
@@ -319,7 +320,9 @@ class CoreService:
             self.on_change("clients")
         if self.client_ips is not None:
             skeleton = self.running.skeleton if self.running is not None else None
-            self.client_ips.collect(log_path(skeleton, "access"))
+            # Xray lists who is online from where; other cores leave the access log.
+            online = self.api if self._flavor == "xray" else None
+            self.client_ips.collect(log_path(skeleton, "access"), online, self.generation())
 
     # ---- surviving a crashed panel ---------------------------------------------------------
 
