@@ -25,26 +25,36 @@ from appliance.config import Options
 from appliance.core.process import CoreProcess
 from appliance.jobs import every
 from appliance.services.auth import Auth
+from appliance.services.backups import Backups
 from appliance.services.client_bulk import ClientBulk
 from appliance.services.client_ips import ClientIps
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
 from appliance.services.core import CoreService
 from appliance.services.core_logs import ACCESS_LOG_NAME
+from appliance.services.core_metrics import CoreMetrics
+from appliance.services.core_probe import OutboundProbe
 from appliance.services.core_releases import CoreReleases, installed_binary
+from appliance.services.core_routing import CoreRouting
 from appliance.services.errors import ServiceError
 from appliance.services.groups import Groups
+from appliance.services.hosts import Hosts
 from appliance.services.inbounds import Inbounds
+from appliance.services.panel_update import PanelUpdate
 from appliance.services.presence import Presence
 from appliance.services.settings import Settings, parse_trusted_proxies
 from appliance.services.status import STEP_SECONDS, History, StatusSampler
+from appliance.services.subscriptions import Subscriptions
+from appliance.services.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.tokens import Tokens
 from appliance.services.traffic import TrafficAccounting
 from appliance.store import Store
-from appliance.sub.app import subscription_app
+from appliance.sub.app import SubscriptionApp
 from appliance.web.api import build_app
+from appliance.web.backup_routes import backup_routes
 from appliance.web.client_routes import client_routes
 from appliance.web.core_routes import core_routes
+from appliance.web.host_routes import host_routes
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import inbound_routes
 from appliance.web.openapi import openapi_routes
@@ -53,11 +63,14 @@ from appliance.web.server import BasePath, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
 from appliance.web.session_routes import session_routes
 from appliance.web.setting_routes import setting_routes
+from appliance.web.tool_routes import tool_routes
+from appliance.web.ui import ui_routes
 
 log = logging.getLogger(__name__)
 
 TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
+RESTART_AFTER_RESTORE = 2
 
 
 class Panel:
@@ -73,6 +86,8 @@ class Panel:
         self.client_bulk = ClientBulk(self.clients, self.client_query)
         self.groups = Groups(self.store)
         self.inbounds = Inbounds(self.store, self.reserved_ports, self.client_query.by_inbound)
+        self.hosts = Hosts(self.store)
+        self.subscriptions = Subscriptions(self.store, self.settings)
         self.hub = Hub()
         self.accounting = TrafficAccounting(self.store, self.presence)
         core_dir = os.path.join(options.data_dir, "core")
@@ -99,6 +114,14 @@ class Panel:
             client_ips=self.client_ips,
         )
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
+        self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
+        self.chat_bot = ChatBot(self.settings, self.backups)
+        self.core_probe = OutboundProbe(
+            self.core.process, self.settings, os.path.join(options.data_dir, "probes")
+        )
+        self.core_routing = CoreRouting(self.core)
+        self.core_metrics = CoreMetrics(self.core)
+        self.panel_update = PanelUpdate(self.settings, lambda: self.restart_later(3))
         self.history = History()
         self.sampler = StatusSampler(
             __version__, self.core_info, lambda: len(self.presence.online())
@@ -134,13 +157,17 @@ class Panel:
             session_routes(self),
             inbound_routes(self),
             client_routes(self),
+            host_routes(self),
             core_routes(self),
             release_routes(self),
             server_routes(self),
             setting_routes(self),
+            backup_routes(self),
+            tool_routes(self),
         ]
         routes = [route for table in tables for route in table.routes]
-        return routes + openapi_routes(routes).routes
+        # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
+        return routes + openapi_routes(routes).routes + ui_routes(self).routes
 
     def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
         """Listen on both ports and run until stopped; never returns on restart.
@@ -158,16 +185,19 @@ class Panel:
             web_sock.close()
             raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
-        tls = self._web_tls()
+        tls = self._tls("web")
+        sub_tls = self._tls("sub")
+        sub_app = SubscriptionApp(self.settings, self.subscriptions)
         self._servers = [
             make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed),
-            make_server(sub_sock, subscription_app),
+            make_server(sub_sock, sub_app, tls=sub_tls),
         ]
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
         log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
-        log.info("subscription server listening on http://%s:%d/", *self.bound["sub"])
+        sub_scheme = "https" if sub_tls else "http"
+        log.info("subscription server listening on %s://%s:%d/", sub_scheme, *self.bound["sub"])
         if on_listening is not None:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
@@ -176,28 +206,34 @@ class Panel:
         os.makedirs(os.path.join(self.options.data_dir, "core"), exist_ok=True)
         self.core.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
+        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
+        every(STEP_SECONDS, self.core_metrics.collect, "core metrics")
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
 
-    def _web_tls(self) -> ssl.SSLContext | None:
-        """The panel's TLS context, or None for plain HTTP.
+    def _tls(self, door: str) -> ssl.SSLContext | None:
+        """The TLS context of the `web` (panel) or `sub` (subscription) port from its
+        certificate pair in the settings, or None for plain HTTP.
 
         A stored pair was valid when saved, but the files can change on disk before the
         next start (a renewal gone wrong, a deleted key). Refusing to start would lock the
         owner out for good, since only the panel can change the setting; serving plain
         HTTP with an error in the log keeps the way in open, as peer panels do."""
-        certfile, keyfile = self.settings.get("webCertFile"), self.settings.get("webKeyFile")
+        cert_key, key_key = f"{door}CertFile", f"{door}KeyFile"
+        certfile, keyfile = self.settings.get(cert_key), self.settings.get(key_key)
         if not certfile or not keyfile:
             return None
         try:
             return tls_context(certfile, keyfile)
         except OSError as exc:
             log.error(
-                "webCertFile %s and webKeyFile %s cannot be used (%s); serving plain HTTP "
+                "%s %s and %s %s cannot be used (%s); serving plain HTTP on that port "
                 "until they are fixed in the panel settings",
+                cert_key,
                 certfile,
+                key_key,
                 keyfile,
                 exc,
             )
@@ -205,6 +241,8 @@ class Panel:
 
     def changed(self, resource: str) -> None:
         """After a successful change: drop what caches it, tell every open browser."""
+        if resource in ("clients", "inbounds", "hosts", "settings"):
+            self.subscriptions.invalidate()
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             self.core.mark_dirty()
@@ -223,8 +261,15 @@ class Panel:
         for server in self._servers:
             server.stop(timeout=RESTART_EXIT_GRACE)
         self._servers = []
+        self.subscriptions.close()
         self.store.close()
         log.info("panel stopped")
+
+    def after_restore(self) -> None:
+        """A restored database replaced every record: read the settings again at once,
+        then restart, so no service keeps a value it read from the old data."""
+        self.settings.load()
+        self.restart_later(RESTART_AFTER_RESTORE)
 
     def restart_later(self, seconds: float) -> None:
         self.hub.notify("Panel restart", f"The panel restarts in {seconds:g} seconds.", "warning")

@@ -38,6 +38,24 @@ SERVER = [
     ("GET", "/panel/api/server/getNewX25519Cert"),
     ("GET", "/panel/api/server/getWebCertFiles"),
     ("POST", "/panel/api/server/logs/:count"),
+    ("GET", "/panel/api/server/getDb"),
+    ("GET", "/panel/api/server/getMigration"),
+    ("POST", "/panel/api/server/importDB"),
+    ("POST", "/panel/api/backuptotgbot"),
+    ("GET", "/panel/api/server/coreMetricsState"),
+    ("GET", "/panel/api/server/coreMetricsHistory/:metric/:bucket"),
+    ("GET", "/panel/api/server/coreObservatory"),
+    ("GET", "/panel/api/server/coreObservatoryHistory/:tag/:bucket"),
+    ("GET", "/panel/api/server/getNewmldsa65"),
+    ("GET", "/panel/api/server/getNewmlkem768"),
+    ("GET", "/panel/api/server/getNewVlessEnc"),
+    ("POST", "/panel/api/server/getNewEchCert"),
+    ("POST", "/panel/api/server/getCertHash"),
+    ("POST", "/panel/api/server/getRemoteCertHash"),
+    ("GET", "/panel/api/server/getPanelUpdateInfo"),
+    ("POST", "/panel/api/server/updatePanel"),
+    ("GET", "/panel/api/server/clientIps"),
+    ("POST", "/panel/api/server/clientIps"),
 ]
 
 SETTING = [
@@ -46,6 +64,8 @@ SETTING = [
     ("POST", "/panel/api/setting/update"),
     ("POST", "/panel/api/setting/updateUser"),
     ("POST", "/panel/api/setting/restartPanel"),
+    ("POST", "/panel/api/setting/testTgBot"),
+    ("POST", "/panel/api/setting/testSmtp"),
     ("GET", "/panel/api/setting/getDefaultJsonConfig"),
     ("GET", "/panel/api/setting/apiTokens"),
     ("POST", "/panel/api/setting/apiTokens/create"),
@@ -53,7 +73,6 @@ SETTING = [
     ("POST", "/panel/api/setting/apiTokens/setEnabled/:id"),
 ]
 
-# clients/subLinks/:subId and clients/links/:email come with the share-link renderers.
 CLIENTS = [
     ("GET", "/panel/api/clients/list"),
     ("GET", "/panel/api/clients/list/paged"),
@@ -92,6 +111,22 @@ CLIENTS = [
     ("POST", "/panel/api/clients/activeInbounds"),
     ("POST", "/panel/api/clients/lastOnline"),
     ("GET", "/panel/api/clients/traffic/:email"),
+    ("GET", "/panel/api/clients/subLinks/:subId"),
+    ("GET", "/panel/api/clients/links/:email"),
+]
+
+HOSTS = [
+    ("GET", "/panel/api/hosts/list"),
+    ("GET", "/panel/api/hosts/get/:id"),
+    ("GET", "/panel/api/hosts/byInbound/:inboundId"),
+    ("GET", "/panel/api/hosts/tags"),
+    ("POST", "/panel/api/hosts/add"),
+    ("POST", "/panel/api/hosts/update/:id"),
+    ("POST", "/panel/api/hosts/del/:id"),
+    ("POST", "/panel/api/hosts/setEnable/:id"),
+    ("POST", "/panel/api/hosts/reorder"),
+    ("POST", "/panel/api/hosts/bulk/setEnable"),
+    ("POST", "/panel/api/hosts/bulk/del"),
 ]
 
 CORE = [
@@ -109,6 +144,11 @@ CORE = [
     ("GET", "/panel/api/core/getCoreResult"),
     ("POST", "/panel/api/core/update"),
     ("POST", "/panel/api/core/resetOutboundsTraffic"),
+    ("POST", "/panel/api/core/testOutbound"),
+    ("POST", "/panel/api/core/testOutbounds"),
+    ("POST", "/panel/api/core/balancerStatus"),
+    ("POST", "/panel/api/core/balancerOverride"),
+    ("POST", "/panel/api/core/routeTest"),
 ]
 
-SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + CORE
+SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + HOSTS + CORE

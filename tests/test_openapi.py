@@ -17,6 +17,8 @@ PARAM_VALUES = {
     "email": "nobody@example.invalid",
     "name": "no-such-group",
     "subId": "no-such-sub",
+    "inboundId": MISSING_ID,
+    "tag": "direct",
 }
 # Bodies that leave the shared panel usable: ids that do not exist, names of their own.
 BODIES = {
@@ -49,7 +51,12 @@ NOT_CALLED = {
     ("POST", "/panel/api/server/installCore/{version}"),
     ("POST", "/panel/api/server/updateGeofile"),
     ("POST", "/panel/api/server/updateGeofile/{fileName}"),
+    # File downloads, not envelopes: tests/test_backup_api.py reads them.
+    ("GET", "/panel/api/server/getDb"),
+    ("GET", "/panel/api/server/getMigration"),
 }
+# The spec gives this reply a `stage` besides the envelope's keys.
+STAGED = {("POST", "/panel/api/setting/testSmtp")}
 # Called on a client of their own, since they end the session that calls them.
 OWN_SESSION = {("POST", "/logout")}
 
@@ -133,7 +140,8 @@ def test_every_documented_route_answers(panel, document):
         assert response.status_code not in (404, 405, 500), (method, path, response.text)
         if path != OPENAPI:
             reply = response.json()
-            assert set(reply) == {"success", "msg", "obj"}, (method, path, reply)
+            keys = {"success", "msg", "obj"} | ({"stage"} if key in STAGED else set())
+            assert set(reply) == keys, (method, path, reply)
             if not reply["success"]:
                 assert reply["msg"], (method, path)
         answered.append(key)
