@@ -178,6 +178,18 @@ export const QrCode = {
 
 // ---- chart ----------------------------------------------------------------------------------
 
+// At least ten minutes of time, ending now when there is no sample yet: a panel that just
+// started has one sample, and a range of zero width made the axis show whole years.
+const MIN_SPAN = 600;
+const timeRange = (self, min, max) => {
+  const end = max == null ? Date.now() / 1000 : max;
+  const start = min == null ? end - MIN_SPAN : min;
+  return end - start < MIN_SPAN ? [end - MIN_SPAN, end] : [start, end];
+};
+// From zero to a little above the largest value, never under 4, so the ticks fall on whole
+// numbers and an idle chart does not print "1%" twice.
+const valueRange = (self, min, max) => [0, Math.max((max || 0) * 1.1, 4)];
+
 export const Chart = {
   props: ["series", "data", "format", "label"],
   setup(props) {
@@ -198,10 +210,7 @@ export const Chart = {
           height: 160,
           legend: { show: props.series.length > 1 },
           cursor: { drag: { x: false, y: false } },
-          scales: {
-            x: { time: true, range: (self, min, max) => (min === max ? [min - 300, max + 60] : [min, max]) },
-            y: { range: (self, min, max) => [0, Math.max(max, 1)] },
-          },
+          scales: { x: { time: true, range: timeRange }, y: { range: valueRange } },
           axes: [axis, { ...axis, size: 84, values: (self, ticks) => ticks.map(props.format) }],
           series: [{}, ...props.series.map((item) => ({
             label: item.label, stroke: item.color, fill: item.fill, width: 2,
