@@ -28,7 +28,7 @@ import sqlite3
 import time
 
 from pony.orm import Database
-from pony.orm.core import ConnectionClosedError
+from pony.orm.core import ConnectionClosedError, TransactionError
 from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
 from appliance.services.errors import ServiceError
@@ -144,8 +144,18 @@ class Store:
             return None
         if isinstance(exc, ConnectionClosedError):
             return DatabaseUnavailable("the database is unavailable: the connection was lost")
+        if isinstance(exc, TransactionError):
+            # The connection broke while Pony flushed, committed or rolled back: it wraps
+            # what the driver raised (CommitException, UnexpectedError ...).
+            wrapped = [info[1] for info in getattr(exc, "exceptions", ())]
+            wrapped.append(getattr(exc, "original_exc", None))
+            return next(filter(None, map(self.unavailable, filter(None, wrapped))), None)
         if isinstance(exc, (OperationalError, InterfaceError, *self._driver_errors())):
-            return DatabaseUnavailable(f"the database is unavailable: {_first_line(exc)}")
+            reason = _first_line(exc)
+            if not any(char.isalpha() for char in reason):
+                # PyMySQL's "(0, '')": a connection closed under it.
+                reason = "the connection was lost"
+            return DatabaseUnavailable(f"the database is unavailable: {reason}")
         return None
 
     def _driver_errors(self) -> tuple[type[BaseException], ...]:
