@@ -125,14 +125,17 @@ class Child:
 
 class Panel(Child):
     """The real panel on 127.0.0.1 with both ports ephemeral, on a data directory the
-    bench prepared; the first-run credentials come from its output."""
+    bench prepared (or on the networked database `db`, a --db URL); the first-run
+    credentials come from its output."""
 
     READY = re.compile(r"panel listening on http://[^:/]+:(?P<port>\d+)(?P<base>/\S*)")
 
-    def __init__(self, data_dir: Path, dataset: str):
+    def __init__(self, data_dir: Path, dataset: str, db: str = ""):
         env = {key: value for key, value in os.environ.items() if not key.startswith("APPLIANCE_")}
         argv = [sys.executable, "-m", "appliance", "run", "--data-dir", str(data_dir)]
         argv += ["--listen", "127.0.0.1", "--port", "0", "--sub-port", "0"]
+        if db:
+            argv += ["--db", db]
         super().__init__(f"panel ({dataset})", argv, env)
         self.dataset = dataset
         self.username = ""

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
+import db_scenarios  # noqa: F401  (registers the backends scenario)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
@@ -177,7 +178,9 @@ def _describe(figure: dict) -> str:
             f"{figure['rss_after_sign_in_mb']} MiB after sign-in, "
             f"{figure['rss_after_list_mb']} MiB after a list"
         )
-    for ratio in ("latency_ratio", "rps_ratio"):
+    if "seconds" in figure:
+        parts.append(f"{figure['seconds']} s")
+    for ratio in ("latency_ratio", "rps_ratio", "ratio_to_sqlite"):
         if ratio in figure:
             parts.append(f"{ratio} {figure[ratio]}")
     if "target" in figure:
