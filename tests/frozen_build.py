@@ -1,13 +1,14 @@
 """The one-file binary that the frozen and installer tests run.
 
 `dist/appliance` is used when it is newer than every file it is built from; otherwise the
-binary is built once per test session with scripts/build-binary into a temporary folder,
-so a stale binary never stands in for the code under test and a developer's dist/ is
-left alone. A build that fails fails the tests that need it, with the build's output.
+binary is built with scripts/build-binary into build/test-dist (once, however many test
+processes need it), so a stale binary never stands in for the code under test and a
+developer's dist/ is left alone. A build that fails fails the tests that need it, with the build's output.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_BINARY = ROOT / "dist" / "appliance"
+TEST_DIST = ROOT / "build" / "test-dist"
 BUILD_SCRIPT = ROOT / "scripts" / "build-binary"
 # Everything the binary is made of: the package, the UI, and how they are put together.
 SOURCE_DIRS = ("appliance", "assets")
@@ -37,17 +39,27 @@ def newest_source_time() -> float:
 
 
 def frozen_binary(scratch: Path) -> str:
-    """The path of an up-to-date binary; builds it under `scratch` at most once a session."""
+    """The path of an up-to-date binary: dist/appliance when it is, else one built under
+    build/test-dist, at most once however many test processes ask (they wait for each
+    other on a lock file); `scratch` holds the build's work files."""
     if "path" not in _built:
-        if DIST_BINARY.is_file() and DIST_BINARY.stat().st_mtime > newest_source_time():
+        if _fresh(DIST_BINARY):
             _built["path"] = str(DIST_BINARY)
         else:
-            _built["path"] = _build(scratch)
+            TEST_DIST.mkdir(parents=True, exist_ok=True)
+            with open(TEST_DIST / ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                binary = TEST_DIST / "appliance"
+                _built["path"] = str(binary) if _fresh(binary) else _build(scratch)
     return _built["path"]
 
 
+def _fresh(binary: Path) -> bool:
+    return binary.is_file() and binary.stat().st_mtime > newest_source_time()
+
+
 def _build(scratch: Path) -> str:
-    dist, work = scratch / "dist", scratch / "work"
+    dist, work = TEST_DIST, scratch / "work"
     try:
         result = subprocess.run(
             [str(BUILD_SCRIPT), "--dist", str(dist), "--work", str(work)],
