@@ -1,5 +1,6 @@
 """The core's hot paths at 100,000 clients, in process: building the config, one traffic
-tick over every client's counters, and the live-change diff.
+tick over every client's counters and over 100,000 counters, the live-change diff, and
+the latency of one live user change against the real core.
 
     python bench/core_bench.py [--runs N]
 
@@ -14,20 +15,25 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from clients_dataset import DATASET_NAME
 from harness import DATASETS, build_database
 
 from appliance.config import DB_FILE
+from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
 from appliance.core.live import live_changes, running
+from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
 from appliance.services.client_query import ClientQuery
+from appliance.services.errors import ServiceError
 from appliance.services.inbounds import Inbounds
 from appliance.services.presence import Presence
 from appliance.services.settings import Settings
@@ -117,12 +123,90 @@ def main() -> int:
         vless["settings"]["clients"] = vless["settings"]["clients"][1:]
         kept = running(config)
         figures["live_diff"] = measure(lambda: live_changes(kept, changed), args.runs)
+        figures["traffic_tick_100k_counters"] = tick_of(store, presence, config, 100_000, args)
+        figures["live_user_change"] = live_latency(workdir / "core", args.runs)
         store.close()
         json.dump({"scenarios": figures}, sys.stdout, indent=1)
         print()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def tick_of(store, presence, config: dict, count: int, args) -> dict:
+    """A tick over exactly `count` counters (half of them uplinks), every one moving: the
+    size the target names."""
+    emails = [
+        client["email"]
+        for inbound in config["inbounds"]
+        for client in inbound.get("settings", {}).get("clients", []) or []
+    ][: count // 2]
+    names = [f"user>>>{e}>>>traffic>>>{d}" for e in emails for d in ("uplink", "downlink")]
+    accounting = TrafficAccounting(store, presence)
+    accounting.tick(dict.fromkeys(names, 0), generation=2)
+    step = [0]
+
+    def tick() -> None:
+        step[0] += 1000
+        accounting.tick(dict.fromkeys(names, step[0]), generation=2)
+
+    return {**measure(tick, args.runs), "counters": len(names), "target": "cpu_s < 0.5"}
+
+
+def live_latency(workdir: Path, runs: int) -> dict:
+    """Milliseconds for one user added to, then removed from, a running VLESS inbound
+    through the core's API (the live path: no restart), against the real core on PATH."""
+    process = CoreProcess(None, str(workdir))
+    try:
+        flavor, version, prefix = process.detect()
+    except ServiceError as exc:
+        return {"skipped": exc.msg}
+    api_port, inbound_port = free_port(), free_port()
+    inbound = {
+        "tag": "bench-live",
+        "protocol": "vless",
+        "port": inbound_port,
+        "listen": "127.0.0.1",
+        "enable": True,
+        "settings": {"decryption": "none"},
+        "streamSettings": {"network": "tcp"},
+        "clientRows": [],
+    }
+    process.start(build_config(default_template(), [inbound], api_port, flavor=flavor))
+    api = CoreApi(f"127.0.0.1:{api_port}", prefix)
+    adds, removes = [], []
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                api.query_stats()
+                break
+            except CoreApiError:
+                time.sleep(0.1)
+        for n in range(runs * 20):
+            email = f"live{n}@bench"
+            entry = {"id": str(uuid.uuid4()), "email": email, "flow": ""}
+            start = time.perf_counter()
+            api.add_user("bench-live", "vless", entry)
+            adds.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            api.remove_user("bench-live", email)
+            removes.append((time.perf_counter() - start) * 1000)
+    finally:
+        api.close()
+        process.stop()
+    return {
+        "core": f"{flavor} {version}",
+        "add_median_ms": round(statistics.median(adds), 3),
+        "remove_median_ms": round(statistics.median(removes), 3),
+        "changes": len(adds),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":
