@@ -3,7 +3,8 @@
 `dist/appliance` is used when it is newer than every file it is built from; otherwise the
 binary is built with scripts/build-binary into build/test-dist (once, however many test
 processes need it), so a stale binary never stands in for the code under test and a
-developer's dist/ is left alone. A build that fails fails the tests that need it, with the build's output.
+developer's dist/ is left alone. A build that fails fails the tests that need it, with
+the build's output.
 """
 
 from __future__ import annotations
