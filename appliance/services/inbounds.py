@@ -296,27 +296,9 @@ class Inbounds:
             )
 
     def _view(self, row: tuple, fallbacks: list[dict], clients: list[tuple], slim: bool) -> dict:
-        (
-            inbound_id,
-            remark,
-            tag,
-            protocol,
-            listen,
-            port,
-            enable,
-            expiry,
-            total,
-            up,
-            down,
-            settings,
-            stream,
-            sniffing,
-            node_id,
-            created,
-            updated,
-        ) = row
-        settings = json.loads(settings)
-        stream = json.loads(stream)
+        record = inbound_record(row)
+        inbound_id, protocol = record["id"], record["protocol"]
+        settings, stream = record["settings"], record["streamSettings"]
         stats, views = [], []
         if protocol in inbound_rules.CLIENT_PROTOCOLS:
             if slim:
@@ -331,27 +313,34 @@ class Inbounds:
                 stats = [client_stat(inbound_id, v, c) for v, c in zip(views, clients, strict=True)]
         if fallbacks:
             settings["fallbacks"] = fallbacks
-        return {
-            "id": inbound_id,
-            "remark": remark,
-            "tag": tag,
-            "protocol": protocol,
-            "listen": listen,
-            "port": port,
-            "enable": bool(enable),
-            "expiryTime": expiry,
-            "total": total,
-            "up": up,
-            "down": down,
-            "settings": settings,
-            "streamSettings": stream,
-            "sniffing": json.loads(sniffing),
-            "clientStats": stats,
-            "nodeId": node_id,
-            "createdAt": created,
-            "updatedAt": updated,
-            "clientRows": views,
-        }
+        return {**record, "clientStats": stats, "clientRows": views}
+
+
+def inbound_record(row: tuple) -> dict:
+    """The spec's Inbound record from a row in `INBOUND_SELECT` order, before the clients
+    and fallbacks the panel derives into it (a share link needs only this much)."""
+    (inbound_id, remark, tag, protocol, listen, port, enable, expiry, total, up, down,
+     settings, stream, sniffing, node_id, created, updated) = row  # fmt: skip
+    return {
+        "id": inbound_id,
+        "remark": remark,
+        "tag": tag,
+        "protocol": protocol,
+        "listen": listen,
+        "port": port,
+        "enable": bool(enable),
+        "expiryTime": expiry,
+        "total": total,
+        "up": up,
+        "down": down,
+        "settings": json.loads(settings),
+        "streamSettings": json.loads(stream),
+        "sniffing": json.loads(sniffing),
+        "clientStats": [],
+        "nodeId": node_id,
+        "createdAt": created,
+        "updatedAt": updated,
+    }
 
 
 INBOUND_SELECT = (

@@ -42,7 +42,7 @@ from appliance.links import (
 )
 from appliance.services.client_rules import email_key
 from appliance.services.clients import CLIENT_COLUMNS, client_view
-from appliance.services.inbounds import INBOUND_SELECT
+from appliance.services.inbounds import INBOUND_SELECT, inbound_record
 
 log = logging.getLogger(__name__)
 
@@ -351,33 +351,6 @@ class ReadConnections:
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
-
-
-def inbound_record(row: tuple) -> dict:
-    """The spec's Inbound record from a row in `INBOUND_SELECT` order, without the
-    derived client list and stats (a link needs the inbound, not its other clients)."""
-    (inbound_id, remark, tag, protocol, listen, port, enable, expiry, total, up, down,
-     settings, stream, sniffing, node_id, created, updated) = row  # fmt: skip
-    return {
-        "id": inbound_id,
-        "remark": remark,
-        "tag": tag,
-        "protocol": protocol,
-        "listen": listen,
-        "port": port,
-        "enable": bool(enable),
-        "expiryTime": expiry,
-        "total": total,
-        "up": up,
-        "down": down,
-        "settings": json.loads(settings),
-        "streamSettings": json.loads(stream),
-        "sniffing": json.loads(sniffing),
-        "clientStats": [],
-        "nodeId": node_id,
-        "createdAt": created,
-        "updatedAt": updated,
-    }
 
 
 def _view(row: tuple) -> dict:
