@@ -221,7 +221,7 @@ def test_version_list_that_was_never_fetched_fails_with_a_reason(api):
     [
         (b'{"message": "API rate limit exceeded"}', 403, ["HTTP 403", "API rate limit exceeded"]),
         (b"<html>not json</html>", 200, ["not JSON"]),
-        (b'{"releases": []}', 200, ["not a JSON list"]),
+        (b'{"releases": []}', 200, ["not a release or a list"]),
     ],
 )
 def test_a_broken_release_list_is_refused_with_a_reason(api, host, body, status, words):

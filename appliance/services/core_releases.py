@@ -427,32 +427,41 @@ def _network_reason(exc: requests.RequestException) -> str:
 # ---- release list and digests ----------------------------------------------------------------
 
 
-def _parse_releases(raw: bytes, url: str) -> list[Release]:
-    """Published releases in the order listed (GitHub: newest first). Drafts and
-    prereleases are left out: what the list offers is what GitHub calls a release."""
+def published_releases(raw: bytes, url: str, what: str) -> list[tuple[str, dict, dict]]:
+    """(tag, release object, {asset name: asset object}) of each published release in a
+    GitHub releases-API answer (a list, or one release), in the order listed (GitHub:
+    newest first). Drafts and prereleases are left out: what the list offers is what
+    GitHub calls a release. `what` names the list in errors ("the core release list")."""
     try:
         data = json.loads(raw)
     except ValueError:
-        raise ServiceError(f"the core release list at {url} is not JSON") from None
-    if not isinstance(data, list):
-        raise ServiceError(f"the core release list at {url} is not a JSON list of releases")
+        raise ServiceError(f"{what} at {url} is not JSON") from None
+    items = [data] if isinstance(data, dict) and "tag_name" in data else data
+    if not isinstance(items, list):
+        raise ServiceError(f"{what} at {url} is not a release or a list of them")
     releases = []
-    for item in data:
+    for item in items:
         if not isinstance(item, dict) or item.get("draft") or item.get("prerelease"):
             continue
         tag = item.get("tag_name")
-        assets = item.get("assets")
-        if not isinstance(tag, str) or not tag or not isinstance(assets, list):
+        if not isinstance(tag, str) or not tag:
             continue
-        links = {
-            asset["name"]: asset["browser_download_url"]
-            for asset in assets
+        assets = {
+            asset["name"]: asset
+            for asset in item.get("assets") or []
             if isinstance(asset, dict)
             and isinstance(asset.get("name"), str)
             and isinstance(asset.get("browser_download_url"), str)
         }
-        releases.append(Release(tag, links))
+        releases.append((tag, item, assets))
     return releases
+
+
+def _parse_releases(raw: bytes, url: str) -> list[Release]:
+    return [
+        Release(tag, {name: asset["browser_download_url"] for name, asset in assets.items()})
+        for tag, _item, assets in published_releases(raw, url, "the core release list")
+    ]
 
 
 def _dgst_sha256(raw: bytes, asset: str) -> str:

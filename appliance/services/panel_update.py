@@ -22,7 +22,6 @@ was. The restart that follows re-executes the same path, so the new release star
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import re
@@ -37,7 +36,7 @@ from urllib.parse import urlsplit
 
 from appliance import __version__
 from appliance.core.process import child_environment
-from appliance.services.core_releases import download_verified, fetch
+from appliance.services.core_releases import download_verified, fetch, published_releases
 from appliance.services.errors import ServiceError
 
 LIST_LIMIT = 8 << 20
@@ -177,28 +176,10 @@ class PanelUpdate:
 
 
 def _parse_releases(raw: bytes, url: str) -> list[PanelRelease]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ServiceError(f"the panel release list at {url} is not JSON") from None
-    items = [data] if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        raise ServiceError(f"the panel release list at {url} is not a release or a list of them")
     releases = []
-    for item in items:
-        if not isinstance(item, dict) or item.get("draft") or item.get("prerelease"):
+    for tag, item, assets in published_releases(raw, url, "the panel release list"):
+        if not _version_key(tag):
             continue
-        tag = item.get("tag_name")
-        if not isinstance(tag, str) or not _version_key(tag):
-            continue
-        assets = {}
-        for asset in item.get("assets") or []:
-            if not isinstance(asset, dict):
-                continue
-            name, link = asset.get("name"), asset.get("browser_download_url")
-            if isinstance(name, str) and isinstance(link, str):
-                digest = asset.get("digest")
-                assets[name] = (link, digest if isinstance(digest, str) else "")
         releases.append(
             PanelRelease(
                 tag=tag,
@@ -206,7 +187,10 @@ def _parse_releases(raw: bytes, url: str) -> list[PanelRelease]:
                 url=_text(item.get("html_url")),
                 published_at=_text(item.get("published_at")),
                 notes=_text(item.get("body"))[:20000],
-                assets=assets,
+                assets={
+                    name: (asset["browser_download_url"], _text(asset.get("digest")))
+                    for name, asset in assets.items()
+                },
             )
         )
     return releases
