@@ -23,7 +23,14 @@ import sqlite3
 import time
 from urllib.parse import quote
 
-from harness import BenchError, Client, Dataset, inbound_columns, register_dataset
+from harness import (
+    BenchError,
+    Client,
+    Dataset,
+    inbound_columns,
+    insert_clients,
+    register_dataset,
+)
 
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
@@ -129,18 +136,7 @@ def seed_clients(conn: sqlite3.Connection) -> None:
         traffic.append(_traffic(rng, record, key, now))
         if index in (0, 4242, 77_777, CLIENT_COUNT - 1) or index == _first_unattached():
             SAMPLES[record["email"]] = {"uuid": record["id"], "inboundIds": ids}
-    names = ", ".join(["id", "email_key", *columns, "created_at", "updated_at"])
-    marks = ", ".join("?" * (len(columns) + 4))
-    conn.executemany(f"INSERT INTO client ({names}) VALUES ({marks})", clients)
-    conn.executemany(
-        "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)", attachments
-    )
-    conn.executemany(
-        "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        traffic,
-    )
-    conn.execute("ANALYZE")
+    insert_clients(conn, list(columns), clients, attachments, traffic)
 
 
 def _insert_inbounds(conn: sqlite3.Connection, now: int) -> dict[int, dict]:

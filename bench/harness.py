@@ -397,6 +397,31 @@ def build_database(dataset: Dataset, path: Path) -> None:
         conn.close()
 
 
+def insert_clients(
+    conn: sqlite3.Connection,
+    columns: list[str],
+    clients: list[tuple],
+    attachments: list[tuple[int, int]],
+    traffic: list[tuple],
+) -> None:
+    """Write generated clients as the panel stores them: `clients` rows are (id, email
+    key, the `columns` of `clients.columns_of`, created, updated), `attachments` (client
+    id, inbound id), `traffic` (email key, email, up, down, enable, last online). Then
+    ANALYZE, so the planner knows the tables' sizes as a long-running panel's would."""
+    names = ", ".join(["id", "email_key", *columns, "created_at", "updated_at"])
+    marks = ", ".join("?" * (len(columns) + 4))
+    conn.executemany(f"INSERT INTO client ({names}) VALUES ({marks})", clients)
+    conn.executemany(
+        "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)", attachments
+    )
+    conn.executemany(
+        "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        traffic,
+    )
+    conn.execute("ANALYZE")
+
+
 INBOUND_FIRST_PORT = 20000
 INBOUND_PROTOCOLS = (
     ("vless", {"decryption": "none"}),

@@ -37,6 +37,7 @@ from harness import (
     Dataset,
     HelloServer,
     inbound_columns,
+    insert_clients,
     log,
     register_dataset,
     scenario,
@@ -137,18 +138,7 @@ def seed_subscriptions(conn: sqlite3.Connection) -> None:
         attachments += [(index + 1, inbound_id) for inbound_id in ids]
         up = rng.randrange(10**9)
         traffic.append((key, record["email"], up, up * 7, True, now))
-    names = ", ".join(["id", "email_key", *columns, "created_at", "updated_at"])
-    marks = ", ".join("?" * (len(columns) + 4))
-    conn.executemany(f"INSERT INTO client ({names}) VALUES ({marks})", clients)
-    conn.executemany(
-        "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)", attachments
-    )
-    conn.executemany(
-        "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        traffic,
-    )
-    conn.execute("ANALYZE")
+    insert_clients(conn, list(columns), clients, attachments, traffic)
 
 
 def check_subscriptions(client: Client) -> str:
