@@ -19,6 +19,7 @@ import ipaddress
 from appliance.core import wire
 from appliance.core.api import CoreApiError, CoreApiUnsupported
 from appliance.services.errors import ServiceError
+from appliance.services.parse import parse_port, parse_text
 
 BALANCER_TAGS_LIMIT = 100
 FIELD_LIMIT = 255
@@ -126,8 +127,8 @@ def routing_context(form: dict) -> bytes:
     """The RoutingContext for a route test form, or ServiceError naming the bad field."""
     if not isinstance(form, dict):
         raise ServiceError("send the route test as a form or JSON object")
-    domain = _text(form, "domain")
-    ip_text = _text(form, "ip")
+    domain = parse_text(form.get("domain"), "domain", FIELD_LIMIT)
+    ip_text = parse_text(form.get("ip"), "ip", FIELD_LIMIT)
     if not domain and not ip_text:
         raise ServiceError("domain or ip is required: the destination to route")
     target_ips = []
@@ -136,40 +137,18 @@ def routing_context(form: dict) -> bytes:
             target_ips.append(ipaddress.ip_address(ip_text).packed)
         except ValueError:
             raise ServiceError(f"ip must be an IPv4 or IPv6 address (got {ip_text!r})") from None
-    network = _text(form, "network").lower() or "tcp"
+    network = parse_text(form.get("network"), "network", FIELD_LIMIT).lower() or "tcp"
     if network not in wire.NETWORKS:
         raise ServiceError(f"network must be tcp or udp (got {network!r})")
     return wire.routing_context(
-        inbound_tag=_text(form, "inboundTag"),
+        inbound_tag=parse_text(form.get("inboundTag"), "inboundTag", FIELD_LIMIT),
         network=network,
         target_ips=target_ips,
-        target_port=_port(form.get("port")),
+        target_port=parse_port(form.get("port"), "leave it out"),
         target_domain=domain,
-        protocol=_text(form, "protocol"),
-        user=_text(form, "email"),
+        protocol=parse_text(form.get("protocol"), "protocol", FIELD_LIMIT),
+        user=parse_text(form.get("email"), "email", FIELD_LIMIT),
     )
-
-
-def _text(form: dict, key: str) -> str:
-    value = form.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ServiceError(f"{key} must be text")
-    value = value.strip()
-    if len(value) > FIELD_LIMIT:
-        raise ServiceError(f"{key} is longer than {FIELD_LIMIT} characters")
-    return value
-
-
-def _port(value) -> int:
-    if value in (None, ""):
-        return 0
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ServiceError(f"port must be a number from 0 to 65535 (got {value!r})")
-    return value
 
 
 def _balancer_tags(config: dict) -> list[str]:

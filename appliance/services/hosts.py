@@ -20,7 +20,7 @@ from typing import Any
 from pony.orm import db_session, select
 
 from appliance.services.errors import ServiceError
-from appliance.services.parse import parse_id
+from appliance.services.parse import parse_id, parse_port, parse_text
 
 SECURITIES = ("same", "none", "tls", "reality")
 MAX_TEXT = 255
@@ -196,7 +196,7 @@ def normalize_host(payload: dict) -> dict:
         raise ServiceError("remark is required: a name for this host")
     if len(remark) > MAX_TEXT:
         raise ServiceError(f"remark must be at most {MAX_TEXT} characters")
-    address = _text(payload.get("address"), "address")
+    address = parse_text(payload.get("address"), "address", MAX_TEXT)
     if address and not ADDRESS_SHAPE.match(address):
         raise ServiceError(
             f"address must be a domain name or an IP address, or empty to inherit "
@@ -204,7 +204,7 @@ def normalize_host(payload: dict) -> dict:
         )
     if address.startswith("["):
         address = address[1:-1]  # one form for IPv6: the renderers add brackets where needed
-    sni = _text(payload.get("sni"), "sni")
+    sni = parse_text(payload.get("sni"), "sni", MAX_TEXT)
     if sni and not SNI_SHAPE.match(sni):
         raise ServiceError(
             f"sni must be a domain name, or empty to inherit (got {json.dumps(sni)})"
@@ -219,35 +219,11 @@ def normalize_host(payload: dict) -> dict:
     return {
         "remark": remark.strip(),
         "address": address,
-        "port": _port(payload.get("port")),
+        "port": parse_port(payload.get("port"), "inherit"),
         "security": security,
         "sni": sni,
         "tags": json.dumps(_tags(payload.get("tags")), ensure_ascii=False),
     }
-
-
-def _text(value: Any, name: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ServiceError(f"{name} must be a string (got {json.dumps(value)})")
-    value = value.strip()
-    if len(value) > MAX_TEXT:
-        raise ServiceError(f"{name} must be at most {MAX_TEXT} characters")
-    return value
-
-
-def _port(value: Any) -> int:
-    """0, empty or absent: inherit the inbound's port."""
-    if value in (None, ""):
-        return 0
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 7:
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ServiceError(
-            f"port must be from 1 to 65535, or 0/empty to inherit (got {json.dumps(value)})"
-        )
-    return value
 
 
 def _tags(value: Any) -> list[str]:

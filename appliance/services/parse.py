@@ -39,3 +39,30 @@ def parse_json_text(data: Any, what: str, kind: type, shape: str) -> Any:
     if not isinstance(value, kind):
         raise ServiceError(f"{what} must encode {shape}")
     return value
+
+
+def parse_text(value: Any, name: str, limit: int = 255) -> str:
+    """An optional text field, stripped; absent is empty."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ServiceError(f"{name} must be a string (got {json.dumps(value)})")
+    value = value.strip()
+    if len(value) > limit:
+        raise ServiceError(f"{name} must be at most {limit} characters")
+    return value
+
+
+def parse_port(value: Any, meaning_of_zero: str) -> int:
+    """A port from a form or a body; 0, empty or absent is 0, which `meaning_of_zero`
+    explains in the message ("any", "inherit")."""
+    if value in (None, ""):
+        return 0
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 7:
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ServiceError(
+            f"port must be from 1 to 65535, or 0/empty to {meaning_of_zero} "
+            f"(got {json.dumps(value)})"
+        )
+    return value
