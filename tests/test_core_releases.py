@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import platform
 import stat
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -29,6 +26,7 @@ from appliance.services.errors import ServiceError
 from appliance.services.settings import Settings
 from appliance.store import Store
 from tests.helpers import free_port, ok, refused
+from tests.release_host import ReleaseHost
 
 SERVER = "/panel/api/server"
 SETTINGS = "/panel/api/setting/update"
@@ -72,62 +70,6 @@ def dgst(data: bytes) -> bytes:
 
 def sha256sum(data: bytes, name: str) -> bytes:
     return f"{hashlib.sha256(data).hexdigest()}  {name}\n".encode()
-
-
-class ReleaseHost:
-    """A threaded HTTP server answering from `files` (path with query -> (status, body))
-    and counting the requests per path."""
-
-    def __init__(self):
-        self.files: dict[str, tuple[int, bytes]] = {}
-        self.hits: dict[str, int] = {}
-        host = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                host.hits[self.path] = host.hits.get(self.path, 0) + 1
-                status, data = host.files.get(self.path, (404, b"not found"))
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def put(self, path: str, data: bytes, status: int = 200) -> str:
-        self.files[path] = (status, data)
-        return self.url + path
-
-    def publish(self, name: str, releases: list[dict]) -> str:
-        """Serve `releases` ({tag, files: {asset: bytes}, prerelease?, draft?}) as a
-        GitHub-shaped release list at /<name>/releases; returns its URL."""
-        listing = []
-        for release in releases:
-            assets = [
-                {
-                    "name": asset,
-                    "browser_download_url": self.put(f"/{name}/{release['tag']}/{asset}", data),
-                }
-                for asset, data in release["files"].items()
-            ]
-            listing.append(
-                {
-                    "tag_name": release["tag"],
-                    "draft": release.get("draft", False),
-                    "prerelease": release.get("prerelease", False),
-                    "assets": assets,
-                }
-            )
-        return self.put(f"/{name}/releases", json.dumps(listing).encode())
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def good_release(tag: str, version: str) -> dict:

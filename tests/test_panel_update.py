@@ -13,11 +13,8 @@ and the restart is recorded instead of re-executing the test runner.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,6 +25,7 @@ from appliance.services.panel_update import NOT_FROZEN, PanelUpdate
 from appliance.services.settings import Settings
 from appliance.store import Store
 from tests.helpers import ok, refused
+from tests.release_host import ReleaseHost
 
 SERVER = "/panel/api/server"
 MACHINE = "x86_64"
@@ -40,64 +38,16 @@ def panel_script(version: str) -> bytes:
     return f'#!/bin/sh\n[ "$1" = version ] && echo {version} && exit 0\nexit 2\n'.encode()
 
 
-class ReleaseHost:
-    """Serves `files` (path -> (status, body)) on loopback."""
+class PanelReleaseHost(ReleaseHost):
+    """The release host with the fields the update dialog shows: name, page, date, notes."""
 
-    def __init__(self):
-        self.files: dict[str, tuple[int, bytes]] = {}
-        host = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                status, data = host.files.get(self.path, (404, b"not found"))
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def put(self, path: str, data: bytes, status: int = 200) -> str:
-        self.files[path] = (status, data)
-        return self.url + path
-
-    def publish(self, name: str, releases: list[dict], single: bool = False) -> str:
-        """`releases`: {tag, files: {asset: bytes}, digests: {asset: str}, draft?,
-        prerelease?}; served as a list, or as one object (`/releases/latest`)."""
-        listing = []
-        for release in releases:
-            assets = []
-            for asset, data in release["files"].items():
-                entry = {
-                    "name": asset,
-                    "browser_download_url": self.put(f"/{name}/{release['tag']}/{asset}", data),
-                }
-                if asset in release.get("digests", {}):
-                    entry["digest"] = release["digests"][asset]
-                assets.append(entry)
-            listing.append(
-                {
-                    "tag_name": release["tag"],
-                    "name": f"Appliance {release['tag']}",
-                    "html_url": f"{self.url}/{name}/{release['tag']}",
-                    "published_at": "2026-01-02T03:04:05Z",
-                    "body": "What changed",
-                    "draft": release.get("draft", False),
-                    "prerelease": release.get("prerelease", False),
-                    "assets": assets,
-                }
-            )
-        body = listing[0] if single else listing
-        return self.put(f"/{name}/releases", json.dumps(body).encode())
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def describe(self, name: str, release: dict) -> dict:
+        return {
+            "name": f"Appliance {release['tag']}",
+            "html_url": f"{self.url}/{name}/{release['tag']}",
+            "published_at": "2026-01-02T03:04:05Z",
+            "body": "What changed",
+        }
 
 
 def with_checksum_file(tag: str, binary: bytes, checksum: bytes | None = None) -> dict:
@@ -115,7 +65,7 @@ def with_digest_field(tag: str, binary: bytes, digest: str | None = None) -> dic
 
 @pytest.fixture(scope="module")
 def host():
-    server = ReleaseHost()
+    server = PanelReleaseHost()
     yield server
     server.close()
 
