@@ -1,8 +1,9 @@
 """Helpers that several test modules need in the same form: the success and failure
-envelope checks, adding an inbound through the API, reading and writing the panel's
-database (its SQLite file, or the PostgreSQL/MariaDB database of a `--db` run), a clean
-environment and a free port for a command, the stream settings most inbound samples use,
-and a self-signed certificate written to files.
+envelope checks, adding an inbound through the API, requests fired at once from many
+sessions, reading and writing the panel's database (its SQLite file, or the
+PostgreSQL/MariaDB database of a `--db` run), fresh databases on the local PostgreSQL and
+MariaDB servers, a clean environment and a free port for a command, the stream settings
+most inbound samples use, and a self-signed certificate written to files.
 
 They were once copied into each module that used them; one copy means a fix or a stricter
 check reaches every test at once. Helpers particular to one module stay in that module.
@@ -17,9 +18,13 @@ import os
 import re
 import socket
 import sqlite3
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -90,6 +95,52 @@ def create_inbound(api, payload: dict) -> dict:
     return ok(api.post(f"{INBOUNDS}/add", payload))
 
 
+def post_at_once(api, path: str, bodies: list[dict]) -> list[tuple[int, dict]]:
+    """Posts each of `bodies` to `path` from a session of its own, signed in as `api` is,
+    all released together by a barrier: races that one session's sequential requests never
+    hit (two "exists?" checks passing before either insert). Returns (status, JSON body)
+    per reply, in the order the replies came."""
+    sessions = []
+    for _ in bodies:
+        session = requests.Session()
+        session.cookies.update(api.http.cookies)
+        session.headers.update(api.http.headers)
+        sessions.append(session)
+    barrier = threading.Barrier(len(sessions))
+    replies: list[tuple[int, dict]] = []
+    lock = threading.Lock()
+
+    def post(session: requests.Session, body: dict) -> None:
+        barrier.wait()
+        reply = session.post(api.url + path, json=body, timeout=60)
+        with lock:
+            replies.append((reply.status_code, reply.json()))
+
+    threads = [
+        threading.Thread(target=post, args=(session, body))
+        for session, body in zip(sessions, bodies, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return replies
+
+
+def create_plain_vless(api, port: int) -> int:
+    """Adds a VLESS inbound on `port` over plain TCP, the least a client needs to attach
+    to, for tests about storage rather than protocols; returns its id."""
+    return create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": port,
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )["id"]
+
+
 # ---- the panel's database --------------------------------------------------------------
 # A panel runs on its SQLite file unless the suite runs with --db=postgres|mysql; then each
 # panel gets a database of its own on the local server (`server.db_url`), and the helpers
@@ -151,12 +202,49 @@ def drop_database(url: str) -> None:
     kind, name = _kind(url), url.rsplit("/", 1)[1]
     with _server_admin(kind) as cur:
         if kind == "postgres":
-            cur.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
+            _end_postgres_connections(cur, name)
         cur.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def server_reachable(kind: str) -> bool:
+    """Whether the local `kind` server accepts TCP connections."""
+    try:
+        with socket.create_connection(NETWORKED[kind], timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def fresh_database(kind: str) -> Iterator[str]:
+    """The URL of a new, empty database on the local `kind` server, dropped afterwards.
+    The test skips, naming the address, when no such server runs: the tests of the
+    networked backends each need one of their own, and a machine may lack one."""
+    if not server_reachable(kind):
+        host, port = NETWORKED[kind]
+        pytest.skip(f"no {kind} server on {host}:{port}")
+    url = create_database(kind)
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+def end_server_connections(url: str) -> int:
+    """The server ends every connection to the database at `url` (`pg_terminate_backend`,
+    `KILL`), the way an administrator or a restart would; returns how many it ended."""
+    kind, name = _kind(url), url.rsplit("/", 1)[1]
+    with _server_admin(kind) as cur:
+        if kind == "postgres":
+            return _end_postgres_connections(cur, name)
+        cur.execute(
+            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+            (name,),
+        )
+        ids = [row[0] for row in cur.fetchall()]
+        for thread_id in ids:
+            cur.execute(f"KILL {int(thread_id)}")
+        return len(ids)
 
 
 def networked_connection(url: str):
@@ -218,6 +306,15 @@ def _server_admin(kind: str):
         yield conn.cursor()
     finally:
         conn.close()
+
+
+def _end_postgres_connections(cur, name: str) -> int:
+    cur.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid()",
+        (name,),
+    )
+    return len(cur.fetchall())
 
 
 # ---- certificates -------------------------------------------------------------------------

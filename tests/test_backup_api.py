@@ -11,6 +11,7 @@ produce the same portable SQLite file and restore from it too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -24,7 +25,8 @@ import psutil
 import pytest
 from conftest import backend, start_panel
 from core_helpers import V2RAY
-from helpers import create_inbound, db_path, ok, refused
+from core_panel import wait_until as poll_until
+from helpers import NETWORKED, create_inbound, db_path, fresh_database, ok, refused
 
 from appliance.services.backups import MAX_UPLOAD_BYTES
 from appliance.services.errors import ServiceError
@@ -36,7 +38,6 @@ SERVER = "/panel/api/server"
 CLIENTS = "/panel/api/clients"
 RESTART_WAIT = 40
 WS = {"network": "ws", "security": "none", "wsSettings": {"path": "/ws"}}
-NETWORKED = {"postgres": ("127.0.0.1", 5432), "mysql": ("127.0.0.1", 3306)}
 _ports = iter(range(34100, 34900))
 
 
@@ -473,13 +474,8 @@ def core_tags(api) -> set[str]:
     return {inbound.get("tag") for inbound in ok(api.get(f"{SERVER}/getConfigJson"))["inbounds"]}
 
 
-def wait_until(condition, what: str, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting until {what}")
+# core_panel's polling, for up to 30 seconds: an import restarts the panel and its core.
+wait_until = functools.partial(poll_until, timeout=30)
 
 
 def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
@@ -513,46 +509,6 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
 
 
 # ---- networked databases --------------------------------------------------------------------
-
-
-def reachable(kind: str) -> bool:
-    try:
-        with socket.create_connection(NETWORKED[kind], timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def fresh_database(kind: str):
-    """A new, empty database on the local server; dropped afterwards."""
-    if not reachable(kind):
-        pytest.skip("no {} server on {}:{}".format(kind, *NETWORKED[kind]))
-    name = f"appliance_backup_{uuid.uuid4().hex[:12]}"
-    if kind == "postgres":
-        import psycopg2
-
-        admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-        admin.autocommit = True
-        url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    else:
-        import pymysql
-
-        admin = pymysql.connect(host="127.0.0.1", user="root", password="", autocommit=True)
-        url = f"mysql://root@127.0.0.1:3306/{name}"
-    cur = admin.cursor()
-    cur.execute(f"CREATE DATABASE {name}")
-    try:
-        yield url
-    finally:
-        if kind == "postgres":
-            cur.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-        cur.execute(f"DROP DATABASE {name}")
-        admin.close()
 
 
 @pytest.mark.parametrize("kind", sorted(NETWORKED))

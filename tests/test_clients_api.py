@@ -19,7 +19,6 @@ import collections
 import itertools
 import json
 import os
-import threading
 import time
 import uuid
 from urllib.parse import quote
@@ -35,6 +34,7 @@ from helpers import (
     create_inbound,
     db_rows,
     ok,
+    post_at_once,
     refused,
 )
 
@@ -1110,32 +1110,11 @@ def test_del_all_clients_pushes_invalidate_clients(panel, api):
 
 def test_parallel_adds_of_one_email_create_one_client(api, vless):
     email = unique("race")
-    sessions = []
-    for _ in range(50):
-        session = requests.Session()
-        session.cookies.update(api.http.cookies)
-        session.headers.update(api.http.headers)
-        sessions.append(session)
-    barrier = threading.Barrier(len(sessions))
-    results: list[tuple[int, dict]] = []
-    lock = threading.Lock()
-
-    def add(session: requests.Session, n: int) -> None:
-        spelling = email if n % 2 else email.upper()
-        barrier.wait()
-        reply = session.post(
-            api.url + f"{API}/add",
-            json={"client": {"email": spelling}, "inboundIds": [vless]},
-            timeout=60,
-        )
-        with lock:
-            results.append((reply.status_code, reply.json()))
-
-    threads = [threading.Thread(target=add, args=(s, n)) for n, s in enumerate(sessions)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    bodies = [
+        {"client": {"email": email if n % 2 else email.upper()}, "inboundIds": [vless]}
+        for n in range(50)
+    ]
+    results = post_at_once(api, f"{API}/add", bodies)
     assert collections.Counter(status for status, _ in results) == {200: 50}
     created = [body for _, body in results if body["success"]]
     failures = [body for _, body in results if not body["success"]]

@@ -28,10 +28,10 @@ from conftest import start_panel
 from helpers import (
     NETWORKED,
     clean_env,
-    create_database,
-    create_inbound,
-    drop_database,
+    create_plain_vless,
+    end_server_connections,
     free_port,
+    fresh_database,
     ok,
 )
 from pony.orm.core import CommitException, TransactionIntegrityError, UnexpectedError
@@ -108,23 +108,11 @@ class Relay:
                     sock.shutdown(socket.SHUT_RDWR)
 
 
-def reachable(kind: str) -> bool:
-    try:
-        with socket.create_connection(NETWORKED[kind], timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(params=sorted(NETWORKED))
 def database(request):
     """(kind, URL of a fresh database on the local server); dropped afterwards."""
-    kind = request.param
-    if not reachable(kind):
-        pytest.skip(f"no {kind} server on {NETWORKED[kind][0]}:{NETWORKED[kind][1]}")
-    url = create_database(kind)
-    yield kind, url
-    drop_database(url)
+    with fresh_database(request.param) as url:
+        yield request.param, url
 
 
 def via(url: str, port: int) -> str:
@@ -132,62 +120,18 @@ def via(url: str, port: int) -> str:
     return re.sub(r"@127\.0\.0\.1:\d+/", f"@127.0.0.1:{port}/", url)
 
 
-def end_server_connections(kind: str, url: str) -> int:
-    """The server ends every connection to the panel's database; returns how many."""
-    name = url.rsplit("/", 1)[1]
-    if kind == "postgres":
-        import psycopg2
-
-        conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-        conn.autocommit = True
-        cur = conn.cursor()
-        cur.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        ended = len(cur.fetchall())
-    else:
-        import pymysql
-
-        conn = pymysql.connect(host="127.0.0.1", user="root", password="", autocommit=True)
-        cur = conn.cursor()
-        cur.execute(
-            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
-            (name,),
-        )
-        ids = [row[0] for row in cur.fetchall()]
-        for thread_id in ids:
-            cur.execute(f"KILL {int(thread_id)}")
-        ended = len(ids)
-    conn.close()
-    return ended
-
-
 def add_client(api, inbound_id: int, email: str) -> dict:
     return api.post(f"{CLIENTS}/add", {"client": {"email": email}, "inboundIds": [inbound_id]})
 
 
-def vless(api, port: int) -> int:
-    return create_inbound(
-        api,
-        {
-            "protocol": "vless",
-            "port": port,
-            "settings": {"decryption": "none"},
-            "streamSettings": {"network": "tcp", "security": "none"},
-        },
-    )["id"]
-
-
 def test_connections_ended_by_the_server_are_replaced(database, tmp_path):
-    kind, url = database
+    _, url = database
     server = start_panel(tmp_path, env={"APPLIANCE_DB": url})
     try:
         api = server.client()
-        inbound_id = vless(api, 32001)
+        inbound_id = create_plain_vless(api, 32001)
         ok(add_client(api, inbound_id, "before@drop"))
-        assert end_server_connections(kind, url) >= 1
+        assert end_server_connections(url) >= 1
         first = api.raw("GET", f"{CLIENTS}/list")
         assert first.status_code != 500
         reply = first.json()
@@ -207,7 +151,7 @@ def test_an_outage_fails_requests_cleanly_and_the_panel_recovers(database, tmp_p
     server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, relay.port)})
     try:
         api = server.client()
-        inbound_id = vless(api, 32002)
+        inbound_id = create_plain_vless(api, 32002)
         relay.cut()
         during = api.raw(
             "POST", f"{CLIENTS}/add", json={"client": {"email": "x@y"}, "inboundIds": [1]}
@@ -312,7 +256,7 @@ def test_requests_under_load_through_an_outage_succeed_or_say_unavailable(databa
     load = None
     try:
         api = server.client()
-        inbound_id = vless(api, 32003)
+        inbound_id = create_plain_vless(api, 32003)
         pid = server.process.pid
         load = Load(server, inbound_id, LOAD_WORKERS).start()
         time.sleep(LOAD_PHASE_SECONDS)

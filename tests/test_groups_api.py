@@ -8,13 +8,11 @@ see each other's groups."""
 from __future__ import annotations
 
 import itertools
-import threading
 from urllib.parse import quote
 
 import pytest
-import requests
 from conftest import start_panel
-from helpers import create_inbound, ok, refused
+from helpers import create_inbound, ok, post_at_once, refused
 
 API = "/panel/api/clients"
 GROUPS = f"{API}/groups"
@@ -226,26 +224,8 @@ def test_parallel_creates_of_one_name_make_one_group(api):
     """On PostgreSQL and MariaDB two requests can pass the "exists?" check together; the
     unique index refuses the second, which must come back as a sentence, not a crash."""
     name = "Racing Team"
-    sessions = []
-    for _ in range(20):
-        session = requests.Session()
-        session.cookies.update(api.http.cookies)
-        session.headers.update(api.http.headers)
-        sessions.append(session)
-    barrier = threading.Barrier(len(sessions))
-    replies: list[tuple[int, dict]] = []
-
-    def create(session: requests.Session, n: int) -> None:
-        barrier.wait()
-        spelling = name if n % 2 else name.lower()
-        reply = session.post(api.url + f"{GROUPS}/create", json={"name": spelling}, timeout=60)
-        replies.append((reply.status_code, reply.json()))
-
-    threads = [threading.Thread(target=create, args=(s, n)) for n, s in enumerate(sessions)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    bodies = [{"name": name if n % 2 else name.lower()} for n in range(20)]
+    replies = post_at_once(api, f"{GROUPS}/create", bodies)
     assert {status for status, _ in replies} == {200}
     assert sum(body["success"] for _, body in replies) == 1
     for _, body in replies:

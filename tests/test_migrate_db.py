@@ -20,9 +20,8 @@ from conftest import start_panel
 from helpers import (
     NETWORKED,
     clean_env,
-    create_database,
     create_inbound,
-    drop_database,
+    fresh_database,
     networked_rows,
     ok,
 )
@@ -46,25 +45,11 @@ def appliance(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def reachable(kind: str) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection(NETWORKED[kind], timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def target(request):
     """A fresh database on the local server named by the test's `kind`; dropped after."""
-    kind = request.param
-    if not reachable(kind):
-        pytest.skip(f"no {kind} server on {NETWORKED[kind][0]}:{NETWORKED[kind][1]}")
-    url = create_database(kind)
-    yield url
-    drop_database(url)
+    with fresh_database(request.param) as url:
+        yield url
 
 
 def networked(test):

@@ -7,22 +7,19 @@ migrations run on PostgreSQL and MariaDB, which run on this machine's loopback.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import sqlite3
 import subprocess
 import sys
-import uuid
 
 import pytest
 from conftest import start_panel
+from helpers import NETWORKED, fresh_database
 
 from appliance.services.inbounds import Inbounds
 from appliance.store import Store
 from appliance.store.migrations import LATEST, MIGRATIONS, migrate
 
 TOKEN_HASH = "ab" * 32
-NETWORKED = {"postgres": ("127.0.0.1", 5432), "mysql": ("127.0.0.1", 3306)}
 
 
 def versions(conn) -> list[int]:
@@ -155,47 +152,6 @@ def test_newer_database_is_refused_without_a_traceback(tmp_path):
 
 
 # ---- networked backends -----------------------------------------------------------------
-
-
-def reachable(kind: str) -> bool:
-    try:
-        with socket.create_connection(NETWORKED[kind], timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def fresh_database(kind: str):
-    """A new, empty database on the local server; dropped afterwards."""
-    if not reachable(kind):
-        host, port = NETWORKED[kind]
-        pytest.skip(f"no {kind} server on {host}:{port}")
-    name = f"appliance_test_{uuid.uuid4().hex[:12]}"
-    if kind == "postgres":
-        import psycopg2
-
-        admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-        admin.autocommit = True
-        url = f"postgresql://postgres@127.0.0.1/{name}"
-    else:
-        import pymysql
-
-        admin = pymysql.connect(host="127.0.0.1", user="root", password="", autocommit=True)
-        url = f"mysql://root@127.0.0.1/{name}"
-    cur = admin.cursor()
-    cur.execute(f"CREATE DATABASE {name}")
-    try:
-        yield url
-    finally:
-        if kind == "postgres":
-            cur.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-        cur.execute(f"DROP DATABASE {name}")
-        admin.close()
 
 
 @pytest.mark.parametrize("kind", sorted(NETWORKED))
