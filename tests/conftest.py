@@ -89,13 +89,21 @@ class PanelServer:
     db_url: str = ""  # the networked database of a --db run; "" for the SQLite file
 
     def start(self) -> PanelServer:
-        mark = len(self.lines)
         # A new data directory means a first run: its credentials follow the listen lines.
         self.expect_credentials = not self.username and not (
             "--db" in self.args or os.path.exists(os.path.join(self.data_dir, "appliance.db"))
         )
+        self.launch(
+            [sys.executable, "-m", "appliance", "run", "--data-dir", self.data_dir, *self.args]
+        )
+        return self
+
+    def launch(self, command: list[str]) -> None:
+        """Runs `command`, collects its output in the background and waits until it listens.
+        Panels started another way (the one-file binary, a bare `run`) share it."""
+        mark = len(self.lines)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "run", "--data-dir", self.data_dir, *self.args],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -103,7 +111,6 @@ class PanelServer:
         )
         threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
         self.wait_listening(mark)
-        return self
 
     def _pump(self, process: subprocess.Popen) -> None:
         for line in process.stdout:

@@ -19,7 +19,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -66,17 +65,8 @@ class FrozenPanel(PanelServer):
     binary: str = ""
 
     def start(self) -> FrozenPanel:
-        mark = len(self.lines)
         self.expect_credentials = not self.username
-        self.process = subprocess.Popen(
-            [self.binary, "run", "--data-dir", self.data_dir, *self.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=self.env,
-        )
-        threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
-        self.wait_listening(mark)
+        self.launch([self.binary, "run", "--data-dir", self.data_dir, *self.args])
         return self
 
 

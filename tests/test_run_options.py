@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from argparse import Namespace
 from pathlib import Path
 
@@ -25,16 +24,7 @@ class CommandPanel(PanelServer):
     variables can supply what flags do not."""
 
     def start(self) -> CommandPanel:
-        mark = len(self.lines)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "run", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=self.env,
-        )
-        threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
-        self.wait_listening(mark)
+        self.launch([sys.executable, "-m", "appliance", "run", *self.args])
         return self
 
 
