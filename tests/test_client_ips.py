@@ -5,6 +5,7 @@ the whole path through a panel on the real core."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from core_helpers import LOOPBACK, echo_server
+from core_panel import wait_until as poll_until
 from test_core_e2e import add_client, add_inbound, client_core, core_panel, ok, passes, route
 
 from appliance.services.client_ips import ACTIVE_WINDOW, ClientIps, host_addresses
@@ -67,10 +69,10 @@ def fail2ban_filter() -> re.Pattern:
 # ---- the collector against a real store ---------------------------------------------------
 
 
-@pytest.fixture
-def world(tmp_path):
-    """Clients Alice (limitIp 2), bob (0) and carol (1) on one inbound; ipLimitEnable on;
-    an access log that already holds a line from before the collector started."""
+def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings, Clients]:
+    """A store in `tmp_path` with ipLimitEnable on and one client per `limits` entry (email
+    -> limitIp) on the inbound tagged in-1, the inbound the access-log lines name. The
+    collector tests here and those of the core's online-user API start from it."""
     store = Store(str(tmp_path / "panel.db"))
     store.open()
     settings = Settings(store)
@@ -79,8 +81,16 @@ def world(tmp_path):
     inbounds = Inbounds(store, lambda: [], ClientQuery(store, settings, Presence()).by_inbound)
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
     clients = Clients(store)
-    for email, limit in (("Alice", 2), ("bob", 0), ("carol", 1)):
+    for email, limit in limits.items():
         clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
+    return store, settings, clients
+
+
+@pytest.fixture
+def world(tmp_path):
+    """Clients Alice (limitIp 2), bob (0) and carol (1) on one inbound; ipLimitEnable on;
+    an access log that already holds a line from before the collector started."""
+    store, settings, clients = ip_limited_store(tmp_path, {"Alice": 2, "bob": 0, "carol": 1})
     access = str(tmp_path / "core" / "access.log")
     os.makedirs(os.path.dirname(access))
     append(access, xray_line("198.51.100.1", "Alice"))
@@ -227,13 +237,8 @@ def panel(tmp_path_factory):
     server.stop()
 
 
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {WAIT} s: {what}")
+# core_panel's polling, for up to WAIT seconds: a line reaches the log a traffic tick late.
+wait_until = functools.partial(poll_until, timeout=WAIT)
 
 
 def test_a_client_connecting_through_the_core_shows_up_in_its_ips(panel, tmp_path):

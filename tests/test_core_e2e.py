@@ -35,11 +35,11 @@ from core_helpers import (
     running_core,
     socks_echo,
 )
+from core_panel import CORE_ENV, WAIT, loopback_template, wait_until
+from helpers import ok
 
-CORE_ENV = {"APPLIANCE_CORE": V2RAY}
 INBOUNDS = "/panel/api/inbounds"
 CLIENTS = "/panel/api/clients"
-WAIT = 15
 SMALL = b"ping" * 64
 # Per-client counters are payload bytes; inbound counters add each protocol's framing and
 # handshakes, a few per cent at most for the sizes sent here. The fixed part covers the
@@ -60,32 +60,7 @@ INBOUND_SETTINGS = {
 }
 
 
-# ---- helpers: envelopes, polling, the panel's core ----------------------------------------
-
-
-def ok(reply: dict):
-    assert reply["success"] is True, reply
-    return reply["obj"]
-
-
-def wait_until(condition, what: str, timeout: float = WAIT):
-    """Poll `condition` until it returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
-def loopback_template(api) -> dict:
-    """The default core template minus its rules that send private addresses (127.0.0.1
-    among them) to the blackhole."""
-    template = ok(api.get("/panel/api/core/getDefaultJsonConfig"))
-    rules = template["routing"]["rules"]
-    template["routing"]["rules"] = [rule for rule in rules if "ip" not in rule]
-    return template
+# ---- helpers: the panel's core ------------------------------------------------------------
 
 
 def core_panel(tmp_path, interval: int = 1) -> PanelServer:

@@ -23,23 +23,16 @@ from conftest import start_panel, stop_and_drop
 from fake_xray import FakeXray
 from helpers import ok
 from test_client_ips import NOW as LOG_NOW
-from test_client_ips import fail2ban_filter, xray_line
+from test_client_ips import fail2ban_filter, ip_limited_store, wait_until, xray_line
 
 from appliance.core import wire
 from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported
 from appliance.services import client_ips
 from appliance.services.client_ips import ClientIps, pick_online
-from appliance.services.client_query import ClientQuery
-from appliance.services.clients import Clients
-from appliance.services.inbounds import Inbounds
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings
-from appliance.store import Store
 
 NOW = int(LOG_NOW)  # the time of the access-log lines `xray_line` writes
 FAKE_XRAY = Path(__file__).resolve().parent / "fake_xray.py"
 STATS = "/xray.app.stats.command.StatsService/"
-WAIT = 20
 
 
 # ---- the choice of whom to ask -------------------------------------------------------------
@@ -131,16 +124,7 @@ def test_an_offline_user_is_not_found_and_a_missing_method_unsupported(xray):
 @pytest.fixture
 def world(tmp_path, xray):
     """Clients Alice (limitIp 1), bob (0) and carol (2); ipLimitEnable on; an access log."""
-    store = Store(str(tmp_path / "panel.db"))
-    store.open()
-    settings = Settings(store)
-    settings.load()
-    settings.write(settings.check({"ipLimitEnable": True}))
-    inbounds = Inbounds(store, lambda: [], ClientQuery(store, settings, Presence()).by_inbound)
-    inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store)
-    for email, limit in (("Alice", 1), ("bob", 0), ("carol", 2)):
-        clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
+    store, settings, clients = ip_limited_store(tmp_path, {"Alice": 1, "bob": 0, "carol": 2})
     access = tmp_path / "access.log"
     access.write_text("")
     collector = ClientIps(
@@ -263,15 +247,6 @@ def fake_xray_panel(tmp_path, **state):
         "the core runs",
     )
     return server
-
-
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {WAIT} s: {what}")
 
 
 def add_clients(api, limits: dict[str, int]) -> None:

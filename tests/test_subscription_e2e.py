@@ -15,43 +15,26 @@ import os
 import socket
 import struct
 import subprocess
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 from core_helpers import LOOPBACK, V2RAY, free_port, running_core
+from core_panel import http_server as answering_server
 from test_core_e2e import add_inbound, core_panel, in_core, ok, traffic, wait_until
 
 CLIENTS = "/panel/api/clients"
 PROTOCOLS = ("vless", "vmess", "trojan", "shadowsocks")
 BODY_SIZE = 150_000
-
-
-class Blob(BaseHTTPRequestHandler):
-    """GET /blob: BODY_SIZE bytes the test knows, so it can tell them apart."""
-
-    body = os.urandom(BODY_SIZE)
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args) -> None:
-        """Quiet: the test's output is the assertions."""
+# What GET /blob answers: bytes the test knows, so it can tell them apart.
+BLOB = os.urandom(BODY_SIZE)
 
 
 @pytest.fixture(scope="module")
 def http_server():
-    server = ThreadingHTTPServer((LOOPBACK, 0), Blob)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    """The loopback HTTP server the client's traffic reaches: GET /blob answers BLOB."""
+    with answering_server({"/blob": (200, BLOB)}) as (port, _requested):
+        yield port
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +72,7 @@ def get_through_socks(socks_port: int, http_port: int) -> bytes:
 
 def fetches_blob(socks_port: int, http_port: int) -> bool:
     try:
-        return get_through_socks(socks_port, http_port) == Blob.body
+        return get_through_socks(socks_port, http_port) == BLOB
     except OSError:
         return False
 
