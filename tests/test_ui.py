@@ -36,6 +36,8 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 PAGES = ("dashboard", "inbounds", "clients", "logs", "settings")
 BULK_CLIENTS = 10_000
 WAIT_MS = 15_000
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 375, "height": 812}
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -121,6 +123,24 @@ def sign_in(page, server, code: str | None = None) -> None:
     page.wait_for_selector("[data-testid=core-badge]")
 
 
+def signed_in_page(browser, server, watches: list, **options):
+    """A watched page (see `new_page`) on which the admin has signed in: where most tests
+    start, so the sign-in steps live in one place."""
+    page = new_page(browser, server, watches, **options)
+    sign_in(page, server)
+    return page
+
+
+def open_inbound_form(page, remark: str, port: int):
+    """Opens the add-inbound form on the inbounds page with `remark` and `port` filled in;
+    returns the form for the fields the test sets next."""
+    page.click("[data-testid=add-inbound]")
+    form = page.locator("#inbound-form")
+    form.locator("input[name=remark]").fill(remark)
+    form.locator("input[name=port]").fill(str(port))
+    return form
+
+
 def go(page, name: str) -> None:
     page.click(f"a[data-page={name}]")
     page.wait_for_selector(f"a[data-page={name}][aria-current=page]")
@@ -139,7 +159,7 @@ def watches():
 
 
 def test_pages_render_on_origin_with_csp(browser, panel, watches, artifacts):
-    page = new_page(browser, panel, watches, viewport={"width": 1280, "height": 900})
+    page = new_page(browser, panel, watches, viewport=DESKTOP)
     response = page.goto(panel.url + "/")
     csp = response.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "unsafe" not in csp
@@ -173,14 +193,10 @@ def test_static_files_are_cached_by_kind(panel):
 
 def test_inbound_client_search_links_disable_and_live_update(browser, panel, watches, artifacts):
     api = panel.client()
-    page = new_page(browser, panel, watches, viewport={"width": 1280, "height": 900})
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
 
     go(page, "inbounds")
-    page.click("[data-testid=add-inbound]")
-    form = page.locator("#inbound-form")
-    form.locator("input[name=remark]").fill("ui-vless")
-    form.locator("input[name=port]").fill("24443")
+    form = open_inbound_form(page, "ui-vless", 24443)
     page.click("button[form=inbound-form]")
     page.wait_for_selector("text=ui-vless")
     inbound = next(i for i in ok(api.get("/panel/api/inbounds/list")) if i["remark"] == "ui-vless")
@@ -221,8 +237,7 @@ def test_inbound_client_search_links_disable_and_live_update(browser, panel, wat
     page.keyboard.press("Escape")
 
     # A second browser, signed in on its own, shows the same row...
-    other = new_page(browser, panel, watches, viewport={"width": 1280, "height": 900})
-    sign_in(other, panel)
+    other = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(other, "clients")
     other.fill("[data-testid=client-search]", "ui-alice")
     other_switch = client_row(other, "ui-alice@example.com").locator("input[role=switch]")
@@ -243,14 +258,10 @@ def field(form, label: str):
 
 def test_protocol_forms_save_transport_and_security(browser, panel, watches):
     api = panel.client()
-    page = new_page(browser, panel, watches, viewport={"width": 1280, "height": 900})
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(page, "inbounds")
 
-    page.click("[data-testid=add-inbound]")
-    form = page.locator("#inbound-form")
-    form.locator("input[name=remark]").fill("ui-reality")
-    form.locator("input[name=port]").fill("24601")
+    form = open_inbound_form(page, "ui-reality", 24601)
     field(form, "Transport").last.select_option("grpc")
     field(form, "Service name").fill("tunnel")
     field(form, "Security").select_option("reality")
@@ -261,10 +272,7 @@ def test_protocol_forms_save_transport_and_security(browser, panel, watches):
     page.click("button[form=inbound-form]")
     page.wait_for_selector("text=ui-reality")
 
-    page.click("[data-testid=add-inbound]")
-    form = page.locator("#inbound-form")
-    form.locator("input[name=remark]").fill("ui-ss")
-    form.locator("input[name=port]").fill("24602")
+    form = open_inbound_form(page, "ui-ss", 24602)
     form.locator("select[name=protocol]").select_option("shadowsocks")
     field(form, "Cipher").select_option("aes-256-gcm")
     page.click("button[form=inbound-form]")
@@ -300,8 +308,7 @@ def test_error_envelope_is_shown_to_the_user(browser, panel, watches):
             {"remark": "holder", "protocol": "vless", "port": 24555, "settings": {}},
         )
     )
-    page = new_page(browser, panel, watches)
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches)
     go(page, "inbounds")
     page.click("[data-testid=add-inbound]")
     page.locator("#inbound-form input[name=port]").fill(str(taken["port"]))
@@ -314,8 +321,7 @@ def test_error_envelope_is_shown_to_the_user(browser, panel, watches):
 
 
 def test_persian_turns_the_page_right_to_left(browser, panel, watches, artifacts):
-    page = new_page(browser, panel, watches, viewport={"width": 375, "height": 812})
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches, viewport=PHONE)
     page.select_option("[data-testid=language]", "fa")
     page.wait_for_function("() => document.documentElement.dir === 'rtl'")
     assert page.evaluate("document.documentElement.lang") == "fa"
@@ -331,8 +337,7 @@ def test_persian_turns_the_page_right_to_left(browser, panel, watches, artifacts
 
 
 def test_dark_theme_toggle(browser, panel, watches):
-    page = new_page(browser, panel, watches, color_scheme="light")
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches, color_scheme="light")
     background = "getComputedStyle(document.body).backgroundColor"
     light = page.evaluate(background)
     page.click("[data-testid=theme]")  # auto -> light
@@ -346,8 +351,7 @@ def test_dark_theme_toggle(browser, panel, watches):
 def test_two_factor_setup_and_sign_in(browser, tmp_path, watches, artifacts):
     server = start_panel(tmp_path)
     try:
-        page = new_page(browser, server, watches, viewport={"width": 1280, "height": 900})
-        sign_in(page, server)
+        page = signed_in_page(browser, server, watches, viewport=DESKTOP)
         go(page, "settings")
         page.click("text=Set up two-factor")
         secret = page.locator("[data-testid=totp-secret]").inner_text().strip()
@@ -379,8 +383,7 @@ def test_wrong_password_is_explained(browser, panel, watches):
 
 
 def test_api_token_is_shown_once_and_works(browser, panel, watches):
-    page = new_page(browser, panel, watches, viewport={"width": 1280, "height": 900})
-    sign_in(page, panel)
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(page, "settings")
     page.fill("input[placeholder='Token name']", "ui-script")
     page.click("text=Create token")
