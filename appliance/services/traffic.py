@@ -2,9 +2,10 @@
 
 The core's counters are read absolute, never reset (a reset between read and write would
 lose what arrived in between). The last value seen of each counter is kept in the
-database, and each tick adds the difference to clients, inbounds and outbounds and moves
-the kept values forward in the same transaction: a panel that crashes before the commit
-counts the same bytes again on the next tick from the old values, never twice.
+database (a client's on its traffic row, beside the totals it moves; the others in
+core_counter), and each tick adds the difference to clients, inbounds and outbounds and
+moves the kept values forward in the same transaction: a panel that crashes before the
+commit counts the same bytes again on the next tick from the old values, never twice.
 
 A core restart starts its counters from zero. Each core process has a generation number
 (kept beside the counters); when it changes, every counter's previous value is taken as
@@ -48,53 +49,100 @@ class TrafficAccounting:
         self.store = store
         self.presence = presence
         self.clock = clock
-        self._last: dict[str, int] | None = None
+        # Last values seen: of each client's counters by email key ([up, down], kept on
+        # its traffic row), of the other counters by name (kept in core_counter).
+        self._users: dict[str, list[int]] | None = None
+        self._last: dict[str, int] = {}
         self._outbounds: set[str] = set()
 
     def tick(self, counters: dict[str, int], generation: int) -> Tick:
         """Add what moved since the last tick; `counters` are the core's absolute values."""
         with db_session:
-            last = self._load()
+            users, last = self._load()
             same_core = last.get(GENERATION) == generation
-            deltas: dict[str, int] = {}
+            tick = Tick()
+            buckets = {"user": tick.clients, "inbound": tick.inbounds, "outbound": tick.outbounds}
+            moved_users: dict[str, list[int]] = {}  # email key -> [up, down] now
             changed: dict[str, int] = {}
-            previous = last.get if same_core else _nothing_before
+            kept_users = users if same_core else {}
             for name, value in counters.items():
-                before = previous(name, 0)
+                counter = _counter(name)
+                if counter is None:
+                    continue
+                kind, owner, direction = counter
+                if kind == "user":
+                    kept = kept_users.get(owner)
+                    before = kept[direction] if kept else 0
+                else:
+                    before = last.get(name, 0) if same_core else 0
                 moved = value - before if value >= before else value
-                if moved > 0:
-                    deltas[name] = moved
+                if moved <= 0:
+                    continue
+                bucket = buckets[kind]
+                pair = bucket.get(owner)
+                if pair is None:
+                    pair = bucket[owner] = [0, 0]
+                pair[direction] += moved
+                if kind == "user":
+                    now_values = moved_users.get(owner)
+                    if now_values is None:
+                        kept = kept_users.get(owner)
+                        now_values = moved_users[owner] = list(kept) if kept else [0, 0]
+                    now_values[direction] = value
+                else:
                     changed[name] = value
-            tick = _group(deltas)
             if not same_core:
                 changed[GENERATION] = generation
-            if not same_core:
                 # Every kept value belongs to the old core: zero them all, so a counter
                 # the new core has not moved yet is not measured against the old one.
                 self.store.execute("UPDATE core_counter SET value = 0")
-            self._write(tick, changed, last)
+                self.store.execute(
+                    "UPDATE client_traffic SET core_up = 0, core_down = 0 "
+                    "WHERE core_up <> 0 OR core_down <> 0"
+                )
+            self._write(tick, moved_users, changed, last)
         if not same_core:
             last.update(dict.fromkeys(last, 0))
+            users.clear()
         last.update(changed)
+        users.update(moved_users)
         self.presence.seen(list(tick.clients), list(tick.inbounds))
         return tick
 
-    def _load(self) -> dict[str, int]:
-        if self._last is None:
+    def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:
+        if self._users is None:
+            self._users = {
+                key: [core_up, core_down]
+                for key, core_up, core_down in self.store.rows(
+                    "SELECT email_key, core_up, core_down FROM client_traffic "
+                    "WHERE core_up <> 0 OR core_down <> 0"
+                )
+            }
             self._last = dict(self.store.rows("SELECT name, value FROM core_counter"))
             self._outbounds = {
                 row[0] for row in self.store.rows("SELECT tag FROM outbound_traffic")
             }
-        return self._last
+        return self._users, self._last
 
-    def _write(self, tick: Tick, changed: dict[str, int], last: dict[str, int]) -> None:
+    def _write(
+        self,
+        tick: Tick,
+        moved_users: dict[str, list[int]],
+        changed: dict[str, int],
+        last: dict[str, int],
+    ) -> None:
         now = int(self.clock() * 1000)
         store = self.store
         if tick.clients:
+            # One statement per client that moved: its counters and, with them, the
+            # core's values they were measured against, in the same transaction.
             store.execute_many(
-                "UPDATE client_traffic SET up = up + ?, down = down + ?, last_online = ? "
-                "WHERE email_key = ?",
-                [(up, down, now, key) for key, (up, down) in tick.clients.items()],
+                "UPDATE client_traffic SET up = up + ?, down = down + ?, core_up = ?, "
+                "core_down = ?, last_online = ? WHERE email_key = ?",
+                [
+                    (up, down, *moved_users[key], now, key)
+                    for key, (up, down) in tick.clients.items()
+                ],
             )
             self._start_clocks(set(tick.clients), now)
         if tick.inbounds:
@@ -139,11 +187,6 @@ class TrafficAccounting:
             )
 
 
-def _nothing_before(name: str, default: int) -> int:
-    """The previous value of every counter of a core that just started."""
-    return default
-
-
 @functools.lru_cache(maxsize=1 << 19)
 def _counter(name: str) -> tuple[str, str, int] | None:
     """(kind, owner, 0 for uplink or 1 for downlink) of a counter name such as
@@ -157,20 +200,3 @@ def _counter(name: str) -> tuple[str, str, int] | None:
     if direction not in DIRECTIONS:
         return None
     return kind, email_key(owner) if kind == "user" else owner, DIRECTIONS[direction]
-
-
-def _group(deltas: dict[str, int]) -> Tick:
-    """Sort counter deltas by kind and owner."""
-    tick = Tick()
-    buckets = {"user": tick.clients, "inbound": tick.inbounds, "outbound": tick.outbounds}
-    for name, moved in deltas.items():
-        counter = _counter(name)
-        if counter is None:
-            continue
-        kind, owner, direction = counter
-        bucket = buckets[kind]
-        pair = bucket.get(owner)
-        if pair is None:
-            pair = bucket[owner] = [0, 0]
-        pair[direction] += moved
-    return tick

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from appliance.services.errors import ServiceError
-from appliance.store.ddl import Column, Index, Table
+from appliance.store.ddl import Column, Index, Table, add_column
 
 log = logging.getLogger(__name__)
 
@@ -235,12 +235,26 @@ def _v5_traffic_order(dialect: str) -> list[str]:
     return ["CREATE INDEX ix_client_traffic_used ON client_traffic ((up + down), id)"]
 
 
+def _v6_core_counters_on_traffic(dialect: str) -> list[str]:
+    """The last core counter values of each client move onto its traffic row, so a tick
+    writes one row per client that moved instead of three. The rows of users in
+    core_counter go: a panel upgrading starts a new core, whose counters start at 0."""
+    return [
+        *(
+            add_column("client_traffic", Column(name, "bigint", default=0), dialect)
+            for name in ("core_up", "core_down")
+        ),
+        "DELETE FROM core_counter WHERE name LIKE 'user>>>%'",
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
     (3, "traffic accounting: last core counters, outbound traffic", _v3_core_counters),
     (4, "hosts: per-inbound address and TLS overrides for subscriptions", _v4_hosts),
     (5, "an index to sort clients by traffic", _v5_traffic_order),
+    (6, "last core counters of each client on its traffic row", _v6_core_counters_on_traffic),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -124,6 +124,8 @@ def define_entities(db: Database) -> SimpleNamespace:
         down = Required(int, size=64, default=0)
         enable = Required(bool, default=True)
         last_online = Required(int, size=64, default=0)
+        core_up = Required(int, size=64, default=0)
+        core_down = Required(int, size=64, default=0)
 
     class ClientIp(db.Entity):
         _table_ = "client_ip"
