@@ -2,6 +2,7 @@
 // written here. Cookie sessions send X-CSRF-Token on unsafe requests. A failure envelope
 // becomes a toast with its msg and a rejected promise: no error passes silently.
 import { t } from "./i18n.js";
+import { apiUrl, takePrefetched } from "./prefetch.js";
 import { state, toast } from "./state.js";
 
 let csrfToken = "";
@@ -27,10 +28,7 @@ export function awaitCsrfToken(promise) {
 }
 
 export async function request(method, path, options = {}) {
-  const url = new URL(path, document.baseURI);
-  for (const [key, value] of Object.entries(options.query || {})) {
-    if (value !== "" && value !== undefined && value !== null) url.searchParams.set(key, value);
-  }
+  const url = apiUrl(path, options.query);
   const headers = {};
   let body;
   if (options.json !== undefined) {
@@ -46,8 +44,9 @@ export async function request(method, path, options = {}) {
     if (csrfToken) headers["X-CSRF-Token"] = csrfToken;
   }
   let response;
+  const early = method === "GET" ? takePrefetched(url) : undefined;
   try {
-    response = await fetch(url, { method, headers, body, credentials: "same-origin" });
+    response = await (early || fetch(url, { method, headers, body, credentials: "same-origin" }));
   } catch (error) {
     return fail(t("error.network"), 0, options);
   }

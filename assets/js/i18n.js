@@ -11,19 +11,28 @@ export const LOCALES = [
 ];
 const STORAGE_KEY = "panel.locale";
 const messages = Vue.shallowReactive({});
+const loading = {};
 export const locale = Vue.ref("en");
 
-async function load(code) {
-  if (messages[code]) return;
+async function fetchMessages(code) {
   const response = await fetch(`assets/i18n/${code}.json`);
   if (!response.ok) throw new Error(`language file ${code}.json: HTTP ${response.status}`);
   messages[code] = await response.json();
 }
 
+// One request per language, even when asked twice at once; a failed one may be retried.
+function load(code) {
+  loading[code] ||= fetchMessages(code).catch((error) => {
+    delete loading[code];
+    throw error;
+  });
+  return loading[code];
+}
+
 export async function setLocale(code) {
   const known = LOCALES.find((entry) => entry.code === code) || LOCALES[0];
-  await load("en");
-  await load(known.code);
+  // English (the fallback) and the chosen language side by side, not one after the other.
+  await Promise.all([load("en"), load(known.code)]);
   locale.value = known.code;
   document.documentElement.lang = known.code;
   document.documentElement.dir = known.dir;

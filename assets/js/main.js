@@ -5,6 +5,7 @@ import { api, awaitCsrfToken, request, setCsrfToken } from "./api.js";
 import { initialLocale, LOCALES, locale, setLocale, t } from "./i18n.js";
 import { applyTheme, state, toast } from "./state.js";
 import { closeSocket, openSocket } from "./socket.js";
+import { dropPrefetched } from "./prefetch.js";
 import { ConfirmDialog, Toasts } from "./components.js";
 import { LoginPage } from "./pages/login.js";
 import { DashboardPage } from "./pages/dashboard.js";
@@ -40,10 +41,14 @@ export function navigate(page) {
   const path = page === "login" ? "./" : page === "dashboard" ? "panel/" : `panel/${page}`;
   const url = new URL(path, document.baseURI);
   if (url.pathname !== location.pathname) history.pushState(null, "", url);
+  dropPrefetched();
   route.value = page;
 }
 
-window.addEventListener("popstate", () => (route.value = pageFromLocation()));
+window.addEventListener("popstate", () => {
+  dropPrefetched();
+  route.value = pageFromLocation();
+});
 
 async function startSession() {
   const token = request("GET", "csrf-token", { quiet: true, signIn: true });

@@ -1,6 +1,7 @@
 // The WebSocket that drives the pages: status feeds the dashboard, invalidate makes the
-// page showing that resource fetch it again, notification becomes a toast and coreState
-// the badge in the header. A dropped socket reconnects with growing delays (1 s up to
+// page showing that resource fetch it again, traffic (the core's counters moved) lets the
+// pages that show traffic refresh it, notification becomes a toast and coreState the
+// badge in the header. A dropped socket reconnects with growing delays (1 s up to
 // 30 s), reset once a connection holds.
 import { invalidate, state, toast } from "./state.js";
 
@@ -51,6 +52,8 @@ function handle(text) {
     state.coreState = message.data;
   } else if (message.type === "invalidate") {
     invalidate(message.resource);
+  } else if (message.type === "traffic") {
+    state.trafficTicks += 1;
   } else if (message.type === "notification") {
     toast(message.body || "", message.severity || "info", message.title || "");
   }

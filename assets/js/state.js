@@ -1,5 +1,6 @@
 // State shared by every page: sign-in, live status from the WebSocket, the resource
-// versions that invalidation bumps, toasts, the confirm dialog and the theme.
+// versions that invalidation bumps, the traffic ticks, toasts, the confirm dialog and the
+// theme.
 import { Vue } from "./lib.js";
 
 export const state = Vue.reactive({
@@ -8,6 +9,8 @@ export const state = Vue.reactive({
   coreState: "",
   socketOpen: false,
   versions: { inbounds: 0, clients: 0, settings: 0, apiTokens: 0, core: 0, hosts: 0 },
+  // Bumped by each WebSocket "traffic" message: the core's counters moved.
+  trafficTicks: 0,
   toasts: [],
   confirm: null,
   theme: localStorage.getItem("panel.theme") || "auto",
@@ -47,4 +50,39 @@ export function applyTheme(theme) {
 
 export function invalidate(resource) {
   if (resource in state.versions) state.versions[resource] += 1;
+}
+
+// Pages that show traffic counters fetch them again when they move: on a traffic tick, at
+// most once every TRAFFIC_REFRESH_MS (a tick comes every trafficInterval seconds, 1 at the
+// least, and a page of clients carries the summary of every client), and only while the
+// tab is visible; ticks while it is hidden make one refresh when it shows again. Call
+// from a page's setup(); `refresh` updates rows in place, without a loading state.
+const TRAFFIC_REFRESH_MS = 5000;
+
+export function onTrafficTick(refresh) {
+  let last = 0;
+  let timer = 0;
+  let missed = false;
+  const run = () => {
+    timer = 0;
+    if (document.hidden) {
+      missed = true;
+      return;
+    }
+    missed = false;
+    last = Date.now();
+    refresh();
+  };
+  const schedule = () => {
+    if (!timer) timer = setTimeout(run, Math.max(0, last + TRAFFIC_REFRESH_MS - Date.now()));
+  };
+  const onVisibility = () => {
+    if (!document.hidden && missed) schedule();
+  };
+  Vue.watch(() => state.trafficTicks, schedule);
+  document.addEventListener("visibilitychange", onVisibility);
+  Vue.onUnmounted(() => {
+    clearTimeout(timer);
+    document.removeEventListener("visibilitychange", onVisibility);
+  });
 }

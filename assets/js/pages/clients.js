@@ -1,11 +1,12 @@
 // Clients: a page of rows from clients/list/paged (search, status filter, group, sort and
 // paging all run on the server, so 100,000 clients cost what 25 do), the enable switch,
 // add and edit, links and QR codes, IPs, external links, groups, import and export, and
-// bulk actions on the selected rows.
+// bulk actions on the selected rows. The rows follow the live traffic ticks in place.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { askConfirm, state, toast } from "../state.js";
+import { initialClientQuery } from "../prefetch.js";
+import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, toggle } from "../components.js";
 import { ClientForm } from "./client-form.js";
 import { IpsDialog, LinksDialog } from "./client-extras.js";
@@ -22,11 +23,10 @@ async function setEnabled(email, enable) {
 
 export const ClientsPage = {
   setup() {
-    const query = Vue.reactive({
-      search: "", filter: "", group: "", sort: "email", order: "ascend", page: 1,
-      pageSize: Number(localStorage.getItem("panel.pageSize")) || 25,
-    });
-    const result = Vue.ref(null);
+    const query = Vue.reactive(initialClientQuery());
+    // Replaced whole on each load, never changed in place: a shallow ref spares Vue from
+    // wrapping the summary's lists of emails (100,000 of them on a large install).
+    const result = Vue.shallowRef(null);
     const inbounds = Vue.ref([]);
     const groups = Vue.ref([]);
     const selected = Vue.ref(new Set());
@@ -59,6 +59,7 @@ export const ClientsPage = {
       loadSide().catch(() => {});
     });
     Vue.watch(() => state.versions.inbounds, () => loadSide().catch(() => {}));
+    onTrafficTick(reload);
     Vue.watch(() => [query.filter, query.group, query.sort, query.order, query.pageSize], () => {
       query.page = 1;
       reload();

@@ -1,22 +1,26 @@
-// Inbounds: the list with traffic, the enable switch, add and edit, reset and delete.
-// The list is fetched again whenever the panel says inbounds changed (any session).
+// Inbounds: the list with traffic, the enable switch, add and edit, fallback rules, export
+// and import, reset and delete. The list is fetched again whenever the panel says inbounds
+// changed (any session) and when the traffic counters move.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { askConfirm, state, toast } from "../state.js";
+import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, toggle } from "../components.js";
 import { InboundForm } from "./inbound-form.js";
+import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
 export const InboundsPage = {
   setup() {
     const inbounds = Vue.ref(null);
     const editing = Vue.ref(null);
+    const tool = Vue.ref(null);
 
     async function load() {
       inbounds.value = await api.get("panel/api/inbounds/list/slim");
     }
     Vue.onMounted(() => load().catch(() => {}));
     Vue.watch(() => state.versions.inbounds, () => load().catch(() => {}));
+    onTrafficTick(() => load().catch(() => {}));
 
     async function edit(inbound) {
       editing.value = { inbound: await api.get(`panel/api/inbounds/get/${inbound.id}`) };
@@ -60,6 +64,9 @@ export const InboundsPage = {
             value ? t("inbound.enabledNow") : t("inbound.disabledNow")), t("inbound.enableName", { name }))}</td>
         <td class="actions">
           <button onClick=${() => edit(inbound)}>${t("common.edit")}</button>
+          ${canHoldFallbacks(inbound) ? html`<button data-testid="fallbacks"
+            onClick=${() => (tool.value = { kind: "fallbacks", inbound })}>${t("fallback.button")}</button>` : null}
+          <button data-testid="export-inbound" onClick=${() => exportInbound(inbound)}>${t("inbound.export")}</button>
           <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
           <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
         </td>
@@ -68,7 +75,9 @@ export const InboundsPage = {
 
     return () => html`<section class="page">
       <div class="page-head"><h1>${t("nav.inbounds")}</h1>
-        <button class="primary" data-testid="add-inbound" onClick=${() => (editing.value = { inbound: null })}>${t("inbound.add")}</button></div>
+        <div class="actions">
+          <button data-testid="import-inbound" onClick=${() => (tool.value = { kind: "import" })}>${t("inbound.import")}</button>
+          <button class="primary" data-testid="add-inbound" onClick=${() => (editing.value = { inbound: null })}>${t("inbound.add")}</button></div></div>
       ${inbounds.value === null
         ? html`<p class="muted">${t("common.loading")}</p>`
         : inbounds.value.length === 0
@@ -80,6 +89,10 @@ export const InboundsPage = {
               <tbody>${inbounds.value.map(row)}</tbody></table></div>`}
       ${editing.value ? html`<${InboundForm} inbound=${editing.value.inbound} onClose=${() => (editing.value = null)}
         onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
+      ${tool.value && tool.value.kind === "fallbacks"
+        ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
+      ${tool.value && tool.value.kind === "import" ? html`<${InboundImportDialog} onClose=${() => (tool.value = null)}
+        onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
     </section>`;
   },
 };
