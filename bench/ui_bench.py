@@ -3,14 +3,20 @@
 The panel starts on the `clients_100k` dataset (bench/clients_dataset.py) exactly as the
 other scenarios start it; a browser signs in once through the page, then each run opens
 `panel/clients` and waits until the first client row is in the DOM. The figure is the
-page's own clock at that moment (`performance.now()`, zero at navigation start), so it
-covers the HTML, every script and stylesheet, the i18n file, the session check and the
-first `clients/list/paged` call with its summary over all 100,000 rows.
+page's own clock at that moment (`performance.now()`, zero at navigation start), read by
+a MutationObserver the bench installs before the page's scripts run, so the time the
+driver takes to notice the row is not counted. It covers the HTML, every script and
+stylesheet, the i18n file, the session check and the first `clients/list/paged` call with
+its summary over all 100,000 rows; `paged_call_ms` splits out that call: when the page
+sent it (`start`) and how long it took to answer (`duration`, to its last byte).
 
 `cold` runs use a fresh browser context each time (empty HTTP cache, same session
 cookie); `warm` runs reload in one context, where the versioned vendor files come from
 the cache and the rest revalidate with 304s. The summary cache of the panel is dropped
-before every run by an unrelated client change, so each run pays for the summary.
+before every run by an unrelated client change, so each run pays for the summary. Between
+runs the warm page waits on about:blank: left on the clients page, it would answer that
+change by fetching the page of clients again, computing the summary that the measured
+run is meant to pay for while that run loads.
 
     /tmp/venv/bin/python bench/ui_bench.py [--runs 5]
 
@@ -37,17 +43,34 @@ TARGET_MS = 1000
 FIRST_ROW = "tr[data-email]"
 
 
-PAGED_CALL_MS = """() => performance.getEntriesByType("resource")
+# Runs in every document before its scripts: notes when the first client row appears.
+FIRST_ROW_WATCH = f"""
+new MutationObserver((changes, observer) => {{
+  if (document.querySelector("{FIRST_ROW}")) {{
+    window.benchFirstRow = performance.now();
+    observer.disconnect();
+  }}
+}}).observe(document, {{ subtree: true, childList: true }});
+"""
+PAGED_CALL = """() => performance.getEntriesByType("resource")
     .filter((entry) => entry.name.includes("clients/list/paged"))
-    .map((entry) => entry.duration)[0]"""
+    .map((entry) => [entry.startTime, entry.responseEnd - entry.startTime])[0]"""
 
 
-def first_render_ms(page, url: str) -> tuple[float, float]:
-    """Milliseconds from navigation start to the first client row, and of those the
-    duration of the `clients/list/paged` call."""
+def first_render_ms(page, url: str) -> tuple[float, list[float]]:
+    """Milliseconds from navigation start to the first client row, and when the
+    `clients/list/paged` call started and how long it took."""
     page.goto(url, wait_until="commit")
     page.wait_for_selector(FIRST_ROW, timeout=60_000)
-    return page.evaluate("performance.now()"), page.evaluate(PAGED_CALL_MS)
+    return page.evaluate("window.benchFirstRow"), page.evaluate(PAGED_CALL)
+
+
+def call_figures(calls: list[list[float]]) -> dict:
+    """Medians of when the paged call started and how long it took, over runs."""
+    return {
+        "start_median": round(statistics.median(start for start, _ in calls), 1),
+        "duration_median": round(statistics.median(took for _, took in calls), 1),
+    }
 
 
 def drop_summary_cache(client) -> None:
@@ -79,6 +102,7 @@ def measure(panel: Panel, runs: int) -> dict:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.add_init_script(FIRST_ROW_WATCH)
         page = context.new_page()
         page.goto(panel.url)
         page.fill("#login-username", panel.username)
@@ -88,21 +112,24 @@ def measure(panel: Panel, runs: int) -> dict:
         session = context.storage_state()
         total = page.evaluate("fetch('panel/api/clients/list/paged').then(r => r.json())")
         log(f"signed in; the panel lists {total['obj']['total']} clients")
+        page.goto("about:blank")
 
-        cold, warm, paged = [], [], []
+        cold, warm, paged_cold, paged_warm = [], [], [], []
         for run in range(runs):
             drop_summary_cache(api)
             fresh = browser.new_context(
                 viewport={"width": 1280, "height": 900}, storage_state=session
             )
+            fresh.add_init_script(FIRST_ROW_WATCH)
             render, call = first_render_ms(fresh.new_page(), clients_url)
             cold.append(render)
-            paged.append(call)
+            paged_cold.append(call)
             fresh.close()
             drop_summary_cache(api)
             render, call = first_render_ms(page, clients_url)
+            page.goto("about:blank")
             warm.append(render)
-            paged.append(call)
+            paged_warm.append(call)
             log(f"run {run + 1}: cold {cold[-1]:.0f} ms, warm {warm[-1]:.0f} ms")
         browser.close()
     api.close()
@@ -117,7 +144,7 @@ def measure(panel: Panel, runs: int) -> dict:
             "median": round(statistics.median(warm), 1),
             "all": [round(v, 1) for v in warm],
         },
-        "paged_call_ms": {"median": round(statistics.median(paged), 1)},
+        "paged_call_ms": {"cold": call_figures(paged_cold), "warm": call_figures(paged_warm)},
         "target": f"median cold < {TARGET_MS} ms",
         "met": median_cold < TARGET_MS,
     }
