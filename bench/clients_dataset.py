@@ -29,13 +29,13 @@ from harness import (
     Dataset,
     inbound_columns,
     insert_clients,
+    reality_stream,
     register_dataset,
 )
 
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
 from appliance.services.inbound_rules import normalize_inbound
-from appliance.services.keys import new_x25519
 
 DATASET_NAME = "clients_100k"
 CLIENT_COUNT = 100_000
@@ -90,16 +90,7 @@ def inbound_payloads() -> list[dict]:
     for index in range(INBOUND_COUNT):
         kind, protocol, settings, stream = INBOUND_KINDS[index % len(INBOUND_KINDS)]
         if stream is None:
-            stream = {
-                "network": "tcp",
-                "security": "reality",
-                "realitySettings": {
-                    "target": "www.example.com:443",
-                    "serverNames": ["www.example.com"],
-                    "privateKey": new_x25519()["privateKey"],
-                    "shortIds": ["", "6ba85179e30d4fc2"],
-                },
-            }
+            stream = reality_stream()
         payloads.append(
             {
                 "remark": f"bench {kind} {index}",

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from appliance.config import DB_FILE
 from appliance.services.inbound_rules import normalize_inbound
+from appliance.services.keys import new_x25519
 from appliance.store.migrations import migrate
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -395,6 +396,20 @@ def build_database(dataset: Dataset, path: Path) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+def reality_stream() -> dict:
+    """REALITY over TCP with a new key pair: the stream of generated VLESS inbounds."""
+    return {
+        "network": "tcp",
+        "security": "reality",
+        "realitySettings": {
+            "target": "www.example.com:443",
+            "serverNames": ["www.example.com"],
+            "privateKey": new_x25519()["privateKey"],
+            "shortIds": ["", "6ba85179e30d4fc2"],
+        },
+    }
 
 
 def insert_clients(

@@ -39,6 +39,7 @@ from harness import (
     inbound_columns,
     insert_clients,
     log,
+    reality_stream,
     register_dataset,
     scenario,
 )
@@ -46,7 +47,6 @@ from harness import (
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
 from appliance.services.inbound_rules import normalize_inbound
-from appliance.services.keys import new_x25519
 
 DATASET = "subs_10k"
 CLIENT_COUNT = 10_000
@@ -91,16 +91,7 @@ def seed_subscriptions(conn: sqlite3.Connection) -> None:
     records = {}
     for inbound_id, (remark, protocol, settings, stream) in enumerate(INBOUNDS, start=1):
         if stream is None:
-            stream = {
-                "network": "tcp",
-                "security": "reality",
-                "realitySettings": {
-                    "target": "www.example.com:443",
-                    "serverNames": ["www.example.com"],
-                    "privateKey": new_x25519()["privateKey"],
-                    "shortIds": ["", "6ba85179e30d4fc2"],
-                },
-            }
+            stream = reality_stream()
         payload = {
             "remark": remark,
             "protocol": protocol,
