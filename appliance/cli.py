@@ -14,7 +14,6 @@ from appliance.core.api import init_for_gevent  # noqa: E402
 init_for_gevent()
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -22,6 +21,7 @@ from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
 from appliance.config import DB_FILE, ENV, resolve  # noqa: E402
+from appliance.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.services.errors import ServiceError  # noqa: E402
 
 
@@ -152,7 +152,7 @@ def cmd_run(args) -> int:
 
     options = resolve(args)
     logbuffer.setup_logging(options.log_file, options.log_level)
-    release_freed_memory()
+    serve_large_blocks_from_mmap()
     panel = Panel(options)
     panel.store.wait_for_server = True
     credentials = panel.open()
@@ -164,18 +164,6 @@ def cmd_run(args) -> int:
 
     panel.serve(announce)
     return 0
-
-
-def release_freed_memory() -> None:
-    """Make glibc serve large blocks (scrypt's 16 MiB per sign-in) straight from mmap, so
-    they go back to the system when freed instead of staying in the heap: an idle panel
-    keeps its small footprint after the first sign-in. Other C libraries need nothing."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_mmap_threshold = -3
-    libc.mallopt(m_mmap_threshold, 128 * 1024)
 
 
 @contextmanager

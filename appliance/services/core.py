@@ -34,6 +34,7 @@ from pony.orm import db_session
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
 from appliance.core.live import Running, live_changes, running
+from appliance.memory import return_freed_memory
 from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
 from appliance.services.errors import ServiceError
 from appliance.services.settings import core_template
@@ -150,9 +151,12 @@ class CoreService:
             self._forget_state()
 
     def _launch(self) -> None:
-        config = self.build()
-        self.process.restart(config)
-        self.running = running(config)
+        try:
+            config = self.build()
+            self.process.restart(config)
+            self.running = running(config)
+        finally:
+            return_freed_memory()
         self.error = ""
         self._connect()
         self._save_state()
@@ -256,6 +260,8 @@ class CoreService:
                 self.sync()
             except Exception:
                 log.exception("keeping the core in step failed; the next change retries")
+            finally:
+                return_freed_memory()
 
     def sync(self) -> None:
         """Bring the running core to the wanted config: live when possible, else once
