@@ -220,6 +220,16 @@ export const Chart = {
         props.data,
         box.value,
       );
+      fitTime();
+    };
+    // uPlot widens a time axis of one sample to years whatever the range function says:
+    // set the window itself until there are two samples.
+    const fitTime = () => {
+      const times = props.data[0] || [];
+      if (plot && times.length < 2) {
+        const [min, max] = timeRange(null, times[0], times[times.length - 1]);
+        plot.setScale("x", { min, max });
+      }
     };
     Vue.onMounted(async () => {
       try {
@@ -233,7 +243,11 @@ export const Chart = {
       observer = new ResizeObserver(() => plot && plot.setSize({ width: Math.max(box.value.clientWidth, 200), height: 160 }));
       observer.observe(box.value);
     });
-    Vue.watch(() => props.data, (data) => plot && plot.setData(data));
+    Vue.watch(() => props.data, (data) => {
+      if (!plot) return;
+      plot.setData(data);
+      fitTime();
+    });
     Vue.watch(() => state.theme, build);
     Vue.onUnmounted(() => {
       if (observer) observer.disconnect();
