@@ -526,6 +526,9 @@ def test_restart_reexecs_and_applies_the_base_path(fresh_panel):
         timeout=10,
         cookie=cookie_header(api),
     )
+    # The first push (a status) shows the socket is subscribed: the handshake's answer
+    # comes before the panel adds the socket to those it pushes to.
+    assert json.loads(ws.recv())["type"] == "status"
     restart_panel(fresh_panel, api)
     notices = []
     try:
