@@ -27,15 +27,14 @@ from harness import (
     BenchError,
     Client,
     Dataset,
-    inbound_columns,
     insert_clients,
+    insert_inbound,
     reality_stream,
     register_dataset,
 )
 
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
-from appliance.services.inbound_rules import normalize_inbound
 
 DATASET_NAME = "clients_100k"
 CLIENT_COUNT = 100_000
@@ -134,14 +133,7 @@ def _insert_inbounds(conn: sqlite3.Connection, now: int) -> dict[int, dict]:
     """The inbounds as the panel stores them; returns id -> inbound record."""
     records = {}
     for inbound_id, payload in enumerate(inbound_payloads(), start=1):
-        record = normalize_inbound(payload)
-        conn.execute(
-            "INSERT INTO inbound (id, remark, tag, protocol, listen, port, enable, expiry_time, "
-            "total, settings, stream_settings, sniffing, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (inbound_id, *inbound_columns(record, now)),
-        )
-        records[inbound_id] = {"id": inbound_id, **record}
+        records[inbound_id] = insert_inbound(conn, inbound_id, payload, now)
     return records
 
 

@@ -398,6 +398,19 @@ def build_database(dataset: Dataset, path: Path) -> None:
         conn.close()
 
 
+def insert_inbound(conn: sqlite3.Connection, inbound_id: int, payload: dict, now: int) -> dict:
+    """Store an inbound API payload as the panel would (normalised by the product's own
+    rules); returns the record with its id."""
+    record = normalize_inbound(payload)
+    conn.execute(
+        "INSERT INTO inbound (id, remark, tag, protocol, listen, port, enable, expiry_time, "
+        "total, settings, stream_settings, sniffing, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (inbound_id, *inbound_columns(record, now)),
+    )
+    return {"id": inbound_id, **record}
+
+
 def reality_stream() -> dict:
     """REALITY over TCP with a new key pair: the stream of generated VLESS inbounds."""
     return {

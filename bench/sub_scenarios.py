@@ -36,8 +36,8 @@ from harness import (
     Context,
     Dataset,
     HelloServer,
-    inbound_columns,
     insert_clients,
+    insert_inbound,
     log,
     reality_stream,
     register_dataset,
@@ -46,7 +46,6 @@ from harness import (
 
 from appliance.services.client_rules import email_key, normalize_client
 from appliance.services.clients import columns_of
-from appliance.services.inbound_rules import normalize_inbound
 
 DATASET = "subs_10k"
 CLIENT_COUNT = 10_000
@@ -99,14 +98,7 @@ def seed_subscriptions(conn: sqlite3.Connection) -> None:
             "settings": settings,
             "streamSettings": stream,
         }
-        record = normalize_inbound(payload)
-        conn.execute(
-            "INSERT INTO inbound (id, remark, tag, protocol, listen, port, enable, expiry_time, "
-            "total, settings, stream_settings, sniffing, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (inbound_id, *inbound_columns(record, now)),
-        )
-        records[inbound_id] = {"id": inbound_id, **record}
+        records[inbound_id] = insert_inbound(conn, inbound_id, payload, now)
     conn.executemany(
         "INSERT INTO host (inbound_id, remark, address, port, security, sni, tags, enable, "
         "sort_order) VALUES (1, ?, ?, ?, 'same', '', '[]', 1, ?)",
