@@ -11,14 +11,16 @@ Input contract (what the panel produces from one read of Inbounds + ClientQuery)
 - `template`: the stored core template (`settings.core_template()`), never mutated.
 - `inbounds`: `Inbounds.list()` views in the order given (the panel lists them by id):
   tag, protocol, listen, port, enable, expiryTime, total, up, down, settings,
-  streamSettings, sniffing, nodeId, plus `clientRows`: the full API views of the clients
-  attached to that inbound (`client_api_view` of each `ClientQuery.by_inbound` row: id,
-  email, flow, security, password, auth, reverse, enable, totalGB, expiryTime, traffic
-  {up, down, enable}), in attachment order. Other view keys (id, remark, clientStats...)
-  are ignored. `settings.clients` of the view is ignored too: it is derived for display
-  and says nothing about whether a client may connect; entries are rebuilt from
-  `clientRows`. `settings.fallbacks` is used as rendered by the panel (a rule pointing at
-  a child inbound already carries that child's address).
+  streamSettings, sniffing, nodeId, plus `clientRows`: an iterable of the API views of
+  the clients attached to that inbound (id, email, flow, security, password, auth,
+  reverse, enable, totalGB, expiryTime, traffic {up, down, enable}), in client order. It
+  may be iterated more than once; the panel passes one that reads the views from the
+  database as the builder goes, so they are never all in memory at once. Other view
+  keys (id, remark, clientStats...) are ignored. `settings.clients` of the view is
+  ignored too: it is derived for display and says nothing about whether a client may
+  connect; entries are rebuilt from `clientRows`. `settings.fallbacks` is used as
+  rendered by the panel (a rule pointing at a child inbound already carries that
+  child's address).
 
 Rules:
 

@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pony.orm import db_session
@@ -30,6 +31,7 @@ ORDERS = {"ascend": "ASC", "descend": "DESC"}
 PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
 SUMMARY_TTL = 30.0
 EXPORT_BATCH = 1000
+CORE_BATCH = 2000
 # A page is read by walking the sort order and testing each row, stopping at the page's
 # end, when matches are dense enough that the walk meets them soon: when the rows up to
 # the page's end are under a WALK_FACTOR-th of the matches. Rarer matches (a search
@@ -431,25 +433,31 @@ class ClientQuery:
             )
         }
 
-    def core_clients(self, inbound_ids: list[int]) -> dict[int, list[dict]]:
-        """inbound id -> the client views the config builder reads, with only the fields
-        it reads: the config is rebuilt on every change, at 100k clients too."""
-        if not inbound_ids:
-            return {}
-        marks = ", ".join("?" * len(inbound_ids))
-        rows = self.store.rows(
-            "SELECT ci.inbound_id, c.uuid, c.email, c.flow, c.security, c.password, c.auth, "
-            "c.method, c.reverse_tag, c.enable, c.total_bytes, c.expiry_time, "
-            "t.up, t.down, t.enable FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
-            "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-            f"WHERE ci.inbound_id IN ({marks}) ORDER BY ci.inbound_id, c.id",
-            inbound_ids,
-        )
-        result: dict[int, list[dict]] = {}
-        for (inbound_id, uuid, email, flow, security, password, auth, method, reverse, enable,
-             total, expiry, up, down, t_enable) in rows:  # fmt: skip
-            result.setdefault(inbound_id, []).append(
-                {
+    def core_clients(self, inbound_id: int) -> CoreClients:
+        """The client views of one inbound as the config builder reads them, read anew
+        each time they are iterated (see `CoreClients`)."""
+        return CoreClients(self, inbound_id)
+
+    def core_batches(self, inbound_id: int) -> Iterator[dict]:
+        """The views behind `CoreClients`, with only the fields the builder reads: read
+        CORE_BATCH at a time in client order, each batch a walk of the attachment index
+        (migration 7) from the last client of the one before."""
+        after = 0
+        while True:
+            with db_session:
+                rows = self.store.rows(
+                    "SELECT c.id, c.uuid, c.email, c.flow, c.security, c.password, c.auth, "
+                    "c.method, c.reverse_tag, c.enable, c.total_bytes, c.expiry_time, "
+                    "t.up, t.down, t.enable FROM client_inbound ci "
+                    "JOIN client c ON c.id = ci.client_id "
+                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+                    "WHERE ci.inbound_id = ? AND ci.client_id > ? "
+                    "ORDER BY ci.client_id LIMIT ?",
+                    [inbound_id, after, CORE_BATCH],
+                )
+            for (_id, uuid, email, flow, security, password, auth, method, reverse, enable,
+                 total, expiry, up, down, t_enable) in rows:  # fmt: skip
+                yield {
                     "id": uuid,
                     "email": email,
                     "flow": flow,
@@ -463,8 +471,9 @@ class ClientQuery:
                     "expiryTime": expiry,
                     "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
                 }
-            )
-        return result
+            if len(rows) < CORE_BATCH:
+                return
+            after = rows[-1][0]
 
     def by_inbound(self, inbound_ids: list[int], slim: bool = False) -> dict[int, list[tuple]]:
         """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples,
@@ -490,6 +499,20 @@ class ClientQuery:
 
 
 WIDTH = len(CLIENT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class CoreClients:
+    """The clients of one inbound for the core config, as an iterable that reads them a
+    batch at a time whenever it is iterated. The config is rebuilt on every change; at
+    100,000 clients, holding every view at once took some 150 MB for a moment, and the
+    heap kept much of it long after."""
+
+    query: ClientQuery
+    inbound_id: int
+
+    def __iter__(self) -> Iterator[dict]:
+        return self.query.core_batches(self.inbound_id)
 
 
 def _source_and_order(sort: str, direction: str, filter_reads_traffic: bool) -> tuple[str, str]:

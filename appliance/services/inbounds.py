@@ -14,7 +14,7 @@ import ipaddress
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pony.orm import db_session, select
@@ -32,8 +32,8 @@ from appliance.services.parse import parse_id, parse_json_text
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
 # (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
-# inbound ids -> {inbound id: client views for the core}, see ClientQuery.core_clients.
-CoreClientsOf = Callable[[list[int]], dict[int, list[dict]]]
+# inbound id -> its client views for the core, see ClientQuery.core_clients.
+CoreClientsOf = Callable[[int], Iterable[dict]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -62,17 +62,16 @@ class Inbounds:
 
     def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
         """Every inbound view with `clientRows`, the views of its attached clients as the
-        config builder reads them (`ClientQuery.core_clients`), from one read. The builder
-        renders the entries itself, so they and clientStats are left empty."""
+        config builder reads them (`ClientQuery.core_clients`, read as the builder goes).
+        The builder renders the entries itself, so they and clientStats are left empty."""
         with db_session:
             rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
             fallbacks = self.fallbacks.by_master()
-            clients = core_clients([row[0] for row in rows])
         views = []
         for row in rows:
             view = self._view(row, fallbacks.get(row[0], []), [], slim=True)
             view["settings"].pop("clients", None)
-            view["clientRows"] = clients.get(row[0], [])
+            view["clientRows"] = core_clients(row[0])
             views.append(view)
         return views
 

@@ -248,6 +248,18 @@ def _v6_core_counters_on_traffic(dialect: str) -> list[str]:
     ]
 
 
+def _v7_attachments_in_client_order(dialect: str) -> list[str]:
+    """Attachments indexed by inbound, then client: the core config reads an inbound's
+    clients a batch at a time in client order, each batch a walk of this index from where
+    the last one ended. It serves every lookup by inbound the old index served."""
+    drop = "DROP INDEX ix_client_inbound_inbound_id"
+    return [
+        "CREATE INDEX ix_client_inbound_inbound_id_client_id "
+        "ON client_inbound (inbound_id, client_id)",
+        f"{drop} ON client_inbound" if dialect == "mysql" else drop,
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -255,6 +267,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (4, "hosts: per-inbound address and TLS overrides for subscriptions", _v4_hosts),
     (5, "an index to sort clients by traffic", _v5_traffic_order),
     (6, "last core counters of each client on its traffic row", _v6_core_counters_on_traffic),
+    (7, "attachments indexed in client order per inbound", _v7_attachments_in_client_order),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -113,7 +113,7 @@ def define_entities(db: Database) -> SimpleNamespace:
     class ClientInbound(db.Entity):
         _table_ = "client_inbound"
         client = Required(Client, column="client_id")
-        inbound = Required(Inbound, column="inbound_id", index="ix_client_inbound_inbound_id")
+        inbound = Required(Inbound, column="inbound_id")
         composite_key(client, inbound)
 
     class ClientTraffic(db.Entity):
