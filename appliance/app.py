@@ -50,7 +50,7 @@ from appliance.services.tokens import Tokens
 from appliance.services.traffic import TrafficAccounting
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
-from appliance.web.api import build_app
+from appliance.web.api import SESSION_KEY, build_app
 from appliance.web.backup_routes import backup_routes
 from appliance.web.client_routes import client_routes
 from appliance.web.core_routes import core_routes
@@ -249,12 +249,18 @@ class Panel:
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:
-        """Upgrade only `/ws` under the base path, and only for a signed-in session."""
+        """Upgrade only `/ws` under the base path, and only for a signed-in session.
+
+        The session found is handed on to the route, which then subscribes the socket
+        without reading the database: a read there could yield (networked databases) after
+        the handshake went out, and a message published meanwhile would miss the socket."""
         if environ.get("PATH_INFO") != self.base_path + "ws":
             return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         morsel = cookies.get(self.auth.cookie_name)
-        return morsel is not None and self.auth.session(morsel.value) is not None
+        session = None if morsel is None else self.auth.session(morsel.value)
+        environ[SESSION_KEY] = session
+        return session is not None
 
     def stop(self) -> None:
         self.core.shutdown()

@@ -15,8 +15,9 @@ Connections held: Pony keeps one connection per greenlet that has used the datab
 the greenlet's life, and closes it when the greenlet ends. That is one per open HTTP
 connection to the panel (browsers keep two to six) plus one per background job (traffic,
 status) and one for the subscription server's open connections; an idle panel with one
-browser holds about five. Size the server's connection limit (PostgreSQL's default is
-100) for the browsers and API clients expected at once.
+browser holds about five. An open WebSocket gives its connection back once subscribed
+(`release`), so hundreds of open tabs hold none. Size the server's connection limit
+(PostgreSQL's default is 100) for the browsers and API clients expected at once.
 """
 
 from __future__ import annotations
@@ -191,6 +192,11 @@ class Store:
         if self.dialect != "sqlite":
             statement = statement.replace("%", "%%").replace("?", "%s")
         self.db.get_connection().cursor().executemany(statement, rows)
+
+    def release(self) -> None:
+        """Close the current greenlet's connection, if it has one: for a greenlet that
+        lives on without the database, like an open WebSocket."""
+        self.db.disconnect()
 
     def close(self) -> None:
         self.db.disconnect()

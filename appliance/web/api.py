@@ -75,7 +75,10 @@ class ApiPlugin:
         return wrapper
 
     def identify(self, spec: Route):
-        """The caller's session (None for bearer tokens and public routes)."""
+        """The caller's session (None for bearer tokens and public routes); for a
+        WebSocket, the one its upgrade was allowed for."""
+        if SESSION_KEY in request.environ:
+            return request.environ[SESSION_KEY]
         authorization = raw_header("Authorization")
         if authorization[:7].lower() == "bearer ":
             if not spec.auth:

@@ -80,6 +80,7 @@ def session_routes(panel) -> RouteTable:
         if socket is None:
             raise ServiceError("this route expects a WebSocket upgrade request")
         subscriber = panel.hub.subscribe(socket)
+        panel.store.release()
         try:
             while socket.receive() is not None:
                 pass
