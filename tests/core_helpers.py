@@ -3,7 +3,7 @@
 Tests drive Debian's `v2ray` (V2Ray 4.34) as the core. A server core has an API inbound
 and one inbound per protocol; a client core turns local SOCKS ports into outbounds of
 those protocols, so a test pushes bytes through the server to a local echo server and
-sees whether they come back. Everything listens on 127.0.0.1 with ports the kernel picked.
+sees whether they come back. Everything listens on 127.0.0.1, on ports from `free_port`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,6 @@ V2RAY = shutil.which("v2ray") or "/usr/bin/v2ray"
 V2RAY_PREFIX = "v2ray.core"
 START_TIMEOUT = 15
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A port the kernel just handed out and released; the core binds it right after."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 def wait_port(port: int, timeout: float = START_TIMEOUT) -> None:

@@ -2,7 +2,7 @@
 envelope checks, adding an inbound through the API, requests fired at once from many
 sessions, reading and writing the panel's database (its SQLite file, or the
 PostgreSQL/MariaDB database of a `--db` run), fresh databases on the local PostgreSQL and
-MariaDB servers, a clean environment and a free port for a command, the stream settings
+MariaDB servers, a clean environment and a free port for a server, the stream settings
 most inbound samples use, and a self-signed certificate written to files.
 
 They were once copied into each module that used them; one copy means a fix or a stricter
@@ -14,7 +14,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import itertools
 import os
+import random
 import re
 import socket
 import sqlite3
@@ -66,11 +68,27 @@ def clean_env(**extra: str) -> dict:
     return environment
 
 
+# Ports for servers a test starts itself, below the kernel's ephemeral range (32768 and
+# up), a block of PORT_BLOCK per test process: a port the kernel handed out and released
+# could go to another test process, or to an outgoing connection, before the server bound
+# it; a port from this process's own block cannot.
+PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 3000, 4
+_next_port = itertools.count(random.randrange(PORT_BLOCK))
+
+
 def free_port() -> int:
-    """A loopback port the kernel just handed out and released."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing is bound to, from this test process's own block."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    base = PORT_BASE + int(worker.removeprefix("gw") or 0) % PORT_BLOCKS * PORT_BLOCK
+    for _ in range(PORT_BLOCK):
+        port = base + next(_next_port) % PORT_BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in 127.0.0.1:{base}-{base + PORT_BLOCK - 1}")
 
 
 # ---- envelopes ----------------------------------------------------------------------------

@@ -17,12 +17,12 @@ from core_helpers import (
     V2RAY_PREFIX,
     client_config,
     echo_server,
-    free_port,
     inbound,
     running_core,
     server_config,
     socks_echo,
 )
+from helpers import free_port
 
 from appliance.core import wire
 from appliance.core.api import CoreApi, CoreApiError

@@ -26,17 +26,9 @@ import psutil
 import pytest
 import websocket
 from conftest import PanelServer, start_panel
-from core_helpers import (
-    LOOPBACK,
-    V2RAY,
-    client_config,
-    echo_server,
-    free_port,
-    running_core,
-    socks_echo,
-)
+from core_helpers import LOOPBACK, V2RAY, client_config, echo_server, running_core, socks_echo
 from core_panel import CORE_ENV, WAIT, loopback_template, wait_until
-from helpers import ok
+from helpers import free_port, ok
 
 INBOUNDS = "/panel/api/inbounds"
 CLIENTS = "/panel/api/clients"

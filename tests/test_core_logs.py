@@ -13,12 +13,12 @@ from core_helpers import (
     LOOPBACK,
     client_config,
     echo_server,
-    free_port,
     inbound,
     running_core,
     server_config,
     socks_echo,
 )
+from helpers import free_port
 
 from appliance.core.config import build_config
 from appliance.services.core_logs import (

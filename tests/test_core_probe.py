@@ -13,9 +13,8 @@ import uuid
 
 import pytest
 from conftest import start_panel
-from core_helpers import free_port
 from core_panel import core_panel, http_server, use_template, wait_until
-from helpers import ok, refused
+from helpers import free_port, ok, refused
 
 CORE = "/panel/api/core"
 PROBE_PATH = "/generate_204"

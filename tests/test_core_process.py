@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from core_helpers import V2RAY, V2RAY_PREFIX, free_port, inbound, server_config, wait_port
+from core_helpers import V2RAY, V2RAY_PREFIX, inbound, server_config, wait_port
+from helpers import free_port
 
 from appliance.core.api import CoreApi
 from appliance.core.process import CoreMissing, CoreProcess

@@ -20,12 +20,12 @@ import stat
 import zipfile
 
 import pytest
+from helpers import free_port, ok, refused
 
 from appliance.services.core_releases import ASSET_SUFFIXES, CoreReleases
 from appliance.services.errors import ServiceError
 from appliance.services.settings import Settings
 from appliance.store import Store
-from tests.helpers import free_port, ok, refused
 from tests.release_host import ReleaseHost
 
 SERVER = "/panel/api/server"

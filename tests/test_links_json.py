@@ -16,15 +16,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from core_helpers import (
-    V2RAY,
-    echo_server,
-    free_port,
-    running_core,
-    server_config,
-    socks_echo,
-)
+from core_helpers import V2RAY, echo_server, running_core, server_config, socks_echo
 from core_helpers import inbound as core_inbound
+from helpers import free_port
 from links_cases import ALICE, CASES, CTX, NO_LINK_PROTOCOLS, UUID, inbound
 
 from appliance.links import LinkContext, client_json_configs, client_links

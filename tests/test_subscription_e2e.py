@@ -19,8 +19,9 @@ import uuid
 
 import pytest
 import requests
-from core_helpers import LOOPBACK, V2RAY, free_port, running_core
+from core_helpers import LOOPBACK, V2RAY, running_core
 from core_panel import http_server as answering_server
+from helpers import free_port
 from test_core_e2e import add_inbound, core_panel, in_core, ok, traffic, wait_until
 
 CLIENTS = "/panel/api/clients"
