@@ -66,6 +66,9 @@ ON_PROTOCOL = (
     "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
     "WHERE ci.client_id = c.id AND i.protocol = ?)"
 )
+# A substring search cannot seek an index, but it can scan the narrow search index
+# (migration 8) instead of every client row, then fetch only the matches by id.
+SEARCH = "c.id IN (SELECT id FROM client WHERE search_key LIKE ? ESCAPE '!')"
 ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
@@ -204,10 +207,12 @@ class ClientQuery:
         """The count of matches and the ids of one page of them, from one scan: the ids of
         every match, sorted. Cheaper than a count and a walk when the conditions select
         few rows, and its count is kept for the next pages."""
-        if self.store.dialect == "sqlite" and order_sql.startswith("ORDER BY c.email_key"):
-            # The unary + keeps SQLite from walking the whole email index, fetching every
-            # row to test it: one scan, then a sort of the matches, is far cheaper.
-            order_sql = order_sql.replace("c.email_key", "+c.email_key", 1)
+        if self.store.dialect == "sqlite":
+            # The unary + keeps SQLite from walking the whole email or traffic index,
+            # fetching every row to test it (400 ms for a search sorted by traffic): one
+            # scan, then a sort of the matches, is far cheaper.
+            for key in ("c.email_key", "(t.up + t.down)"):
+                order_sql = order_sql.replace(f"ORDER BY {key}", f"ORDER BY +{key}", 1)
         ids = [
             row[0]
             for row in self.store.rows(f"SELECT c.id {source}{where_sql} {order_sql}", params)
@@ -256,7 +261,7 @@ class ClientQuery:
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
         if search.strip():
-            where.append("c.search_key LIKE ? ESCAPE '!'")
+            where.append(SEARCH)
             params.append(_contains(email_key(" ".join(search.split()))))
         name = query.get("filter") or ""
         if name:
