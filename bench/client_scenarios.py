@@ -31,6 +31,9 @@ PAGED_VARIANTS = {
     "expiring": "pageSize=25&filter=expiring",
     "protocol_vless": "pageSize=25&protocol=vless",
     "deep_page": "pageSize=25&page=2000",
+    # Search, filter and sort at once: a rare term, and a common one (a tenth of all).
+    "search_active_by_traffic": "pageSize=25&search=4242&filter=active&sort=traffic&order=descend",
+    "broad_search_active_by_expiry": "pageSize=25&search=alice&filter=active&sort=expiryTime",
 }
 PAGED_REQUESTS = 20
 UNCACHED_REQUESTS = 3
