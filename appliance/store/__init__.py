@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 RETRY_FIRST_SECONDS = 2
 RETRY_MAX_SECONDS = 30
+PG_PAGE_ROWS = 500  # statements per round trip in execute_many on PostgreSQL
 
 
 class DatabaseUnavailable(ServiceError):
@@ -188,10 +189,20 @@ class Store:
 
     def execute_many(self, statement: str, rows: list[tuple]) -> None:
         """One statement, many parameter rows, inside the current transaction: the way
-        bulk creates insert thousands of rows."""
-        if self.dialect != "sqlite":
-            statement = statement.replace("%", "%%").replace("?", "%s")
-        self.db.get_connection().cursor().executemany(statement, rows)
+        bulk creates insert thousands of rows. psycopg2's executemany sends one row per
+        round trip (20,000 clients took half a minute); its execute_batch sends a page
+        of statements at once. PyMySQL already folds an INSERT's rows into one."""
+        cursor = self.db.get_connection().cursor()
+        if self.dialect == "sqlite":
+            cursor.executemany(statement, rows)
+            return
+        statement = statement.replace("%", "%%").replace("?", "%s")
+        if self.dialect == "postgres":
+            from psycopg2.extras import execute_batch
+
+            execute_batch(cursor, statement, rows, page_size=PG_PAGE_ROWS)
+        else:
+            cursor.executemany(statement, rows)
 
     def release(self) -> None:
         """Close the current greenlet's connection, if it has one: for a greenlet that
