@@ -1,6 +1,7 @@
 """The core's hot paths at 100,000 clients, in process: building the config, one traffic
-tick over every client's counters and over 100,000 counters, the live-change diff, and
-the latency of one live user change against the real core.
+tick over every client's counters and over 100,000 counters, the live-change diff, what
+the panel does after one client change (the whole sync of a live change), and the
+latency of one live user change against the real core.
 
     python bench/core_bench.py [--runs N]
 
@@ -123,6 +124,18 @@ def main() -> int:
         vless["settings"]["clients"] = vless["settings"]["clients"][1:]
         kept = running(config)
         figures["live_diff"] = measure(lambda: live_changes(kept, changed), args.runs)
+        recorder = CoreProcess(None, str(workdir / "sync"))
+
+        def sync_one_change() -> None:
+            wanted = build()
+            live_changes(kept, wanted)
+            recorder.record(wanted)
+            running(wanted)
+
+        figures["sync_one_change"] = {
+            **measure(sync_one_change, args.runs),
+            "steps": "build, live diff, config.json rewritten, fingerprints kept",
+        }
         figures["traffic_tick_100k_counters"] = tick_of(store, presence, config, 100_000, args)
         figures["live_user_change"] = live_latency(workdir / "core", args.runs)
         store.close()
