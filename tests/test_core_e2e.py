@@ -587,6 +587,43 @@ def test_a_restart_into_a_config_the_core_refuses_keeps_the_core_running(api, pa
         ok(api.post(f"{INBOUNDS}/del/{empty['id']}"))
 
 
+def test_a_core_refused_at_start_starts_once_a_change_fixes_its_config(tmp_path):
+    server = start_panel(tmp_path, env=CORE_ENV)
+    try:
+        api = server.client()
+        wait_until(lambda: core_pid(server), "the core runs")
+        payload = {
+            "protocol": "vless",
+            "listen": LOOPBACK,
+            "port": free_port(),
+            "streamSettings": {"network": "xhttp", "security": "none"},
+        }
+        refused = ok(api.post(f"{INBOUNDS}/add", payload))
+        server.stop()
+        server.start()
+        api = server.client()
+        status = wait_until(
+            lambda: (core := ok(api.get("/panel/api/server/status"))["core"])["errorMsg"] and core,
+            "the core refuses its config at start",
+        )
+        assert status["state"] == "stop"
+        assert "xhttp" in status["errorMsg"]
+        assert core_processes(server) == []
+
+        ok(api.post(f"{INBOUNDS}/del/{refused['id']}"))
+        wait_until(lambda: core_pid(server), "the core starts after the fix")
+        status = ok(api.get("/panel/api/server/status"))["core"]
+        assert (status["state"], status["errorMsg"]) == ("running", "")
+
+        ok(api.post("/panel/api/server/stopCoreService"))
+        add_client(api, add_inbound(api, "vless")["id"])
+        time.sleep(2)
+        assert core_state(api) == "stop", "a change started the core the user stopped"
+        assert core_processes(server) == []
+    finally:
+        server.stop()
+
+
 def test_stop_and_restart_of_the_core_reach_the_process_and_the_websocket(api, panel):
     pid = core_pid(panel)
     output = ok(api.get("/panel/api/core/getCoreResult"))

@@ -6,8 +6,10 @@ within a short window into one sync. A sync builds the wanted config and compare
 with the running one: client entries of VLESS/VMess/Trojan inbounds go live through the
 core's HandlerService, anything else costs one restart, and a config the core refuses
 never replaces the running one (the error is pushed to the browsers and kept as the
-core's `errorMsg` in the server status). So a bulk call touching thousands of clients
-restarts the core at most once, and most client edits restart nothing.
+core's `errorMsg` in the server status; a core that refused its config at start is
+started by the first change that makes it acceptable). So a bulk call touching
+thousands of clients restarts the core at most once, and most client edits restart
+nothing.
 
 The process survives nothing the panel does not survive: a state file records the core
 that runs (pid, API port, counter generation), also after the supervisor restarted a
@@ -80,6 +82,9 @@ class CoreService:
         self.api_port = 0
         self.running: Running | None = None  # what the core runs, when it runs
         self.error = ""
+        # The core refused its config at start, so none runs: the next change the core
+        # accepts starts it (a core the user stopped stays stopped).
+        self._start_refused = False
         self._generation_base = secrets.randbits(40)
         self._dirty = Event()
         self._flavor = "xray"
@@ -107,6 +112,7 @@ class CoreService:
             self._launch()
         except ServiceError as exc:
             self.error = exc.msg
+            self._start_refused = True
             log.error("the core did not start: %s", exc.msg)
         gevent.spawn(self._sync_loop)
 
@@ -158,6 +164,7 @@ class CoreService:
         finally:
             return_freed_memory()
         self.error = ""
+        self._start_refused = False
         self._connect()
         self._save_state()
 
@@ -265,7 +272,14 @@ class CoreService:
 
     def sync(self) -> None:
         """Bring the running core to the wanted config: live when possible, else once
-        restarted; a refused config leaves the running core as it is."""
+        restarted; a refused config leaves the running core as it is. A core that refused
+        its config at start starts once a change makes the config acceptable."""
+        if self._start_refused:
+            try:
+                self._launch()
+            except ServiceError as exc:
+                self.error = exc.msg
+            return
         if self.process.state != "running" or self.running is None:
             return
         wanted = self.build()
