@@ -13,6 +13,8 @@ import gevent
 
 log = logging.getLogger(__name__)
 
+BREATH_SECONDS = 0.001
+
 
 def every(seconds: float, job: Callable[[], None], name: str) -> gevent.Greenlet:
     def loop() -> None:
@@ -24,3 +26,10 @@ def every(seconds: float, job: Callable[[], None], name: str) -> gevent.Greenlet
             gevent.sleep(seconds)
 
     return gevent.spawn(loop)
+
+
+def breathe() -> None:
+    """Let the hub serve every ready connection and timer inside a long computation.
+    `gevent.sleep(0)` would not: it runs only the callbacks queued on the hub, and a
+    greenlet that keeps requeueing itself keeps the hub from polling for I/O."""
+    gevent.sleep(BREATH_SECONDS)

@@ -82,3 +82,18 @@ def test_neither_config_is_modified():
     kept_current, kept_wanted = copy.deepcopy(current), copy.deepcopy(wanted)
     live_changes(running(current), wanted)
     assert current == kept_current and wanted == kept_wanted
+
+
+def test_a_large_comparison_pauses_between_slices_and_finds_the_same_changes():
+    """The panel's sync lets other requests run at each pause; pausing must change
+    nothing in what is found."""
+    many = [{"id": f"{n:08d}-0000-4000-8000-000000000000", "email": f"u{n}"} for n in range(12_000)]
+    current = config(inbound("a", "vless", *many))
+    wanted = config(inbound("a", "vless", *many[1:], {**many[0], "flow": "xtls-rprx-vision"}))
+    pauses = []
+    kept = running(current, pause=lambda: pauses.append("running"))
+    assert pauses == ["running"] * 3
+    found = live_changes(kept, wanted, pause=lambda: pauses.append("compare"))
+    assert pauses.count("compare") == 3
+    assert found == live_changes(running(current), wanted)
+    assert [(op.action, op.email) for op in found] == [("remove", "u0"), ("add", "u0")]

@@ -36,6 +36,7 @@ from pony.orm import db_session
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
 from appliance.core.live import Running, live_changes, running
+from appliance.jobs import breathe
 from appliance.memory import return_freed_memory
 from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
 from appliance.services.errors import ServiceError
@@ -283,14 +284,14 @@ class CoreService:
         if self.process.state != "running" or self.running is None:
             return
         wanted = self.build()
-        operations = live_changes(self.running, wanted)
+        operations = live_changes(self.running, wanted, pause=breathe)
         if operations == []:
             return
         if operations is not None and self._apply_live(operations):
             # A core that crashes later restarts from config.json: it must hold the
             # users added and removed live, or they would come back as they were.
             self.process.record(wanted)
-            self.running = running(wanted)
+            self.running = running(wanted, pause=breathe)
             return
         self.tick()
         try:
