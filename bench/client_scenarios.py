@@ -11,7 +11,9 @@ with their own values) before each timed request, outside the timing.
 from __future__ import annotations
 
 import statistics
+import time
 from urllib.parse import quote
+from uuid import uuid4
 
 import clients_dataset
 import scenarios  # noqa: F401  (the first scenarios register, and so run, before these)
@@ -40,6 +42,10 @@ UNCACHED_REQUESTS = 3
 GET_REQUESTS = 50
 ADD_REQUESTS = 30
 BULK_CREATE_COUNT = 10_000
+STALL_WINDOW = 4.0
+CORE_WAIT = 30.0
+# The dataset's inbound kinds V2Ray 4.34 runs (see clients_change_stall).
+CORE_KINDS = ("vless-ws", "vmess-ws")
 HEAVY_REQUESTS = 3
 # The client whose counters the "uncached" figures write back to drop the summary cache.
 TOUCHED = "hana.077777@mail.example.org"
@@ -227,6 +233,60 @@ RSS_STEPS = (
     ("rss_after_list_slim_mb", "/panel/api/inbounds/list/slim"),
     ("rss_after_export_mb", "/panel/api/clients/export"),
 )
+
+
+@scenario("clients_change_stall", dataset=DATASET)
+def clients_change_stall(ctx: Context) -> dict:
+    """What one client edit costs everyone else at 100,000 clients: the edit (a new UUID
+    for a client the core runs) marks the core dirty, and the sync that follows rebuilds
+    the config, compares it with the running one, changes the user live and rewrites
+    config.json. A second connection sends GET /csrf-token (a route that does almost
+    nothing) back to back for STALL_WINDOW seconds after each edit; its slowest reply is
+    how long the panel answered nobody. The core on PATH must run the config, or nothing
+    syncs: the inbounds whose kind V2Ray 4.34 cannot run (REALITY, TLS with the
+    dataset's missing certificate files, Hysteria, several Shadowsocks users) are
+    disabled first, which starts the core that refused the whole config at start;
+    `clients_in_core` says how many attachments it runs."""
+    client = ctx.panel.client()
+    in_core, edited = 0, None
+    for inbound in client.call("GET", "/panel/api/inbounds/list/slim"):
+        if any(kind in inbound["remark"] for kind in CORE_KINDS):
+            clients = inbound["settings"].get("clients") or []
+            in_core += len(clients)
+            edited = edited or next((c["email"] for c in clients if c["enable"]), None)
+        else:
+            client.call("POST", f"/panel/api/inbounds/setEnable/{inbound['id']}", {"enable": False})
+    deadline = time.monotonic() + CORE_WAIT
+    while (state := client.call("GET", "/panel/api/server/status")["core"]["state"]) != "running":
+        if time.monotonic() > deadline:
+            return {"stall": {"skipped": f"the core did not run the config (state {state})"}}
+        time.sleep(0.5)
+    time.sleep(STALL_WINDOW)  # the sync of the last setEnable
+    path = quote(edited, safe="@")
+    record = client.call("GET", f"/panel/api/clients/get/{path}")
+    probe = ctx.panel.client()
+    slowest, every = [], []
+    for _ in range(ctx.runs):
+        client.call("POST", f"/panel/api/clients/update/{path}", {**record, "id": str(uuid4())})
+        replies = []
+        end = time.perf_counter() + STALL_WINDOW
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            probe.call("GET", "/csrf-token")
+            replies.append((time.perf_counter() - start) * 1000)
+        slowest.append(max(replies))
+        every += replies
+    probe.close()
+    client.close()
+    return {
+        "stall": {
+            "slowest_reply_ms": round(statistics.median(slowest), 1),
+            "median_reply_ms": round(statistics.median(every), 3),
+            "changes": ctx.runs,
+            "window_s": STALL_WINDOW,
+            "clients_in_core": in_core,
+        }
+    }
 
 
 @scenario("clients_rss", dataset=None)

@@ -178,6 +178,13 @@ def _describe(figure: dict) -> str:
             f"{figure['rss_after_sign_in_mb']} MiB after sign-in, "
             f"{figure['rss_after_list_mb']} MiB after a list"
         )
+    if "skipped" in figure:
+        parts.append(f"skipped: {figure['skipped']}")
+    if "slowest_reply_ms" in figure:
+        parts.append(
+            f"slowest reply {figure['slowest_reply_ms']} ms, median reply "
+            f"{figure['median_reply_ms']} ms ({figure['clients_in_core']} clients in the core)"
+        )
     if "seconds" in figure:
         parts.append(f"{figure['seconds']} s")
     for ratio in ("latency_ratio", "rps_ratio", "ratio_to_sqlite"):
