@@ -156,6 +156,17 @@ def add_inbound(api, protocol: str) -> dict:
     return ok(api.post(f"{INBOUNDS}/add", payload))
 
 
+def add_refused_inbound(api) -> dict:
+    """An inbound the panel takes and V2Ray 4.34 refuses: XHTTP (Xray runs it)."""
+    payload = {
+        "protocol": "vless",
+        "listen": LOOPBACK,
+        "port": free_port(),
+        "streamSettings": {"network": "xhttp", "security": "none"},
+    }
+    return ok(api.post(f"{INBOUNDS}/add", payload))
+
+
 def add_client(api, inbound_id: int, **fields) -> dict:
     client = {"email": f"{uuid.uuid4().hex[:10]}@e2e", "id": str(uuid.uuid4()), **fields}
     return ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound_id]}))
@@ -568,14 +579,7 @@ def test_a_template_the_core_refuses_is_not_saved_and_the_core_keeps_running(api
 
 def test_a_restart_into_a_config_the_core_refuses_keeps_the_core_running(api, panel):
     pid = core_pid(panel)
-    # The panel takes an XHTTP transport (Xray runs it); V2Ray 4.34 refuses it.
-    payload = {
-        "protocol": "vless",
-        "listen": LOOPBACK,
-        "port": free_port(),
-        "streamSettings": {"network": "xhttp", "security": "none"},
-    }
-    empty = ok(api.post(f"{INBOUNDS}/add", payload))
+    empty = add_refused_inbound(api)
     try:
         reply = api.post("/panel/api/server/restartCoreService")
         assert reply["success"] is False
@@ -592,13 +596,7 @@ def test_a_core_refused_at_start_starts_once_a_change_fixes_its_config(tmp_path)
     try:
         api = server.client()
         wait_until(lambda: core_pid(server), "the core runs")
-        payload = {
-            "protocol": "vless",
-            "listen": LOOPBACK,
-            "port": free_port(),
-            "streamSettings": {"network": "xhttp", "security": "none"},
-        }
-        refused = ok(api.post(f"{INBOUNDS}/add", payload))
+        refused = add_refused_inbound(api)
         server.stop()
         server.start()
         api = server.client()
