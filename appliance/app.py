@@ -23,7 +23,7 @@ from gevent.event import Event
 from appliance import __version__
 from appliance.config import Options
 from appliance.core.process import CoreProcess
-from appliance.jobs import every
+from appliance.jobs import breathe, every
 from appliance.services.auth import Auth
 from appliance.services.backups import Backups
 from appliance.services.client_bulk import ClientBulk
@@ -101,7 +101,10 @@ class Panel:
         self.core = CoreService(
             store=self.store,
             process=CoreProcess(
-                options.core or installed_binary(core_dir), core_dir, self._core_state
+                options.core or installed_binary(core_dir),
+                core_dir,
+                self._core_state,
+                pause=breathe,
             ),
             workdir=core_dir,
             inbounds=self.inbounds,

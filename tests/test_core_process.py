@@ -227,6 +227,28 @@ def test_a_refused_config_leaves_the_running_core_alone(core, recorder):
     assert recorder.states == ["running"]
 
 
+def test_a_large_config_is_written_in_pieces_the_core_runs(tmp_path):
+    """The panel lets other requests run between the pieces; the file is the same JSON."""
+    pauses = []
+    core = CoreProcess(V2RAY, str(tmp_path / "core"), pause=lambda: pauses.append(1))
+    api_port, vless_port = free_port(), free_port()
+    clients = [
+        {"id": f"{n:08d}-0000-4000-8000-000000000000", "email": f"user{n}@example.com"}
+        for n in range(12_000)
+    ]
+    config = server_config(api_port, inbound("many", "vless", vless_port, *clients))
+    try:
+        core.start(config)
+        wait_port(vless_port)
+        assert core.state == "running"
+        assert Path(core.config_path).read_text() == json.dumps(config)
+        # A pause after each piece: at least the three slices of the 12,000 entries.
+        assert len(pauses) >= 3
+        assert stats_answer(api_port)
+    finally:
+        core.stop()
+
+
 # ---- crashes ----------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from appliance.core.api import core_words
@@ -47,6 +48,7 @@ BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
 STABLE_SECONDS = 60.0
 OUTPUT_LINES = 500
+PIECE_CLIENTS = 5000  # client entries encoded between two pauses
 MESSAGE_LIMIT = 500
 REASON_LINES = 20
 
@@ -96,18 +98,25 @@ def _ignore_state(state: str) -> None:
     """The default `on_state`: nobody listens."""
 
 
+def _no_pause() -> None:
+    """The default `pause`: write straight through."""
+
+
 class CoreProcess:
     def __init__(
         self,
         binary: str | None,
         workdir: str,
         on_state: Callable[[str], None] = _ignore_state,
+        pause: Callable[[], None] = _no_pause,
     ):
         """`binary` is an explicit path or command name (None: xray, else v2ray, on PATH);
-        `workdir` holds config.json; `on_state` gets every new state and must not block."""
+        `workdir` holds config.json; `on_state` gets every new state and must not block;
+        `pause` runs between the pieces of a config written out (see `config_pieces`)."""
         self.binary = binary
         self.workdir = workdir
         self.on_state = on_state
+        self.pause = pause
         self.state = STOPPED
         self.error = ""
         self.restarts = 0
@@ -213,14 +222,13 @@ class CoreProcess:
             os.unlink(path)
 
     def _write_candidate(self, config: dict) -> str:
-        """`config` in a new file beside config.json, readable by the owner only. Written
-        without indentation: only the C encoder is fast enough for a config with 100,000
-        client entries (0.15 s where the indenting one took 0.55 s), and every change
-        rewrites it."""
+        """`config` in a new file beside config.json, readable by the owner only."""
         os.makedirs(self.workdir, exist_ok=True)
         fd, path = tempfile.mkstemp(prefix="config.", suffix=".json", dir=self.workdir)
         with os.fdopen(fd, "w") as file:
-            file.write(json.dumps(config))
+            for piece in config_pieces(config):
+                file.write(piece)
+                self.pause()
             file.flush()
             os.fsync(file.fileno())
         return path
@@ -370,6 +378,43 @@ class CoreProcess:
                 self.on_state(state)
             except Exception:
                 log.exception("the core state listener failed on %r", state)
+
+
+def config_pieces(config: dict) -> Iterator[str]:
+    """The JSON text of `config`, the client list of each inbound a slice at a time.
+    Every change rewrites config.json, and one encoding of 100,000 client entries is
+    0.15 s in which the caller's `pause` could not run. Without indentation: only the C
+    encoder is fast enough (the indenting one took 0.55 s)."""
+    yield "{"
+    for index, (key, value) in enumerate(config.items()):
+        yield f"{', ' if index else ''}{json.dumps(key)}: "
+        if key != "inbounds" or not isinstance(value, list):
+            yield json.dumps(value)
+            continue
+        yield "["
+        for position, inbound in enumerate(value):
+            if position:
+                yield ", "
+            yield from _inbound_pieces(inbound)
+        yield "]"
+    yield "}"
+
+
+def _inbound_pieces(inbound) -> Iterator[str]:
+    settings = inbound.get("settings") if isinstance(inbound, dict) else None
+    clients = settings.get("clients") if isinstance(settings, dict) else None
+    if not isinstance(clients, list) or len(clients) <= PIECE_CLIENTS:
+        yield json.dumps(inbound)
+        return
+    # The inbound's text with a one-off string where its client list goes, cut there.
+    mark = json.dumps(f"clients-{secrets.token_hex(16)}")
+    text = json.dumps({**inbound, "settings": {**settings, "clients": json.loads(mark)}})
+    before, after = text.split(mark, 1)
+    yield before + "["
+    for start in range(0, len(clients), PIECE_CLIENTS):
+        text = json.dumps(clients[start : start + PIECE_CLIENTS])[1:-1]
+        yield f"{', ' if start else ''}{text}"
+    yield "]" + after
 
 
 def _terminate(proc: subprocess.Popen) -> None:
