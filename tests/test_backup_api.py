@@ -460,12 +460,17 @@ def test_a_sql_dump_restores_and_the_panel_runs_on(tmp_path):
         server.stop()
 
 
-def core_children(server) -> list[int]:
-    """Pids of the core processes the panel runs."""
+def core_children(server, started_after: float = 0.0) -> list[int]:
+    """Pids of the core processes the panel runs, or of those it started after a
+    process's psutil `create_time()` (on the same clock, which time.time() is not)."""
     found = []
     for child in psutil.Process(server.process.pid).children():
         with contextlib.suppress(psutil.Error):
-            if child.status() != psutil.STATUS_ZOMBIE and child.exe() == V2RAY:
+            if (
+                child.status() != psutil.STATUS_ZOMBIE
+                and child.exe() == V2RAY
+                and child.create_time() > started_after
+            ):
                 found.append(child.pid)
     return found
 
@@ -478,16 +483,27 @@ def core_tags(api) -> set[str]:
 wait_until = functools.partial(poll_until, timeout=30)
 
 
+def restarted(server, api, inbound: dict, previous: int) -> list[int]:
+    """The core that serves `inbound`, started after the core `previous`."""
+    born = psutil.Process(previous).create_time()
+    return wait_until(
+        lambda: inbound["tag"] in core_tags(api) and core_children(server, born),
+        f"a core serving {inbound['tag']} after {previous}",
+    )
+
+
 def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
     server = start_panel(tmp_path, env={"APPLIANCE_CORE": V2RAY})
     try:
         api = server.client()
+        [first] = wait_until(lambda: core_children(server), "the core runs")
+        # A new inbound restarts the core, and config.json names it before the old process
+        # ends: the core that serves it is the one started after the core of before.
         kept = add_inbound(api, "kept")
-        wait_until(lambda: kept["tag"] in core_tags(api) and core_children(server), "core runs")
+        [kept_core] = restarted(server, api, kept, first)
         backup = download(api, "getDb").content
         dropped = add_inbound(api, "dropped")
-        wait_until(lambda: dropped["tag"] in core_tags(api), "the core serves the new inbound")
-        [before] = wait_until(lambda: core_children(server), "the core runs")
+        [before] = restarted(server, api, dropped, kept_core)
 
         # A refused file never touches the core.
         refused(import_db(api, b"not a database"), "neither a SQLite database")
