@@ -104,12 +104,18 @@ def is_core(process: psutil.Process) -> bool:
 
 
 def in_core(api, panel, *inbounds: dict) -> int:
-    """Wait until the running core serves `inbounds` (adding one restarts the core); its pid."""
+    """Wait until the running core serves `inbounds` (adding one restarts the core); its pid.
+    config.json names a new inbound before the old core ends, so the pid counts only once
+    it holds still."""
     tags = {inbound["tag"] for inbound in inbounds}
 
     def serving() -> int:
         running = ok(api.get("/panel/api/server/getConfigJson"))
-        return tags <= {inbound.get("tag") for inbound in running["inbounds"]} and core_pid(panel)
+        if not tags <= {inbound.get("tag") for inbound in running["inbounds"]}:
+            return 0
+        pid = core_pid(panel)
+        time.sleep(0.5)
+        return pid if pid and core_pid(panel) == pid else 0
 
     return wait_until(serving, f"the core serves {sorted(tags)}")
 
