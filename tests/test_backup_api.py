@@ -26,7 +26,15 @@ import pytest
 from conftest import backend, start_panel
 from core_helpers import V2RAY
 from core_panel import wait_until as poll_until
-from helpers import NETWORKED, create_inbound, db_path, fresh_database, ok, refused
+from helpers import (
+    NETWORKED,
+    create_inbound,
+    db_path,
+    free_port,
+    fresh_database,
+    ok,
+    refused,
+)
 
 from appliance.services.backups import MAX_UPLOAD_BYTES
 from appliance.services.errors import ServiceError
@@ -38,7 +46,6 @@ SERVER = "/panel/api/server"
 CLIENTS = "/panel/api/clients"
 RESTART_WAIT = 40
 WS = {"network": "ws", "security": "none", "wsSettings": {"path": "/ws"}}
-_ports = iter(range(34100, 34900))
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -49,7 +56,9 @@ def add_inbound(api, remark: str = "backup") -> dict:
         api,
         {
             "protocol": "vless",
-            "port": next(_ports),
+            # Some of these panels run a real core, which binds the port: one from this
+            # process's block, never one the system may hand out as a source port.
+            "port": free_port(),
             "remark": remark,
             "settings": {"decryption": "none"},
             "streamSettings": WS,
