@@ -128,9 +128,8 @@ def main() -> int:
 
         def sync_one_change() -> None:
             wanted = build()
-            live_changes(kept, wanted)
+            live_changes(kept, wanted, running(wanted))
             recorder.record(wanted)
-            running(wanted)
 
         figures["sync_one_change"] = {
             **measure(sync_one_change, args.runs),

@@ -93,7 +93,8 @@ def test_a_large_comparison_pauses_between_slices_and_finds_the_same_changes():
     pauses = []
     kept = running(current, pause=lambda: pauses.append("running"))
     assert pauses == ["running"] * 3
-    found = live_changes(kept, wanted, pause=lambda: pauses.append("compare"))
+    target = running(wanted, pause=lambda: pauses.append("compare"))
     assert pauses.count("compare") == 3
+    found = live_changes(kept, wanted, target)
     assert found == live_changes(running(current), wanted)
     assert [(op.action, op.email) for op in found] == [("remove", "u0"), ("add", "u0")]

@@ -5,8 +5,8 @@ inbound in about a millisecond, leaving every open connection alone. So a new co
 compared with the running one: when the only differences are client entries of such
 inbounds, those become user operations; anything else (an inbound added, a port moved,
 a Shadowsocks user, the routing) needs a restart. Pure: configs in, operations out;
-the caller's `pause` runs between slices of the work (at 100,000 clients, a fifth of a
-second of CPU), so a caller on an event loop can let others run.
+`running` calls the caller's `pause` between slices of its fingerprinting (at 100,000
+clients, a fifth of a second of CPU), so a caller on an event loop can let others run.
 """
 
 from __future__ import annotations
@@ -51,18 +51,20 @@ def running(config: dict, pause: Callable[[], None] = _no_pause) -> Running:
 
 
 def live_changes(
-    current: Running, wanted: dict, pause: Callable[[], None] = _no_pause
+    current: Running, wanted: dict, target: Running | None = None
 ) -> list[UserOp] | None:
     """The user operations that make the `current` config into `wanted`, or None when a
     restart is needed. Removals come first, so a changed entry is removed, then added
-    again."""
-    if current.skeleton != _without_clients(wanted):
+    again. `target` is `running(wanted)` when the caller has it already: the sync keeps
+    it as what the core runs next, so the entries are fingerprinted once."""
+    if target is None:
+        target = running(wanted)
+    if current.skeleton != target.skeleton:
         return None
     removals: list[UserOp] = []
     additions: list[UserOp] = []
-    for before, new in zip(current.entries, wanted.get("inbounds", []), strict=True):
-        after = _entries(new)
-        prints = _prints(after, pause)
+    inbounds = wanted.get("inbounds", [])
+    for before, prints, new in zip(current.entries, target.entries, inbounds, strict=True):
         if before == prints:
             continue
         protocol = new.get("protocol", "")
@@ -72,7 +74,7 @@ def live_changes(
         for email, print_ in before.items():
             if prints.get(email) != print_:
                 removals.append(UserOp("remove", tag, protocol, email))
-        for email, entry in after.items():
+        for email, entry in _entries(new).items():
             if before.get(email) != prints[email]:
                 additions.append(UserOp("add", tag, protocol, email, entry))
     return removals + additions

@@ -158,12 +158,13 @@ class CoreService:
             self.process.stop()
             self._forget_state()
 
-    def _launch(self, config: dict | None = None) -> None:
-        """(Re)start the core on `config`, or on one built now."""
+    def _launch(self, config: dict | None = None, target: Running | None = None) -> None:
+        """(Re)start the core on `config`, or on one built now; `target` is
+        `running(config)` when the caller has it already."""
         try:
             config = config or self.build()
             self.process.restart(config)
-            self.running = running(config)
+            self.running = target or running(config)
         finally:
             return_freed_memory()
         self.error = ""
@@ -285,7 +286,7 @@ class CoreService:
             if attempt == self._refused:
                 return
             try:
-                self._launch(wanted)
+                self._launch(wanted, attempt)
             except ServiceError as exc:
                 self.error = exc.msg
                 self._refused = attempt
@@ -293,14 +294,15 @@ class CoreService:
         if self.process.state != "running" or self.running is None:
             return
         wanted = self.build()
-        operations = live_changes(self.running, wanted, pause=breathe)
+        target = running(wanted, pause=breathe)
+        operations = live_changes(self.running, wanted, target)
         if operations == []:
             return
         if operations is not None and self._apply_live(operations):
             # A core that crashes later restarts from config.json: it must hold the
             # users added and removed live, or they would come back as they were.
             self.process.record(wanted)
-            self.running = running(wanted, pause=breathe)
+            self.running = target
             return
         self.tick()
         try:
@@ -309,7 +311,7 @@ class CoreService:
             self.error = exc.msg
             self.hub.notify("Core config refused", exc.msg, "error")
             return
-        self.running = running(wanted)
+        self.running = target
         self.error = ""
         self._connect()
         self._save_state()
