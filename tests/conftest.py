@@ -145,16 +145,6 @@ class PanelServer:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def shows(self, text: str, timeout: float = 10.0) -> bool:
-        """Whether `text` appears in the output within `timeout` seconds: lines arrive
-        through a reader thread, a moment after the panel wrote them."""
-        deadline = time.time() + timeout
-        while text not in self.output():
-            if time.time() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
     def client(self, login: bool = True) -> ApiClient:
         client = ApiClient(self.url)
         if login:
