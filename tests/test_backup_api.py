@@ -492,12 +492,17 @@ def core_tags(api) -> set[str]:
 wait_until = functools.partial(poll_until, timeout=30)
 
 
-def restarted(server, api, inbound: dict, previous: int) -> list[int]:
-    """The core that serves `inbound`, started after the core `previous`."""
-    born = psutil.Process(previous).create_time()
+def born(pid: int) -> float:
+    """When the process `pid` started; taken while it surely runs, before a change that
+    may replace it."""
+    return psutil.Process(pid).create_time()
+
+
+def restarted(server, api, inbound: dict, after: float) -> list[int]:
+    """The core that serves `inbound`, started after the psutil time `after`."""
     return wait_until(
-        lambda: inbound["tag"] in core_tags(api) and core_children(server, born),
-        f"a core serving {inbound['tag']} after {previous}",
+        lambda: inbound["tag"] in core_tags(api) and core_children(server, after),
+        f"a core serving {inbound['tag']}",
     )
 
 
@@ -508,11 +513,13 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
         [first] = wait_until(lambda: core_children(server), "the core runs")
         # A new inbound restarts the core, and config.json names it before the old process
         # ends: the core that serves it is the one started after the core of before.
+        first_born = born(first)
         kept = add_inbound(api, "kept")
-        [kept_core] = restarted(server, api, kept, first)
+        [kept_core] = restarted(server, api, kept, first_born)
+        kept_born = born(kept_core)
         backup = download(api, "getDb").content
         dropped = add_inbound(api, "dropped")
-        [before] = restarted(server, api, dropped, kept_core)
+        [before] = restarted(server, api, dropped, kept_born)
 
         # A refused file never touches the core.
         refused(import_db(api, b"not a database"), "neither a SQLite database")
