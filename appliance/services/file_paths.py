@@ -80,7 +80,7 @@ class FilePlaces:
             return value
         wanted = self.core_log(key)
         path = os.path.join(self.core_dir, value.strip())
-        if _has_parent_step(value) or not _same_file(path, wanted):
+        if _has_parent_step(value) or not self.is_core_log(key, path):
             raise ServiceError(
                 f"{what} may be none, empty or {wanted}, the file the panel reads back "
                 f"(got {_shown(value)})"
@@ -88,8 +88,14 @@ class FilePlaces:
         return wanted
 
     def is_core_log(self, key: str, path: str) -> bool:
-        """Whether `path` is the panel's own file for log `key`."""
-        return bool(path) and _same_file(path, self.core_log(key))
+        """Whether `path` is the panel's own file for log `key`: it resolves to that name
+        in the resolved core directory (so that file may not be a link leading out)."""
+        core_dir = _real(self.core_dir)
+        return (
+            bool(path)
+            and core_dir is not None
+            and _real(path) == os.path.join(core_dir, CORE_LOGS[key])
+        )
 
 
 def confined(path: object, allowed_dirs: Iterable[str], what: str) -> str:
@@ -198,11 +204,6 @@ def _real(path: str) -> str | None:
         return os.path.realpath(path)
     except (ValueError, OSError):
         return None
-
-
-def _same_file(path: str, wanted: str) -> bool:
-    real = _real(path)
-    return real is not None and real == _real(wanted)
 
 
 def _inside(real: str, directory: str) -> bool:
