@@ -259,3 +259,23 @@ def test_a_zone_name_is_accepted(api):
     ok(api.post(f"{SETTINGS}/update", {"timeLocation": "Europe/Berlin"}))
     assert ok(api.post(f"{SETTINGS}/all"))["timeLocation"] == "Europe/Berlin"
     ok(api.post(f"{SETTINGS}/update", {"timeLocation": "Local"}))
+
+
+def test_an_outbound_certificate_under_test_stays_in_its_place(api):
+    """The probe's temporary core would read the file, and its refusal would tell
+    whether the file exists: refused before any core starts."""
+    tls = {"certificates": [{"certificateFile": "/etc/shadow", "keyFile": "/etc/ssl/a.key"}]}
+    outbound = {
+        "tag": "probe",
+        "protocol": "vless",
+        "settings": {"vnext": [{"address": "127.0.0.1", "port": 1, "users": []}]},
+        "streamSettings": {"network": "tcp", "security": "tls", "tlsSettings": tls},
+    }
+    reply = api.post(f"{CORE}/testOutbound", {"outbound": json.dumps(outbound)})
+    refused(reply, "outbounds[0].streamSettings.tlsSettings.certificates[0].certificateFile")
+    chain = json.dumps([{**outbound, "tag": "hop"}])
+    via_hop = {"tag": "via", "protocol": "freedom", "proxySettings": {"tag": "hop"}}
+    reply = api.post(
+        f"{CORE}/testOutbound", {"outbound": json.dumps(via_hop), "allOutbounds": chain}
+    )
+    refused(reply, "allOutbounds[0].streamSettings", "is outside")
