@@ -85,7 +85,12 @@ class Panel:
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
         self.client_bulk = ClientBulk(self.clients, self.client_query)
         self.groups = Groups(self.store)
-        self.inbounds = Inbounds(self.store, self.reserved_ports, self.client_query.by_inbound)
+        self.inbounds = Inbounds(
+            self.store,
+            self.reserved_ports,
+            self.client_query.by_inbound,
+            held_sockets=lambda: self.core.held_sockets(),
+        )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.hub = Hub()

@@ -40,6 +40,7 @@ from appliance.jobs import breathe
 from appliance.memory import return_freed_memory
 from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
 from appliance.services.errors import ServiceError
+from appliance.services.listeners import RECHECK_SECONDS, LeftOut, Socket, core_sockets
 from appliance.services.settings import core_template
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class CoreService:
         # The config the core refused at start, so none runs: the next config that
         # differs from it is tried (a core the user stopped stays stopped).
         self._refused: Running | None = None
+        # Inbounds the core runs without because another program holds their port.
+        self.left_out = LeftOut()
         self._generation_base = secrets.randbits(40)
         self._dirty = Event()
         self._flavor = "xray"
@@ -183,6 +186,8 @@ class CoreService:
             self._save_state()
         elif state == "error":
             self._forget_state()
+            if self.left_out.core_failed(self.process.error):
+                self.mark_dirty()
         self._state_listener(state)
 
     def generation(self) -> int:
@@ -192,12 +197,16 @@ class CoreService:
     # ---- config --------------------------------------------------------------------------
 
     def build(self) -> dict:
+        return self._config(self.inbounds.for_core(self.core_clients))
+
+    def _config(self, views: list[dict]) -> dict:
+        now_ms = int(time.time() * 1000)
         return build_config(
             core_template(self.settings),
-            self.inbounds.for_core(self.core_clients),
+            self.left_out.admitted(views, now_ms),
             self.api_port,
             flavor=self._flavor,
-            now_ms=int(time.time() * 1000),
+            now_ms=now_ms,
             access_log=self.access_log,
         )
 
@@ -253,9 +262,16 @@ class CoreService:
     def info(self) -> dict:
         return {
             "state": self.process.state,
-            "errorMsg": self.error or self.process.error,
+            "errorMsg": self.error or self.process.error or self.left_out.message(),
             "version": self.process.version,
+            "failedInbounds": self.left_out.view(),
         }
+
+    def held_sockets(self) -> list[Socket]:
+        """(listen, port, transports) of the inbounds the running core listens on."""
+        if self.process.state != "running" or self.running is None:
+            return []
+        return core_sockets(self.running.skeleton)
 
     # ---- keeping the running core in step -------------------------------------------------
 
@@ -264,7 +280,9 @@ class CoreService:
 
     def _sync_loop(self) -> None:
         while True:
-            self._dirty.wait()
+            recheck = RECHECK_SECONDS if self.left_out.inbounds else None
+            if not self._dirty.wait(recheck) and not self.left_out.any_free():
+                continue
             gevent.sleep(DEBOUNCE_SECONDS)
             self._dirty.clear()
             try:
@@ -279,7 +297,11 @@ class CoreService:
         restarted; a refused config leaves the running core as it is. A core that refused
         its config at start starts once a change makes the config acceptable; the core
         tests only configs that differ from the one it refused (at 100,000 clients the
-        test is a second of the core's CPU)."""
+        test is a second of the core's CPU). A core that exited because another program
+        holds the port of one of its inbounds restarts at once without that inbound."""
+        failure = self.left_out.take_failure()
+        if failure is not None and self._leave_out(failure):
+            return
         if self._refused is not None:
             wanted = self.build()
             attempt = running(wanted, pause=breathe)
@@ -315,6 +337,20 @@ class CoreService:
         self.error = ""
         self._connect()
         self._save_state()
+
+    def _leave_out(self, failure) -> bool:
+        """Restart the core without the inbound whose listener it could not open; False
+        when no inbound it runs matches (the core's own restarts go on as they would)."""
+        views = self.inbounds.for_core(self.core_clients)
+        absent = self.left_out.leave_out(failure, views, int(time.time() * 1000))
+        if absent is None:
+            return False
+        self.hub.notify("Inbound left out of the core", absent.reason, "error")
+        try:
+            self._launch(self._config(views))
+        except ServiceError as exc:
+            self.error = exc.msg
+        return True
 
     def _apply_live(self, operations) -> bool:
         try:
