@@ -87,7 +87,11 @@ class Panel:
         self.client_bulk = ClientBulk(self.clients, self.client_query)
         self.groups = Groups(self.store)
         self.inbounds = Inbounds(
-            self.store, self.reserved_ports, self.client_query.by_inbound, places=self.places
+            self.store,
+            self.reserved_ports,
+            self.client_query.by_inbound,
+            held_sockets=lambda: self.core.held_sockets(),
+            places=self.places,
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)

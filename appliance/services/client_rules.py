@@ -19,7 +19,6 @@ key's length is checked too: it has to fit the same 255-character column.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import string
@@ -38,6 +37,7 @@ from appliance.services.inbound_protocols import (
     to_bool,
     to_int,
 )
+from appliance.services.parse import load_json
 
 FLOWS = ("", "xtls-rprx-vision", "xtls-rprx-vision-udp443")
 VMESS_SECURITY = ("auto", "aes-128-gcm", "chacha20-poly1305", "none", "zero")
@@ -204,10 +204,7 @@ def _reverse(value: Any) -> dict | None:
     if value in (None, ""):
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            raise ServiceError('reverse must be an object like {"tag": "r1"}') from None
+        value = load_json(value, "reverse")
     if not isinstance(value, dict) or not isinstance(value.get("tag", ""), str):
         raise ServiceError(
             f'reverse must be an object like {{"tag": "r1"}} (got {describe(value)})'

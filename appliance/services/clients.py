@@ -226,7 +226,9 @@ class Clients:
     def row(self, email):
         if not isinstance(email, str) or not email:
             raise ServiceError("email is required")
-        row = self.store.Client.get(email_key=email_key(email))
+        key = email_key(email)
+        # A key longer than any stored one names no client; the column would refuse it.
+        row = None if len(key) > client_rules.EMAIL_MAX else self.store.Client.get(email_key=key)
         if row is None:
             raise ServiceError(f"no client with email '{email}'")
         return row

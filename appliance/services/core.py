@@ -41,6 +41,7 @@ from appliance.memory import return_freed_memory
 from appliance.services.core_logs import log_path
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import FilePlaces, drop_misplaced_paths
+from appliance.services.listeners import RECHECK_SECONDS, LeftOut, Socket, core_sockets
 from appliance.services.settings import core_template
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class CoreService:
         # The config the core refused at start, so none runs: the next config that
         # differs from it is tried (a core the user stopped stays stopped).
         self._refused: Running | None = None
+        # Inbounds the core runs without because another program holds their port.
+        self.left_out = LeftOut()
         self._generation_base = secrets.randbits(40)
         self._dirty = Event()
         self._flavor = "xray"
@@ -189,6 +192,8 @@ class CoreService:
             self._save_state()
         elif state == "error":
             self._forget_state()
+            if self.left_out.core_failed(self.process.error):
+                self.mark_dirty()
         self._state_listener(state)
 
     def generation(self) -> int:
@@ -198,26 +203,30 @@ class CoreService:
     # ---- config --------------------------------------------------------------------------
 
     def build(self, template: dict | None = None) -> dict:
-        """The config for the stored template (or `template`) and inbounds. A file path in
-        them that is out of its place (services.file_paths), stored before the rules or
-        by an import, is left out and reported in the panel's log: the core never writes
-        or reads there, and the panel still starts."""
+        """The config for the stored template (or `template`) and inbounds."""
+        return self._config(self.inbounds.for_core(self.core_clients), template)
+
+    def _config(self, views: list[dict], template: dict | None = None) -> dict:
+        """A file path in the template or the inbound views that is out of its place
+        (services.file_paths), stored before the rules or by an import, is left out and
+        reported in the panel's log: the core never writes or reads there, and the panel
+        still starts."""
         template = core_template(self.settings) if template is None else template
         problems = drop_misplaced_paths(template, self.places)
-        inbounds = self.inbounds.for_core(self.core_clients)
-        for inbound in inbounds:
-            label = f"inbound {inbound['tag']}: streamSettings"
-            problems += drop_misplaced_paths(inbound.get("streamSettings"), self.places, label)
+        for view in views:
+            label = f"inbound {view['tag']}: streamSettings"
+            problems += drop_misplaced_paths(view.get("streamSettings"), self.places, label)
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)
                 log.error("left out of the core config: %s", problem)
+        now_ms = int(time.time() * 1000)
         return build_config(
             template,
-            inbounds,
+            self.left_out.admitted(views, now_ms),
             self.api_port,
             flavor=self._flavor,
-            now_ms=int(time.time() * 1000),
+            now_ms=now_ms,
             access_log=self.access_log,
         )
 
@@ -265,9 +274,16 @@ class CoreService:
     def info(self) -> dict:
         return {
             "state": self.process.state,
-            "errorMsg": self.error or self.process.error,
+            "errorMsg": self.error or self.process.error or self.left_out.message(),
             "version": self.process.version,
+            "failedInbounds": self.left_out.view(),
         }
+
+    def held_sockets(self) -> list[Socket]:
+        """(listen, port, transports) of the inbounds the running core listens on."""
+        if self.process.state != "running" or self.running is None:
+            return []
+        return core_sockets(self.running.skeleton)
 
     # ---- keeping the running core in step -------------------------------------------------
 
@@ -276,7 +292,9 @@ class CoreService:
 
     def _sync_loop(self) -> None:
         while True:
-            self._dirty.wait()
+            recheck = RECHECK_SECONDS if self.left_out.inbounds else None
+            if not self._dirty.wait(recheck) and not self.left_out.any_free():
+                continue
             gevent.sleep(DEBOUNCE_SECONDS)
             self._dirty.clear()
             try:
@@ -291,7 +309,11 @@ class CoreService:
         restarted; a refused config leaves the running core as it is. A core that refused
         its config at start starts once a change makes the config acceptable; the core
         tests only configs that differ from the one it refused (at 100,000 clients the
-        test is a second of the core's CPU)."""
+        test is a second of the core's CPU). A core that exited because another program
+        holds the port of one of its inbounds restarts at once without that inbound."""
+        failure = self.left_out.take_failure()
+        if failure is not None and self._leave_out(failure):
+            return
         if self._refused is not None:
             wanted = self.build()
             attempt = running(wanted, pause=breathe)
@@ -327,6 +349,20 @@ class CoreService:
         self.error = ""
         self._connect()
         self._save_state()
+
+    def _leave_out(self, failure) -> bool:
+        """Restart the core without the inbound whose listener it could not open; False
+        when no inbound it runs matches (the core's own restarts go on as they would)."""
+        views = self.inbounds.for_core(self.core_clients)
+        absent = self.left_out.leave_out(failure, views, int(time.time() * 1000))
+        if absent is None:
+            return False
+        self.hub.notify("Inbound left out of the core", absent.reason, "error")
+        try:
+            self._launch(self._config(views))
+        except ServiceError as exc:
+            self.error = exc.msg
+        return True
 
     def _apply_live(self, operations) -> bool:
         try:

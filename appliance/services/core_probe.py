@@ -26,7 +26,6 @@ so only the refused ones fail.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import ssl
@@ -41,6 +40,7 @@ from gevent.pool import Pool
 from appliance.core.process import CoreProcess
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import check_paths
+from appliance.services.parse import load_json
 
 BATCH_LIMIT = 50
 PROBE_TIMEOUT = 10.0
@@ -237,10 +237,7 @@ def _json_value(value, name: str):
     if isinstance(value, str):
         if not value.strip():
             raise ServiceError(f"{name} is required")
-        try:
-            return json.loads(value)
-        except ValueError as exc:
-            raise ServiceError(f"{name} is not valid JSON: {exc}") from None
+        return load_json(value, name)
     if value is None:
         raise ServiceError(f"{name} is required")
     return value

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from appliance.services.errors import ServiceError
+from appliance.services.parse import load_json
 
 # Marks "no value given" (distinct from every JSON value, including null).
 ABSENT: Any = object()
@@ -123,12 +124,7 @@ def read_object(value: object, path: str) -> dict:
     if value is None or value is ABSENT or (isinstance(value, str) and not value.strip()):
         return {}
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            raise ServiceError(
-                f"{path} must be a JSON object (the text is not valid JSON)"
-            ) from None
+        value = load_json(value, path)
     if not isinstance(value, dict):
         fail(path, "a JSON object", value)
     return json_copy(value, path)

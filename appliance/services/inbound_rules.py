@@ -122,6 +122,7 @@ HYSTERIA = frozenset({"hysteria", "hysteria2"})
 # core refuse the whole config.
 RESERVED_TAG = "api"
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_.:@-]{0,64}")
+REMARK_MAX = 255
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def normalize_inbound(payload: dict) -> dict:
     if port is ABSENT and unix_socket:
         port = 0
     return {
-        "remark": _string(_scalar(payload, "remark"), "remark", ""),
+        "remark": _remark(_scalar(payload, "remark")),
         "listen": listen,
         "port": to_int(port, "port", 0 if unix_socket else 1, 65535),
         "protocol": protocol,
@@ -199,6 +200,16 @@ def _string(value: object, field: str, default: str) -> str:
     if not isinstance(value, str):
         fail(field, "a string", value)
     return value
+
+
+def _remark(value: object) -> str:
+    """The label shown for the inbound, held in a column of REMARK_MAX characters."""
+    remark = _string(value, "remark", "")
+    if len(remark) > REMARK_MAX:
+        raise ServiceError(
+            f"remark must be at most {REMARK_MAX} characters (got {len(remark)} characters)"
+        )
+    return remark
 
 
 def _boolean(value: object, field: str, default: bool) -> bool:

@@ -11,7 +11,6 @@ re-fitted to a changed Shadowsocks cipher as on attach.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import time
@@ -28,6 +27,7 @@ from appliance.services.clients import refit
 from appliance.services.errors import ServiceError
 from appliance.services.fallbacks import Fallbacks, master_problem
 from appliance.services.file_paths import FilePlaces, check_paths
+from appliance.services.listeners import Socket, busy_transports, overlap
 from appliance.services.parse import parse_id, parse_json_text
 
 # (listen, port, what) of sockets the panel itself holds.
@@ -36,6 +36,8 @@ ReservedPorts = Callable[[], list[tuple[str, int, str]]]
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
 # inbound id -> its client views for the core, see ClientQuery.core_clients.
 CoreClientsOf = Callable[[int], Iterable[dict]]
+# The sockets the running core holds, see CoreService.held_sockets.
+HeldSockets = Callable[[], list[Socket]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -49,6 +51,7 @@ class Inbounds:
         reserved_ports: ReservedPorts,
         clients_of: ClientsOf,
         clock=time.time,
+        held_sockets: HeldSockets = list,
         *,
         places: FilePlaces,
     ):
@@ -57,6 +60,7 @@ class Inbounds:
         self.places = places
         self.reserved_ports = reserved_ports
         self.clients_of = clients_of
+        self.held_sockets = held_sockets
         self.clock = clock
         self.fallbacks = Fallbacks(store)
 
@@ -134,6 +138,7 @@ class Inbounds:
         check_paths(record["streamSettings"], self.places, "streamSettings")
         with db_session:
             self._check_unique(record, None)
+            self._check_free(record)
             now = int(self.clock() * 1000)
             row = self.store.Inbound(
                 created_at=now,
@@ -149,6 +154,7 @@ class Inbounds:
             record = inbound_rules.normalize_inbound(_object(payload))
             check_paths(record["streamSettings"], self.places, "streamSettings")
             self._check_unique(record, row.id)
+            self._check_free(record)
             self._check_still_master(row, record)
             self._check_clients_fit(row, record)
             now = int(self.clock() * 1000)
@@ -188,6 +194,8 @@ class Inbounds:
             raise ServiceError("enable must be true or false")
         with db_session:
             row = self._row(inbound_id)
+            if enable and not row.enable:
+                self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
             row.enable = enable
             row.updated_at = int(self.clock() * 1000)
 
@@ -254,11 +262,11 @@ class Inbounds:
         port = record["port"]
         if "tcp" in wanted:
             for listen, reserved, what in self.reserved_ports():
-                if reserved == port and _overlap(listen, record["listen"]):
+                if reserved == port and overlap(listen, record["listen"]):
                     raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
         same_port = select(i for i in self.store.Inbound if i.port == port and i.node_id is None)[:]
         for other in same_port:
-            if other.id == own_id or not _overlap(other.listen, record["listen"]):
+            if other.id == own_id or not overlap(other.listen, record["listen"]):
                 continue
             shared = wanted & inbound_rules.transports(_record(other))
             if shared:
@@ -266,6 +274,20 @@ class Inbounds:
                     f"port {port}/{'+'.join(sorted(shared))} is already used by inbound "
                     f"{other.id} ({other.remark or other.tag})"
                 )
+
+    def _check_free(self, record: dict) -> None:
+        """An inbound that runs in this host's core needs its port free of other programs:
+        the core would exit on it and take every other inbound offline too."""
+        if not record["enable"] or record["nodeId"] is not None or _is_socket(record["listen"]):
+            return
+        port = record["port"]
+        wanted = inbound_rules.transports(record)
+        busy = busy_transports(record["listen"], port, wanted, self.held_sockets())
+        if busy:
+            raise ServiceError(
+                f"port {port} is in use by another program on this host "
+                f"({'+'.join(busy)}); choose another port or stop that program first"
+            )
 
     def _check_socket(self, listen: str, own_id: int | None) -> None:
         path = _socket_path(listen)
@@ -406,18 +428,3 @@ def _is_socket(listen: str) -> bool:
 def _socket_path(listen: str) -> str:
     """A unix socket listen address without the core's ",mode" suffix."""
     return listen.split(",", 1)[0]
-
-
-def _overlap(a: str, b: str) -> bool:
-    """Two listen addresses collide when equal or when either is a wildcard."""
-    if a == b:
-        return True
-    for value in (a, b):
-        if not value:
-            return True
-        try:
-            if ipaddress.ip_address(value).is_unspecified:
-                return True
-        except ValueError:
-            continue
-    return False

@@ -22,6 +22,7 @@ from pony.orm import db_session, select
 from appliance.core.template import default_template
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import FilePlaces, check_paths
+from appliance.services.parse import load_json
 from appliance.services.tgbot import parse_schedule
 
 REDACTED = "********"
@@ -245,13 +246,28 @@ def validate(values: dict[str, Any], places: FilePlaces) -> None:
     for cert_key, key_key in CERT_PAIRS:
         check_cert_pair(cert_key, values[cert_key], key_key, values[key_key], places)
     if values["coreTemplate"]:
-        try:
-            template = json.loads(values["coreTemplate"])
-        except ValueError as exc:
-            raise ServiceError(f"coreTemplate is not valid JSON: {exc}") from None
+        template = load_json(values["coreTemplate"], "coreTemplate")
         if not isinstance(template, dict):
             raise ServiceError("coreTemplate must be a JSON object")
         check_paths(template, places)
+        _check_template_tags(template)
+
+
+# The core counts traffic per tag as "outbound>>>TAG>>>traffic>>>downlink", a name the
+# panel keeps in a column of 255 characters (outbound tags also in one of their own).
+TEMPLATE_TAG_MAX = 255 - len("outbound>>>>>>traffic>>>downlink")
+
+
+def _check_template_tags(template: dict) -> None:
+    for section in ("inbounds", "outbounds"):
+        entries = template.get(section)
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            tag = entry.get("tag") if isinstance(entry, dict) else None
+            if isinstance(tag, str) and len(tag) > TEMPLATE_TAG_MAX:
+                raise ServiceError(
+                    f"coreTemplate {section}[{index}].tag must be at most {TEMPLATE_TAG_MAX} "
+                    f"characters (got {len(tag)} characters)"
+                )
 
 
 def normalise_path(key: str, path: str) -> str:

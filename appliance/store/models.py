@@ -16,12 +16,17 @@ from types import SimpleNamespace
 
 from pony.orm import Database, Optional, Required, Set, composite_key
 
+# The length Pony checks for the TEXT (LONGTEXT on MariaDB) columns. Given none, Pony
+# checks its own VARCHAR default instead, which on MySQL is 255 characters: an inbound's
+# settings, a link or the core template longer than that would fail there alone.
+TEXT = 1 << 30
+
 
 def define_entities(db: Database) -> SimpleNamespace:
     class Setting(db.Entity):
         _table_ = "setting"
         key = Required(str, 64, unique=True)
-        value = Optional(str, autostrip=False)
+        value = Optional(str, TEXT, autostrip=False)
 
     class Admin(db.Entity):
         _table_ = "admin"
@@ -61,9 +66,9 @@ def define_entities(db: Database) -> SimpleNamespace:
         total = Required(int, size=64, default=0)
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
-        settings = Required(str, autostrip=False)
-        stream_settings = Required(str, autostrip=False)
-        sniffing = Required(str, autostrip=False)
+        settings = Required(str, TEXT, autostrip=False)
+        stream_settings = Required(str, TEXT, autostrip=False)
+        sniffing = Required(str, TEXT, autostrip=False)
         node_id = Optional(int, nullable=True)
         created_at = Required(int, size=64, default=0)
         updated_at = Required(int, size=64, default=0)
@@ -104,7 +109,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         group_name = Optional(str, 64, index="ix_client_group_name")
         ad_tag = Optional(str, 32)
         method = Optional(str, 64)
-        search_key = Optional(str, autostrip=False)
+        search_key = Optional(str, TEXT, autostrip=False)
         created_at = Required(int, size=64, default=0)
         updated_at = Required(int, size=64, default=0)
         attachments = Set("ClientInbound", cascade_delete=True)
@@ -138,7 +143,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         _table_ = "client_link"
         client = Required(Client, column="client_id")
         kind = Required(str, 16)
-        value = Required(str, autostrip=False)
+        value = Required(str, TEXT, autostrip=False)
         remark = Optional(str, 255, autostrip=False)
         sort_order = Required(int, default=0)
 
@@ -166,7 +171,7 @@ def define_entities(db: Database) -> SimpleNamespace:
         port = Required(int, default=0)
         security = Required(str, 16, default="same")
         sni = Optional(str, 255)
-        tags = Required(str, autostrip=False)
+        tags = Required(str, TEXT, autostrip=False)
         enable = Required(bool, default=True)
         sort_order = Required(int, default=0)
 

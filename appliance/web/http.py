@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
@@ -21,6 +20,7 @@ from urllib.parse import parse_qsl
 from bottle import request, response
 
 from appliance.services.errors import ServiceError
+from appliance.services.parse import load_json
 
 
 @dataclass
@@ -98,7 +98,6 @@ _MISSING = object()
 JSON_TYPES = ("", "application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 READ_CHUNK = 64 * 1024
-MAX_INT_DIGITS = 1000
 
 
 class UnsupportedMediaType(ServiceError):
@@ -152,16 +151,7 @@ def _read_raw(max_bytes: int) -> bytes:
 
 
 def _json(raw: bytes) -> Any:
-    try:
-        value = json.loads(
-            raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
-        )
-    except UnicodeDecodeError:
-        raise ServiceError("the request body is not UTF-8 text") from None
-    except RecursionError:
-        raise ServiceError("the request body is nested too deeply to be read as JSON") from None
-    except ValueError as exc:
-        raise ServiceError(f"the request body is not valid JSON: {exc}") from None
+    value = load_json(raw, "the request body")
     _check_unicode(value)
     return value
 
@@ -173,27 +163,6 @@ def _check_unicode(value: Any) -> None:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise ServiceError("the request body holds text that is not valid Unicode") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _bounded_int(text: str) -> int:
-    """Numbers merely out of range reach the field checks, which name the field; only
-    digit strings long enough to hit Python's own conversion limit (whose message advises
-    raising it) are refused here, as the body's fault."""
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"a number with {len(text.lstrip('-'))} digits is too large")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    """Python reads 1e999 as infinity, which could never be written back as JSON."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is too large for a number")
-    return value
 
 
 def _urlencoded_form(raw: bytes) -> dict:
