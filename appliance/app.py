@@ -31,12 +31,12 @@ from appliance.services.client_ips import ClientIps
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
 from appliance.services.core import CoreService
-from appliance.services.core_logs import ACCESS_LOG_NAME
 from appliance.services.core_metrics import CoreMetrics
 from appliance.services.core_probe import OutboundProbe
 from appliance.services.core_releases import CoreReleases, installed_binary
 from appliance.services.core_routing import CoreRouting
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import CERTS_DIR, FilePlaces
 from appliance.services.groups import Groups
 from appliance.services.hosts import Hosts
 from appliance.services.inbounds import Inbounds
@@ -77,7 +77,8 @@ class Panel:
     def __init__(self, options: Options):
         self.options = options
         self.store = Store(options.db)
-        self.settings = Settings(self.store)
+        self.places = FilePlaces(options.data_dir, options.cert_dirs)
+        self.settings = Settings(self.store, self.places)
         self.auth = Auth(self.store, self.settings)
         self.tokens = Tokens(self.store)
         self.presence = Presence()
@@ -90,17 +91,18 @@ class Panel:
             self.reserved_ports,
             self.client_query.by_inbound,
             held_sockets=lambda: self.core.held_sockets(),
+            places=self.places,
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.hub = Hub()
         self.accounting = TrafficAccounting(self.store, self.presence)
-        core_dir = os.path.join(options.data_dir, "core")
+        core_dir = self.places.core_dir
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(
             self.store,
             self.settings,
-            access_log=os.path.join(core_dir, ACCESS_LOG_NAME),
+            access_log=self.places.core_log("access"),
             limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
         )
         self.core = CoreService(
@@ -112,6 +114,7 @@ class Panel:
                 pause=breathe,
             ),
             workdir=core_dir,
+            places=self.places,
             inbounds=self.inbounds,
             core_clients=self.client_query.core_clients,
             settings=self.settings,
@@ -211,7 +214,8 @@ class Panel:
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
         every(STEP_SECONDS, self.sample_status, "status")
-        os.makedirs(os.path.join(self.options.data_dir, "core"), exist_ok=True)
+        os.makedirs(self.places.core_dir, exist_ok=True)
+        os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
         self.core.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
@@ -226,7 +230,9 @@ class Panel:
         certificate pair in the settings, or None for plain HTTP.
 
         A stored pair was valid when saved, but the files can change on disk before the
-        next start (a renewal gone wrong, a deleted key). Refusing to start would lock the
+        next start (a renewal gone wrong, a deleted key), and a pair stored by an older
+        release or an imported backup may lie outside the certificate directories, which
+        is not read (services.file_paths). Refusing to start would lock the
         owner out for good, since only the panel can change the setting; serving plain
         HTTP with an error in the log keeps the way in open, as peer panels do."""
         cert_key, key_key = f"{door}CertFile", f"{door}KeyFile"
@@ -234,7 +240,12 @@ class Panel:
         if not certfile or not keyfile:
             return None
         try:
+            for key, path in ((cert_key, certfile), (key_key, keyfile)):
+                self.places.certificate(path, key)
             return tls_context(certfile, keyfile)
+        except ServiceError as exc:
+            log.error("%s; serving plain HTTP on that port until it is fixed", exc.msg)
+            return None
         except OSError as exc:
             log.error(
                 "%s %s and %s %s cannot be used (%s); serving plain HTTP on that port "

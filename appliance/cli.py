@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--core", help=f"the core binary (env {ENV['core']}; default xray, then v2ray, on PATH)"
     )
+    _cert_dir_option(run)
     run.set_defaults(handler=cmd_run)
 
     admin = commands.add_parser("admin", help="manage the admin account offline")
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "refused and nothing is written.",
     )
     _store_options(set_settings)
+    _cert_dir_option(set_settings)
     for flag, key, what in SETTING_FLAGS:
         set_settings.add_argument(flag, dest=key, metavar="VALUE", help=f"{what} ({key})")
     set_settings.set_defaults(handler=cmd_setting_set)
@@ -143,6 +145,17 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--db", help=f"database URL or SQLite path (env {ENV['db']}; default in the data dir)"
+    )
+
+
+def _cert_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cert-dir",
+        dest="cert_dirs",
+        action="append",
+        metavar="DIR",
+        help=f"another directory certificate and key files may be in, besides <data dir>/certs, "
+        f"/etc/letsencrypt and /etc/ssl; repeatable (env {ENV['cert_dirs']}, ':'-separated)",
     )
 
 

@@ -19,6 +19,7 @@ ENV = {
     "db": "APPLIANCE_DB",
     "log_level": "APPLIANCE_LOG_LEVEL",
     "core": "APPLIANCE_CORE",
+    "cert_dirs": "APPLIANCE_CERT_DIRS",
 }
 DB_FILE = "appliance.db"
 
@@ -32,6 +33,9 @@ class Options:
     sub_port: int | None = None
     log_level: str = "info"
     core: str | None = None  # the core binary; None finds xray, then v2ray, on PATH
+    # Directories beyond the standard ones that certificate and key files may be in
+    # (services.file_paths); only the host's owner sets them, never the API.
+    cert_dirs: tuple[str, ...] = ()
 
     @property
     def log_file(self) -> str:
@@ -67,7 +71,15 @@ def resolve(args) -> Options:
         sub_port=_port(pick("sub_port"), "--sub-port"),
         log_level=pick("log_level") or "info",
         core=pick("core"),
+        cert_dirs=_cert_dirs(getattr(args, "cert_dirs", None)),
     )
+
+
+def _cert_dirs(flags: list[str] | None) -> tuple[str, ...]:
+    """`--cert-dir` flags, else the directories of the environment variable separated by
+    ':'; each made absolute."""
+    dirs = flags or (os.environ.get(ENV["cert_dirs"]) or "").split(os.pathsep)
+    return tuple(os.path.abspath(d) for d in dirs if d.strip())
 
 
 def _port(value, flag: str) -> int | None:

@@ -378,6 +378,14 @@ def write_certificate(path: Path, certificate: x509.Certificate) -> str:
     return str(path)
 
 
+def certs_dir(server) -> Path:
+    """The certificate folder of a panel's data directory: certificate files the panel
+    is given must be in a folder like this one."""
+    path = Path(server.data_dir) / "certs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def write_self_signed(
     directory: Path, common_name: str, *alt_names: x509.GeneralName
 ) -> tuple[str, str]:

@@ -19,7 +19,7 @@ import pytest
 import requests
 from conftest import ApiClient
 from core_panel import wait_until
-from helpers import database_bytes, db_rows, write_self_signed
+from helpers import certs_dir, database_bytes, db_rows, write_self_signed
 
 STATUS = "/panel/api/server/status"
 UPDATE = "/panel/api/setting/update"
@@ -483,8 +483,8 @@ def test_a_cookie_changed_in_one_character_is_refused(panel):
 
 
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
-def test_cookie_is_secure_over_tls_and_scoped_to_the_base_path(fresh_panel, tmp_path):
-    cert_file, key_file = write_self_signed(tmp_path, "127.0.0.1")
+def test_cookie_is_secure_over_tls_and_scoped_to_the_base_path(fresh_panel):
+    cert_file, key_file = write_self_signed(certs_dir(fresh_panel), "127.0.0.1")
     admin = signed_in(fresh_panel)
     reply = admin.post(
         UPDATE, json={"webCertFile": cert_file, "webKeyFile": key_file, "webBasePath": "/secret/"}

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import io
+import json
 import os
 import socket
 import sqlite3
@@ -536,6 +537,46 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
             "the status shows the core running",
         )
         assert "Traceback" not in server.output(), server.output()
+    finally:
+        server.stop()
+
+
+def test_an_imported_log_path_outside_the_core_folder_ends_confined(tmp_path):
+    """SECURITY-CASES 18: a backup whose core template names /etc/cron.d/x (and a file
+    of this test outside the data directory) as the core's logs restores, but the core
+    it runs never writes there: the paths are left out of its config and the panel's
+    log says so."""
+    outside = tmp_path / "outside" / "access.log"
+    outside.parent.mkdir()
+    server = start_panel(tmp_path, env={"APPLIANCE_CORE": V2RAY})
+    try:
+        api = server.client()
+        wait_until(lambda: core_children(server), "the core runs")
+        template = ok(api.get("/panel/api/core/getDefaultJsonConfig"))
+        template["log"] = {"access": str(outside), "error": "/etc/cron.d/x", "loglevel": "info"}
+        stored = json.dumps(json.dumps(template)).replace("'", "''")
+        backup = edited_backup(
+            api,
+            tmp_path,
+            "DELETE FROM setting WHERE key = 'coreTemplate'",
+            f"INSERT INTO setting (key, value) VALUES ('coreTemplate', '{stored}')",
+        )
+
+        _reply, api = import_and_wait(server, api, backup)
+        wait_until(
+            lambda: ok(api.get(f"{SERVER}/status"))["core"]["state"] == "running",
+            "the core runs after the import",
+        )
+        log = ok(api.get(f"{SERVER}/getConfigJson"))["log"]
+        assert log == {
+            "access": os.path.join(server.data_dir, "core", "access.log"),
+            "loglevel": "info",
+        }
+        with open(os.path.join(server.data_dir, "core", "config.json")) as fh:
+            written = fh.read()
+        assert "/etc/cron.d/x" not in written and str(outside) not in written
+        assert not outside.exists()
+        assert "left out of the core config: log.error may be none" in server.output()
     finally:
         server.stop()
 

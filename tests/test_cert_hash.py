@@ -106,7 +106,7 @@ def test_cert_file_takes_precedence_over_cert_content(api, certs_dir):
     assert ok(api.post(f"{SERVER}/getCertHash", data=body)) == [der_hash(on_disk)]
 
 
-def test_the_web_certificate_folder_is_readable(api, tmp_path):
+def test_the_web_certificate_setting_does_not_widen_the_folders(api, tmp_path):
     web_dir = tmp_path / "web-tls"
     web_dir.mkdir()
     cert_path, key_path = write_self_signed(web_dir, "panel.example")
@@ -114,13 +114,9 @@ def test_the_web_certificate_folder_is_readable(api, tmp_path):
     _, other_certificate = self_signed_certificate("other.example")
     write_certificate(other, other_certificate)
     refused(api.post(f"{SERVER}/getCertHash", data={"certFile": str(other)}), "outside")
-    ok(api.post("/panel/api/setting/update", {"webCertFile": cert_path, "webKeyFile": key_path}))
-    try:
-        assert ok(api.post(f"{SERVER}/getCertHash", data={"certFile": str(other)})) == [
-            der_hash(other_certificate)
-        ]
-    finally:
-        ok(api.post("/panel/api/setting/update", {"webCertFile": "", "webKeyFile": ""}))
+    update = {"webCertFile": cert_path, "webKeyFile": key_path}
+    refused(api.post("/panel/api/setting/update", update), "webCertFile", "outside")
+    refused(api.post(f"{SERVER}/getCertHash", data={"certFile": str(other)}), "outside")
 
 
 @pytest.mark.filterwarnings("ignore::cryptography.utils.CryptographyDeprecationWarning")
@@ -138,13 +134,13 @@ def test_a_path_outside_the_certificate_folders_is_refused(api, tmp_path):
     _, certificate = self_signed_certificate("outside.example")
     path = write_certificate(tmp_path / "outside.pem", certificate)
     reply = api.post(f"{SERVER}/getCertHash", data={"certFile": path})
-    refused(reply, "outside the panel's certificate directories", "/etc/letsencrypt", "/etc/ssl")
+    refused(reply, "outside the directories allowed", "/etc/letsencrypt", "/etc/ssl", "certContent")
     refused(api.post(f"{SERVER}/getCertHash", data={"certFile": "/etc/passwd"}), "outside")
 
 
 def test_dot_dot_cannot_climb_out(api, certs_dir):
     path = str(certs_dir) + "/../appliance.db"
-    refused(api.post(f"{SERVER}/getCertHash", data={"certFile": path}), "outside")
+    refused(api.post(f"{SERVER}/getCertHash", data={"certFile": path}), "may not contain '..'")
 
 
 def test_a_symlink_escaping_the_folders_is_refused(api, certs_dir, tmp_path):
@@ -152,11 +148,7 @@ def test_a_symlink_escaping_the_folders_is_refused(api, certs_dir, tmp_path):
     target = write_certificate(tmp_path / "escape.pem", certificate)
     link = certs_dir / "escape.pem"
     link.symlink_to(target)
-    refused(
-        api.post(f"{SERVER}/getCertHash", data={"certFile": str(link)}),
-        "a link to",
-        "outside",
-    )
+    refused(api.post(f"{SERVER}/getCertHash", data={"certFile": str(link)}), "outside")
 
 
 def test_a_symlink_within_the_folders_is_followed(api, certs_dir):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from conftest import start_panel
-from helpers import clean_env, create_inbound, ok, setting_rows, write_self_signed
+from helpers import certs_dir, clean_env, create_inbound, ok, setting_rows, write_self_signed
 
 
 def appliance(server, *args: str) -> subprocess.CompletedProcess:
@@ -88,8 +88,8 @@ def test_set_without_a_value_says_what_to_give(stopped):
     assert "nothing to change; give at least one of --port, --base-path" in result.stderr
 
 
-def test_a_certificate_pair_is_checked_and_stored(stopped, tmp_path):
-    cert, key = write_self_signed(tmp_path, "panel.example")
+def test_a_certificate_pair_is_checked_and_stored(stopped):
+    cert, key = write_self_signed(certs_dir(stopped), "panel.example")
     result = appliance(stopped, "setting", "set", "--cert-file", cert, "--key-file", key)
     assert result.returncode == 0, result.stderr
     rows = setting_rows(stopped)
@@ -98,6 +98,24 @@ def test_a_certificate_pair_is_checked_and_stored(stopped, tmp_path):
     cleared = appliance(stopped, "setting", "set", "--cert-file", "", "--key-file", "")
     assert cleared.returncode == 0, cleared.stderr
     assert "webCertFile" not in setting_rows(stopped)
+
+
+def test_a_pair_outside_the_certificate_folders_needs_the_host_owners_cert_dir(stopped, tmp_path):
+    """The CLI checks as the API does; only a folder named on the host's command line
+    (or in the environment) widens where certificate files may be."""
+    cert, key = write_self_signed(tmp_path, "outside.example")
+    before = setting_rows(stopped)
+    result = appliance(stopped, "setting", "set", "--cert-file", cert, "--key-file", key)
+    assert result.returncode == 1
+    assert f"webCertFile '{cert}' is outside the directories allowed for it" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert setting_rows(stopped) == before
+    flags = ["--cert-dir", str(tmp_path), "--cert-file", cert, "--key-file", key]
+    widened = appliance(stopped, "setting", "set", *flags)
+    assert widened.returncode == 0, widened.stderr
+    assert json.loads(setting_rows(stopped)["webCertFile"]) == cert
+    cleared = appliance(stopped, "setting", "set", "--cert-file", "", "--key-file", "")
+    assert cleared.returncode == 0, cleared.stderr
 
 
 def test_new_port_and_path_apply_at_the_next_start(tmp_path):
@@ -132,7 +150,15 @@ def test_the_same_value_again_changes_nothing(stopped):
         (["setting", "show", "--help"], ["--data-dir", "--db"]),
         (
             ["setting", "set", "--help"],
-            ["--port", "--base-path", "--listen", "--cert-file", "--key-file", "--db"],
+            [
+                "--port",
+                "--base-path",
+                "--listen",
+                "--cert-file",
+                "--key-file",
+                "--cert-dir",
+                "--db",
+            ],
         ),
     ],
 )

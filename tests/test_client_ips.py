@@ -20,6 +20,7 @@ from appliance.services.client_ips import ACTIVE_WINDOW, ClientIps, host_address
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
 from appliance.services.core_logs import ACCESS_LOG_KEEP, ACCESS_LOG_LIMIT
+from appliance.services.file_paths import FilePlaces
 from appliance.services.inbounds import Inbounds
 from appliance.services.presence import Presence
 from appliance.services.settings import Settings
@@ -75,10 +76,15 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
     collector tests here and those of the core's online-user API start from it."""
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store)
+    settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
     settings.write(settings.check({"ipLimitEnable": True}))
-    inbounds = Inbounds(store, lambda: [], ClientQuery(store, settings, Presence()).by_inbound)
+    inbounds = Inbounds(
+        store,
+        lambda: [],
+        ClientQuery(store, settings, Presence()).by_inbound,
+        places=settings.places,
+    )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
     clients = Clients(store)
     for email, limit in limits.items():

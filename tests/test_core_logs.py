@@ -31,6 +31,7 @@ from appliance.services.core_logs import (
     trim,
 )
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces
 
 WAIT = 15
 
@@ -301,7 +302,10 @@ OUTPUT = [
 
 @pytest.fixture
 def logged(tmp_path):
-    path = tmp_path / "access.log"
+    """A config whose access log is the panel's own, in the core directory of a data
+    directory in `tmp_path` (`corelogs` reads no other file)."""
+    path = tmp_path / "core" / "access.log"
+    path.parent.mkdir()
     append(path, *ROUTED)
     return {
         "log": {"access": str(path), "error": ""},
@@ -314,8 +318,13 @@ def logged(tmp_path):
     }
 
 
+def places_of(config) -> FilePlaces:
+    """The places of the data directory whose core log `config` names."""
+    return FilePlaces(os.path.dirname(os.path.dirname(config["log"]["access"])))
+
+
 def shown(config, count=100, **form) -> list[str]:
-    return recent_core_logs(config, OUTPUT, count, form).splitlines()
+    return recent_core_logs(config, OUTPUT, count, form, places_of(config)).splitlines()
 
 
 def test_corelogs_shows_routes_by_their_outbound_class(logged):
@@ -359,5 +368,5 @@ def test_corelogs_filter_is_a_case_insensitive_substring(logged):
 )
 def test_corelogs_refuses_bad_input_with_a_sentence(logged, count, form, message):
     with pytest.raises(ServiceError) as caught:
-        recent_core_logs(logged, OUTPUT, count, form)
+        recent_core_logs(logged, OUTPUT, count, form, places_of(logged))
     assert message in caught.value.msg

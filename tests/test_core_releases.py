@@ -24,6 +24,7 @@ from helpers import free_port, ok, refused
 
 from appliance.services.core_releases import ASSET_SUFFIXES, CoreReleases
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces
 from appliance.services.settings import Settings
 from appliance.store import Store
 from tests.release_host import ReleaseHost
@@ -425,7 +426,7 @@ class CoreStandIn:
 def service(tmp_path, host):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store)
+    settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
     clock, core = Clock(), CoreStandIn()
     releases = CoreReleases(settings, str(tmp_path / "core"), core, clock=clock)

@@ -15,11 +15,14 @@ import pytest
 from conftest import start_panel
 from helpers import NETWORKED, fresh_database
 
+from appliance.services.file_paths import FilePlaces
 from appliance.services.inbounds import Inbounds
 from appliance.store import Store
 from appliance.store.migrations import LATEST, MIGRATIONS, migrate
 
 TOKEN_HASH = "ab" * 32
+# The inbounds stored here name no files, so no data directory is needed.
+PLACES = FilePlaces("/nonexistent/data")
 
 
 def versions(conn) -> list[int]:
@@ -176,7 +179,11 @@ def test_networked_store_round_trips_an_inbound(kind):
         assert store.open() == list(range(1, LATEST + 1))
         try:
             inbounds = Inbounds(
-                store, lambda: [], lambda ids, slim: {}, clock=lambda: 1_700_000_000.0
+                store,
+                lambda: [],
+                lambda ids, slim: {},
+                clock=lambda: 1_700_000_000.0,
+                places=PLACES,
             )
             created = inbounds.add(
                 {
@@ -198,7 +205,7 @@ def test_networked_store_round_trips_an_inbound(kind):
         reopened = Store(url)
         assert reopened.open() == []  # already at LATEST: nothing to apply
         try:
-            again = Inbounds(reopened, lambda: [], lambda ids, slim: {})
+            again = Inbounds(reopened, lambda: [], lambda ids, slim: {}, places=PLACES)
             assert again.get(created["id"])["remark"] == "Grüße 🚀 'quoted'"
         finally:
             reopened.close()

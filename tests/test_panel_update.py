@@ -21,6 +21,7 @@ import pytest
 
 from appliance import __version__
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces
 from appliance.services.panel_update import NOT_FROZEN, PanelUpdate
 from appliance.services.settings import Settings
 from appliance.store import Store
@@ -141,7 +142,7 @@ def test_a_missing_list_and_a_bad_url_are_reported(api, host):
 def updater(tmp_path):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store)
+    settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
     binary = tmp_path / "install" / "appliance"
     binary.parent.mkdir()
@@ -273,7 +274,7 @@ def test_a_package_install_refuses_before_any_download(tmp_path, host):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
     try:
-        settings = Settings(store)
+        settings = Settings(store, FilePlaces(str(tmp_path)))
         settings.load()
         use(settings, host.url + "/never/fetched")
         service = PanelUpdate(settings, lambda: None, binary=str(tmp_path / "x"), frozen=False)

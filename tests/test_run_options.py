@@ -117,6 +117,14 @@ def test_resolve_flags_beat_environment(monkeypatch, tmp_path):
     assert options.db == str(tmp_path / "flag.db")
 
 
+def test_certificate_folders_come_from_flags_or_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("APPLIANCE_CERT_DIRS", f"{tmp_path}/a:relative:")
+    monkeypatch.chdir(tmp_path)
+    assert config.resolve(args()).cert_dirs == (f"{tmp_path}/a", f"{tmp_path}/relative")
+    flagged = Namespace(**vars(args()), cert_dirs=[f"{tmp_path}/flag"])
+    assert config.resolve(flagged).cert_dirs == (f"{tmp_path}/flag",)
+
+
 @pytest.mark.parametrize("value", ["abc", "65536", "-1", "1.5"])
 def test_resolve_refuses_a_bad_port_with_a_sentence(monkeypatch, value):
     monkeypatch.delenv("APPLIANCE_PORT", raising=False)

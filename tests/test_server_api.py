@@ -9,7 +9,7 @@ import uuid
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from helpers import write_self_signed
+from helpers import certs_dir, write_self_signed
 
 from appliance.services.status import BUCKETS, METRICS
 
@@ -150,11 +150,11 @@ def test_new_x25519_pair_is_real(api):
     assert len(seen) == 3
 
 
-def test_web_cert_files_follow_settings(fresh_panel, tmp_path):
+def test_web_cert_files_follow_settings(fresh_panel):
     api = fresh_panel.client()
     reply = api.get(SERVER + "/getWebCertFiles")
     assert reply == {"success": True, "msg": "", "obj": {"webCertFile": "", "webKeyFile": ""}}
-    cert_path, key_path = write_self_signed(tmp_path, "panel.test")
+    cert_path, key_path = write_self_signed(certs_dir(fresh_panel), "panel.test")
     saved = api.post(
         "/panel/api/setting/update", json={"webCertFile": cert_path, "webKeyFile": key_path}
     )

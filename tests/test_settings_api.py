@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import shutil
+from pathlib import Path
 
 import pyotp
 import pytest
@@ -62,9 +63,11 @@ def saved(api: ApiClient, body: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict[str, str]:
-    """A self-signed certificate with its key, plus files that must be refused."""
-    folder = tmp_path_factory.mktemp("certs")
+def certs(panel) -> dict[str, str]:
+    """A self-signed certificate with its key, plus files that must be refused, in the
+    certificate folder of the module's panel (no other folder is accepted)."""
+    folder = Path(panel.data_dir) / "certs"
+    folder.mkdir(exist_ok=True)
     key, cert = self_signed_certificate(
         "127.0.0.1", x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
     )
@@ -589,18 +592,30 @@ def test_restart_reexecs_and_applies_the_base_path(fresh_panel):
         ws.close()
 
 
+def copied_pair(server, certs) -> tuple[Path, Path]:
+    """The module's certificate pair copied into the certificate folder of `server`."""
+    cert, key = (
+        Path(server.data_dir) / "certs" / "cert.pem",
+        Path(server.data_dir) / "certs" / "key.pem",
+    )
+    shutil.copy(certs["cert"], cert)
+    shutil.copy(certs["key"], key)
+    return cert, key
+
+
 def test_restart_applies_the_certificate_pair(fresh_panel, certs):
     api = fresh_panel.client()
-    saved(api, {"webCertFile": certs["cert"], "webKeyFile": certs["key"]})
+    cert, key = copied_pair(fresh_panel, certs)
+    saved(api, {"webCertFile": str(cert), "webKeyFile": str(key)})
     restart_panel(fresh_panel, api)
     assert fresh_panel.url.startswith("https://")
     client = ApiClient(fresh_panel.url)
     # The panel must present exactly the stored certificate; the environment's CA bundle
     # would take precedence over `verify` unless the session ignores the environment.
     client.http.trust_env = False
-    client.http.verify = certs["cert"]
+    client.http.verify = str(cert)
     assert client.sign_in(fresh_panel.username, fresh_panel.password)["success"] is True
-    assert client.post(ALL)["obj"]["webCertFile"] == certs["cert"]
+    assert client.post(ALL)["obj"]["webCertFile"] == str(cert)
     assert all(cookie.secure for cookie in client.http.cookies)
     plain = fresh_panel.url.replace("https://", "http://", 1)
     with pytest.raises(requests.ConnectionError):
@@ -609,12 +624,10 @@ def test_restart_applies_the_certificate_pair(fresh_panel, certs):
     assert "Traceback" not in fresh_panel.output()
 
 
-def test_restart_with_unusable_certificate_files_serves_plain_http(fresh_panel, certs, tmp_path):
+def test_restart_with_unusable_certificate_files_serves_plain_http(fresh_panel, certs):
     """The files were fine when saved and broke on disk before the restart: the panel
     stays reachable (only it can change the setting) and says why in its log."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    shutil.copy(certs["cert"], cert)
-    shutil.copy(certs["key"], key)
+    cert, key = copied_pair(fresh_panel, certs)
     api = fresh_panel.client()
     saved(api, {"webCertFile": str(cert), "webKeyFile": str(key)})
     key.unlink()

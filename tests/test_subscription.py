@@ -22,7 +22,7 @@ import requests
 import yaml
 from conftest import start_panel
 from cryptography import x509
-from helpers import TLS, create_inbound, ok, write_self_signed
+from helpers import TLS, certs_dir, create_inbound, ok, write_self_signed
 
 from appliance.links import LinkContext, client_links
 
@@ -442,11 +442,11 @@ def test_info_page_escapes_what_it_shows(api, panel, restore):
 
 
 def test_own_certificate_pair(tmp_path):
-    cert, key = write_self_signed(
-        tmp_path, "sub.test", x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
-    )
     server = start_panel(tmp_path)
     try:
+        cert, key = write_self_signed(
+            certs_dir(server), "sub.test", x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+        )
         admin = server.client()
         client = add_client(admin, [add_inbound(admin)["id"]])
         settings(admin, subCertFile=cert, subKeyFile=key)

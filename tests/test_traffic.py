@@ -8,6 +8,7 @@ from pony.orm import db_session
 
 from appliance.services.client_query import ClientQuery
 from appliance.services.clients import Clients
+from appliance.services.file_paths import FilePlaces
 from appliance.services.inbounds import Inbounds
 from appliance.services.presence import Presence
 from appliance.services.settings import Settings
@@ -35,13 +36,13 @@ def store(tmp_path):
 
 
 @pytest.fixture
-def world(store):
+def world(store, tmp_path):
     """One vless inbound tagged `in-1` with clients Alice and bob."""
-    settings = Settings(store)
+    settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence)
-    inbounds = Inbounds(store, lambda: [], query.by_inbound)
+    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
     clients = Clients(store)
     clients.add({"client": {"email": "Alice"}, "inboundIds": [inbound["id"]]})

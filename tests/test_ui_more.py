@@ -22,7 +22,7 @@ import pytest
 from conftest import start_panel, stop_and_drop
 from core_helpers import LOOPBACK, client_config, echo_server, running_core, socks_echo
 from core_panel import CORE_ENV, loopback_template, wait_until
-from helpers import free_port, ok, write_self_signed
+from helpers import certs_dir, free_port, ok, write_self_signed
 from test_ui import (
     ARTIFACTS,
     CHROMIUM,
@@ -341,8 +341,8 @@ def fallbacks_of(api, inbound_id: int) -> list[tuple]:
     return [(r["childId"], r["name"], r["alpn"], r["path"], r["dest"], r["xver"]) for r in rules]
 
 
-def test_fallback_rules_edited_on_a_tls_master(browser, core_panel, api, watches, tmp_path):
-    certificate, key = write_self_signed(tmp_path, "fallback.example.com")
+def test_fallback_rules_edited_on_a_tls_master(browser, core_panel, api, watches):
+    certificate, key = write_self_signed(certs_dir(core_panel), "fallback.example.com")
     tls = {"certificates": [{"certificateFile": certificate, "keyFile": key}]}
     master = ok(
         api.post(

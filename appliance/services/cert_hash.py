@@ -7,11 +7,11 @@ points at a certificate the panel can read, pastes one, or names a live server w
 certificate should be pinned.
 
 Reading a file by a path a caller sends is a way to probe the disk, so only files inside
-the panel's certificate directories are read: the `certs` folder of the data directory,
-the folders of the `webCertFile` and `subCertFile` settings, `/etc/letsencrypt` and
-`/etc/ssl`. The path is resolved first, so a symbolic link inside them that points
-elsewhere is refused like the place it points to. Only regular files up to 1 MB are read,
-and one that holds no certificate says so rather than hashing whatever it holds.
+the panel's certificate directories are read (`FilePlaces.certificate`, the one rule
+every certificate path of the panel follows): the path is resolved first, so a symbolic
+link inside them that points elsewhere is refused like the place it points to, with the
+same words whether the place exists or not. Only regular files up to 1 MB are read, and
+one that holds no certificate says so rather than hashing whatever it holds.
 
 A file or pasted text may be PEM (a chain gives one hash per certificate, in file order)
 or DER; pasted DER comes as base64 text, since a form field carries text. The remote
@@ -32,36 +32,21 @@ import socket
 import ssl
 
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces
 
 CERT_FILE_LIMIT = 1 << 20
-SYSTEM_CERT_DIRS = ("/etc/letsencrypt", "/etc/ssl")
 REMOTE_TIMEOUT = 10  # seconds for the TCP connect and again for the TLS handshake
 DEFAULT_TLS_PORT = 443
 LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"^(?=.{{1,253}}$)(?:{LABEL}\.)*{LABEL}\.?$")
 
 
-def certificate_dirs(data_dir: str, settings) -> list[str]:
-    """The directories `cert_hashes` may read from, resolved, without duplicates."""
-    candidates = [os.path.join(data_dir, "certs")]
-    for key in ("webCertFile", "subCertFile"):
-        path = settings.get(key)
-        if path:
-            candidates.append(os.path.dirname(os.path.abspath(path)))
-    candidates.extend(SYSTEM_CERT_DIRS)
-    resolved: list[str] = []
-    for directory in candidates:
-        real = os.path.realpath(directory)
-        if real not in resolved:
-            resolved.append(real)
-    return resolved
-
-
-def cert_hashes(cert_file: object, cert_content: object, allowed_dirs: list[str]) -> list[str]:
-    """Hex SHA-256 of each certificate in `cert_file` (a path; wins when given) or in
-    `cert_content` (PEM text or base64 DER)."""
+def cert_hashes(cert_file: object, cert_content: object, places: FilePlaces) -> list[str]:
+    """Hex SHA-256 of each certificate in `cert_file` (a path in the certificate
+    directories of `places`; wins when given) or in `cert_content` (PEM text or base64
+    DER)."""
     if isinstance(cert_file, str) and cert_file.strip():
-        return _hashes(_read_cert_file(cert_file.strip(), allowed_dirs), f"'{cert_file.strip()}'")
+        return _hashes(_read_cert_file(cert_file.strip(), places), f"'{cert_file.strip()}'")
     if isinstance(cert_content, str) and cert_content.strip():
         return _hashes(_pasted(cert_content.strip()), "certContent")
     if cert_file not in (None, "") or cert_content not in (None, ""):
@@ -139,14 +124,12 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def _read_cert_file(path: str, allowed_dirs: list[str]) -> bytes:
+def _read_cert_file(path: str, places: FilePlaces) -> bytes:
+    try:
+        places.certificate(path, "certFile")
+    except ServiceError as exc:
+        raise ServiceError(f"{exc.msg}, or paste the certificate as certContent") from None
     real = os.path.realpath(path)
-    if not any(real == d or real.startswith(d.rstrip("/") + "/") for d in allowed_dirs):
-        link = f" (a link to {real})" if real != os.path.abspath(path) else ""
-        raise ServiceError(
-            f"'{path}'{link} is outside the panel's certificate directories "
-            f"({', '.join(allowed_dirs)}); put the certificate there or paste it as certContent"
-        )
     if not os.path.exists(real):
         raise ServiceError(f"no such file '{path}'")
     if os.path.isdir(real):

@@ -38,8 +38,9 @@ from appliance.core.config import build_config
 from appliance.core.live import Running, live_changes, running
 from appliance.jobs import breathe
 from appliance.memory import return_freed_memory
-from appliance.services.core_logs import ACCESS_LOG_NAME, log_path
+from appliance.services.core_logs import log_path
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces, drop_misplaced_paths
 from appliance.services.listeners import RECHECK_SECONDS, LeftOut, Socket, core_sockets
 from appliance.services.settings import core_template
 
@@ -57,6 +58,7 @@ class CoreService:
         store,
         process,
         workdir,
+        places: FilePlaces,
         inbounds,
         core_clients,
         settings,
@@ -70,6 +72,7 @@ class CoreService:
         self.core_clients = core_clients
         self.process = process
         self.workdir = workdir
+        self.places = places
         self.inbounds = inbounds
         self.settings = settings
         self.accounting = accounting
@@ -79,7 +82,10 @@ class CoreService:
         # Collects client IPs each tick (services.client_ips): from Xray's online API, else
         # from the access log; None: off.
         self.client_ips = client_ips
-        self.access_log = os.path.join(workdir, ACCESS_LOG_NAME)
+        self.access_log = places.core_log("access")
+        # What was already said in the log about misplaced paths, so a sync a second
+        # does not repeat it.
+        self._reported: set[str] = set()
         self.api: CoreApi | None = None
         self.api_port = 0
         self.running: Running | None = None  # what the core runs, when it runs
@@ -196,13 +202,27 @@ class CoreService:
 
     # ---- config --------------------------------------------------------------------------
 
-    def build(self) -> dict:
-        return self._config(self.inbounds.for_core(self.core_clients))
+    def build(self, template: dict | None = None) -> dict:
+        """The config for the stored template (or `template`) and inbounds."""
+        return self._config(self.inbounds.for_core(self.core_clients), template)
 
-    def _config(self, views: list[dict]) -> dict:
+    def _config(self, views: list[dict], template: dict | None = None) -> dict:
+        """A file path in the template or the inbound views that is out of its place
+        (services.file_paths), stored before the rules or by an import, is left out and
+        reported in the panel's log: the core never writes or reads there, and the panel
+        still starts."""
+        template = core_template(self.settings) if template is None else template
+        problems = drop_misplaced_paths(template, self.places)
+        for view in views:
+            label = f"inbound {view['tag']}: streamSettings"
+            problems += drop_misplaced_paths(view.get("streamSettings"), self.places, label)
+        for problem in problems:
+            if problem not in self._reported:
+                self._reported.add(problem)
+                log.error("left out of the core config: %s", problem)
         now_ms = int(time.time() * 1000)
         return build_config(
-            core_template(self.settings),
+            template,
             self.left_out.admitted(views, now_ms),
             self.api_port,
             flavor=self._flavor,
@@ -222,15 +242,7 @@ class CoreService:
             changes["outboundTestUrl"] = test_url
         checked = self.settings.check(changes)
         if self.api_port:
-            candidate = build_config(
-                json.loads(text),
-                self.inbounds.for_core(self.core_clients),
-                self.api_port,
-                flavor=self._flavor,
-                now_ms=int(time.time() * 1000),
-                access_log=self.access_log,
-            )
-            self.process.test(candidate)
+            self.process.test(self.build(json.loads(text)))
         self.settings.write(checked)
         self.mark_dirty()
 

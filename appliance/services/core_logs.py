@@ -4,8 +4,10 @@ and the recent access and error lines that `server/corelogs` shows.
 Why a file: the access log is the one record of who connected that every core has, V2Ray
 4.34 as well as Xray (which also offers an online-IP API, but only in newer releases), so
 IP accounting is built on it. The config builder points the core's `log.access` at
-`<data dir>/core/access.log` unless the template names a file of its own; the core opens
-it with O_APPEND, which is what makes trimming it in place safe.
+`<data dir>/core/access.log`, the only file it may name (services.file_paths confines the
+template's log paths to the panel's own files); the core opens it with O_APPEND, which is
+what makes trimming it in place safe. `corelogs` reads back only those files, whatever a
+config names, so it can never serve another file of the host.
 
 Both cores write one line per accepted or rejected connection:
 
@@ -32,8 +34,8 @@ from typing import Any, NamedTuple
 
 from appliance.logbuffer import parse_count
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces
 
-ACCESS_LOG_NAME = "access.log"
 # Bytes read from the access log per tick: a flood of connections is worked off over
 # several ticks instead of holding the process for one long read.
 READ_LIMIT = 4 << 20
@@ -113,6 +115,13 @@ def log_path(config: dict | None, key: str) -> str:
     section = (config or {}).get("log")
     value = section.get(key) if isinstance(section, dict) else None
     return value if isinstance(value, str) and value.strip().lower() not in DISABLED else ""
+
+
+def own_log_path(config: dict | None, key: str, places: FilePlaces) -> str:
+    """The file the config sends log `key` to when it is the panel's own file for that
+    log; "" for none or for any other file."""
+    path = log_path(config, key)
+    return path if places.is_core_log(key, path) else ""
 
 
 # ---- following a file that the core appends to -------------------------------------------
@@ -234,13 +243,17 @@ def lines_backwards(path: str, max_bytes: int = SCAN_LIMIT) -> Iterator[str]:
 ROUTE_FLAGS = (("direct", "showDirect"), ("blocked", "showBlocked"), ("proxy", "showProxy"))
 
 
-def recent_core_logs(config: dict, output: list[str], count: Any, form: Any) -> str:
+def recent_core_logs(
+    config: dict, output: list[str], count: Any, form: Any, places: FilePlaces
+) -> str:
     """The last `count` lines of the core's access and error logs, oldest first, that pass
     the filters of `server/corelogs`.
 
     `config` is the config the core runs (its `log` section says where the logs are, its
     outbounds what each tag is); `output` the core's recent output, which holds the
-    error log when the config writes it to no file. Rules:
+    error log when the config writes it to no file. A log file is read only when it is
+    the panel's own for that log (`places`); any other file a config names is not read.
+    Rules:
 
     - `filter`: a line is shown only when it contains this text (case-insensitive).
     - An access line is classed by its outbound: a `freedom` outbound (or a tag named
@@ -268,7 +281,10 @@ def recent_core_logs(config: dict, output: list[str], count: Any, form: Any) -> 
         route = route_class(entry.outbound_tag, protocols)
         return route != API_TAG and shown[route]
 
-    access_path, error_path = log_path(config, "access"), log_path(config, "error")
+    access_path, error_path = (
+        own_log_path(config, "access", places),
+        own_log_path(config, "error", places),
+    )
     access = lines_backwards(access_path) if access_path else []
     errors = lines_backwards(error_path) if error_path else reversed(output)
     lines = heapq.merge(

@@ -39,6 +39,7 @@ from gevent.pool import Pool
 
 from appliance.core.process import CoreProcess
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import check_paths
 from appliance.services.parse import load_json
 
 BATCH_LIMIT = 50
@@ -84,6 +85,10 @@ class OutboundProbe:
     # ---- running the probes -------------------------------------------------------------
 
     def _run(self, tested: list[dict], chain: list[dict], mode: str, isolate: bool) -> list:
+        # The temporary core reads the certificate files they name, and its refusal would
+        # tell whether a file exists: outside their folders they are refused first.
+        check_paths(tested, self.settings.places, "outbounds")
+        check_paths(chain, self.settings.places, "allOutbounds")
         url = self._test_url()
         results: list[dict | None] = [None] * len(tested)
         pool, dials, through_core = Pool(CONCURRENT_PROBES), {}, []

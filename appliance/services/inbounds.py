@@ -1,8 +1,9 @@
 """Inbounds: the listening proxy endpoints, stored once and shown in several shapes.
 
 Payloads are normalised by `inbound_rules` before anything is written; this module adds
-what needs the database: unique tags, port conflicts with other inbounds and with the
-panel's own ports, and the derived parts of the returned record (`settings.clients`
+what needs the database or the disk: unique tags, port conflicts with other inbounds and
+with the panel's own ports, certificate files inside their directories
+(`file_paths`), and the derived parts of the returned record (`settings.clients`
 from client rows, `settings.fallbacks` from fallback rows, `clientStats`). An update keeps
 attached clients usable: the protocol must still take clients, and their secrets are
 re-fitted to a changed Shadowsocks cipher as on attach.
@@ -25,6 +26,7 @@ from appliance.services.client_rules import legacy_method
 from appliance.services.clients import refit
 from appliance.services.errors import ServiceError
 from appliance.services.fallbacks import Fallbacks, master_problem
+from appliance.services.file_paths import FilePlaces, check_paths
 from appliance.services.listeners import Socket, busy_transports, overlap
 from appliance.services.parse import parse_id, parse_json_text
 
@@ -50,8 +52,12 @@ class Inbounds:
         clients_of: ClientsOf,
         clock=time.time,
         held_sockets: HeldSockets = list,
+        *,
+        places: FilePlaces,
     ):
         self.store = store
+        # Where the certificate files of inbounds may be (services.file_paths).
+        self.places = places
         self.reserved_ports = reserved_ports
         self.clients_of = clients_of
         self.held_sockets = held_sockets
@@ -129,6 +135,7 @@ class Inbounds:
 
     def add(self, payload) -> dict:
         record = inbound_rules.normalize_inbound(_object(payload))
+        check_paths(record["streamSettings"], self.places, "streamSettings")
         with db_session:
             self._check_unique(record, None)
             self._check_free(record)
@@ -145,6 +152,7 @@ class Inbounds:
         with db_session:
             row = self._row(inbound_id)
             record = inbound_rules.normalize_inbound(_object(payload))
+            check_paths(record["streamSettings"], self.places, "streamSettings")
             self._check_unique(record, row.id)
             self._check_free(record)
             self._check_still_master(row, record)

@@ -14,12 +14,14 @@ import ipaddress
 import json
 import os
 import re
+import zoneinfo
 from typing import Any
 
 from pony.orm import db_session, select
 
 from appliance.core.template import default_template
 from appliance.services.errors import ServiceError
+from appliance.services.file_paths import FilePlaces, check_paths
 from appliance.services.parse import load_json
 from appliance.services.tgbot import parse_schedule
 
@@ -104,8 +106,10 @@ PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")
 class Settings:
     """Typed access to panel settings with an in-memory cache."""
 
-    def __init__(self, store):
+    def __init__(self, store, places: FilePlaces):
         self.store = store
+        # Where the certificate files and core logs the settings name may be.
+        self.places = places
         self._values: dict[str, Any] = {}
 
     def load(self) -> None:
@@ -143,7 +147,7 @@ class Settings:
             if key in SECRET_KEYS and value == REDACTED:
                 continue
             candidate[key] = _coerce(key, value)
-        validate(candidate)
+        validate(candidate, self.places)
         return {key: candidate[key] for key in DEFAULTS if candidate[key] != self.get(key)}
 
     def set_internal(self, key: str, value: str) -> None:
@@ -208,7 +212,7 @@ def _coerce(key: str, value: Any) -> Any:
     return value.strip() if key not in SECRET_KEYS else value
 
 
-def validate(values: dict[str, Any]) -> None:
+def validate(values: dict[str, Any], places: FilePlaces) -> None:
     """Every rule that spans keys or touches the filesystem, checked before any write."""
     for key in PORT_KEYS:
         if not 1 <= values[key] <= 65535:
@@ -238,12 +242,14 @@ def validate(values: dict[str, Any]) -> None:
                 ) from None
     parse_trusted_proxies(values["trustedProxies"])
     parse_schedule(values["tgRunTime"])
+    check_time_location(values["timeLocation"])
     for cert_key, key_key in CERT_PAIRS:
-        check_cert_pair(cert_key, values[cert_key], key_key, values[key_key])
+        check_cert_pair(cert_key, values[cert_key], key_key, values[key_key], places)
     if values["coreTemplate"]:
         template = load_json(values["coreTemplate"], "coreTemplate")
         if not isinstance(template, dict):
             raise ServiceError("coreTemplate must be a JSON object")
+        check_paths(template, places)
         _check_template_tags(template)
 
 
@@ -292,8 +298,21 @@ def parse_trusted_proxies(raw: str) -> list:
     return networks
 
 
-def check_cert_pair(cert_key: str, cert_file: str, key_key: str, key_file: str) -> None:
-    """Both empty, or both readable files holding a certificate and its private key."""
+def check_time_location(name: str) -> None:
+    """`Local` (the host's zone) or a zone name of the IANA database, never a path."""
+    if name != "Local" and name not in zoneinfo.available_timezones():
+        shown = name if len(name) <= 100 else name[:100] + "..."
+        raise ServiceError(
+            f"timeLocation must be Local or an IANA time zone name like Europe/Berlin "
+            f"(got '{shown}')"
+        )
+
+
+def check_cert_pair(
+    cert_key: str, cert_file: str, key_key: str, key_file: str, places: FilePlaces
+) -> None:
+    """Both empty, or both readable files in the certificate directories holding a
+    certificate and its private key."""
     if not cert_file and not key_file:
         return
     # Imported here: `cryptography` costs 8 MB of an idle panel's memory, and only a
@@ -305,6 +324,7 @@ def check_cert_pair(cert_key: str, cert_file: str, key_key: str, key_file: str) 
         missing = cert_key if not cert_file else key_key
         raise ServiceError(f"{cert_key} and {key_key} go together; {missing} is empty")
     for key, path in ((cert_key, cert_file), (key_key, key_file)):
+        places.certificate(path, key)
         if not os.path.isfile(path):
             raise ServiceError(f"{key}: no such file '{path}'")
     try:

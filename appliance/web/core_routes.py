@@ -158,7 +158,8 @@ def core_routes(panel) -> RouteTable:
     def core_log_lines(count):
         form = json_object(8192)
         config = core.running_config()
-        return core_logs.recent_core_logs(config, core.process.output(500), count, form)
+        output = core.process.output(500)
+        return core_logs.recent_core_logs(config, output, count, form, panel.places)
 
     table.routes.extend(server.routes)
     return table

@@ -4,7 +4,7 @@ hashes, the panel's own updates, and the client address table."""
 from __future__ import annotations
 
 from appliance.services import keygen
-from appliance.services.cert_hash import cert_hashes, certificate_dirs, remote_cert_hashes
+from appliance.services.cert_hash import cert_hashes, remote_cert_hashes
 from appliance.services.errors import ServiceError
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
@@ -44,11 +44,7 @@ def tool_routes(panel) -> RouteTable:
     )
     def cert_hash():
         data = json_object(1 << 20)
-        return cert_hashes(
-            data.get("certFile"),
-            data.get("certContent"),
-            certificate_dirs(panel.options.data_dir, panel.settings),
-        )
+        return cert_hashes(data.get("certFile"), data.get("certContent"), panel.places)
 
     @table.post(
         "/getRemoteCertHash",
