@@ -423,7 +423,7 @@ def _status_code(sock, sent: float, timings: dict) -> int:
     line = received.split(b"\r\n", 1)[0].decode("latin-1")
     parts = line.split()
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"the answer is not HTTP: {line[:80]!r}")
+        raise ValueError("the answer has no HTTP status line (is outboundTestUrl an HTTP server?)")
     return int(parts[1])
 
 
