@@ -9,6 +9,7 @@ carries beyond the tag, flags and assets is up to the module (`describe`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,21 +17,38 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ReleaseHost:
     """Serves `files` (path with query -> (status, body)) on loopback, answering 404 for
-    any other path, and counts the requests per path in `hits`."""
+    any other path, and counts the requests per path in `hits`; `redirects` (path ->
+    Location) answer 302, and `stalled` paths send their headers and then nothing more
+    until the host closes."""
 
     def __init__(self) -> None:
         self.files: dict[str, tuple[int, bytes]] = {}
+        self.redirects: dict[str, str] = {}
+        self.stalled: set[str] = set()
+        self.closing = threading.Event()
         self.hits: dict[str, int] = {}
         host = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 host.hits[self.path] = host.hits.get(self.path, 0) + 1
+                if self.path in host.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", host.redirects[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 status, data = host.files.get(self.path, (404, b"not found"))
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if self.path in host.stalled:
+                    self.wfile.flush()
+                    host.closing.wait(60)
+                    return
+                # A client that stops reading at a size limit hangs up mid-body.
+                with contextlib.suppress(ConnectionError):
+                    self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -42,6 +60,11 @@ class ReleaseHost:
     def put(self, path: str, data: bytes, status: int = 200) -> str:
         """Serve `data` with `status` at `path`; returns its URL."""
         self.files[path] = (status, data)
+        return self.url + path
+
+    def redirect(self, path: str, location: str) -> str:
+        """Answer `path` with a redirect to `location`; returns the URL of `path`."""
+        self.redirects[path] = location
         return self.url + path
 
     def describe(self, name: str, release: dict) -> dict:
@@ -76,5 +99,6 @@ class ReleaseHost:
         return self.put(f"/{name}/releases", json.dumps(body).encode())
 
     def close(self) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

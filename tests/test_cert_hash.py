@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from appliance.services.cert_hash import remote_cert_hashes
 from appliance.services.errors import ServiceError
+from appliance.services.settings import Settings
+from appliance.store import Store
 from tests.helpers import (
     ok,
     refused,
@@ -32,6 +34,7 @@ from tests.helpers import (
 )
 
 SERVER = "/panel/api/server"
+SETTINGS = "/panel/api/setting/update"
 
 
 def der_hash(certificate: x509.Certificate) -> str:
@@ -199,6 +202,7 @@ class TlsServer:
     def __init__(self, cert_path: str | None = None, key_path: str | None = None):
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.connections = 0
         self.context = None
         if cert_path:
             self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -212,6 +216,7 @@ class TlsServer:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
+            self.connections += 1
             with conn:
                 conn.settimeout(5)
                 try:
@@ -244,13 +249,34 @@ def tls_server(tmp_path_factory):
     server.close()
 
 
-def test_remote_hash_of_a_live_self_signed_server(api, tls_server):
+@pytest.fixture
+def remote_api(api):
+    """The panel allowed to read certificates of servers on this machine, where the test
+    servers run, as an admin would allow it."""
+    ok(api.post(SETTINGS, {"allowPrivateDestinations": "getRemoteCertHash"}))
+    yield api
+    ok(api.post(SETTINGS, {"allowPrivateDestinations": ""}))
+
+
+def test_remote_hash_of_a_live_self_signed_server(remote_api, tls_server):
     expected = [der_hash(tls_server.certificate)]
     for server in (f"127.0.0.1:{tls_server.port}", f"localhost:{tls_server.port}"):
-        assert ok(api.post(f"{SERVER}/getRemoteCertHash", data={"server": server})) == expected
+        reply = remote_api.post(f"{SERVER}/getRemoteCertHash", data={"server": server})
+        assert ok(reply) == expected
 
 
-def test_remote_hash_over_ipv6_brackets(api, tmp_path):
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "2130706433", "127.1", "0.0.0.0"]
+)
+def test_remote_hash_of_this_machine_is_refused_without_the_opt_in(api, tls_server, host):
+    before = tls_server.connections
+    reply = api.post(f"{SERVER}/getRemoteCertHash", data={"server": f"{host}:{tls_server.port}"})
+    refused(reply, "getRemoteCertHash", "loopback", "allowPrivateDestinations")
+    assert tls_server.connections == before
+
+
+def test_remote_hash_over_ipv6_brackets(remote_api, tmp_path):
+    api = remote_api
     try:
         listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
     except OSError:
@@ -277,7 +303,8 @@ def test_remote_hash_over_ipv6_brackets(api, tmp_path):
         server.close()
 
 
-def test_remote_refusals_name_the_problem(api):
+def test_remote_refusals_name_the_problem(remote_api):
+    api = remote_api
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
@@ -317,10 +344,16 @@ def test_remote_server_must_be_text(api):
     refused(api.post(f"{SERVER}/getRemoteCertHash", json={"server": 443}), "server is required")
 
 
-def test_a_silent_server_times_out():
+def test_a_silent_server_times_out(tmp_path):
+    store = Store(str(tmp_path / "panel.db"))
+    store.open()
+    settings = Settings(store)
+    settings.load()
+    settings.write(settings.check({"allowPrivateDestinations": "getRemoteCertHash"}))
     silent = socket.create_server(("127.0.0.1", 0))
     try:
         with pytest.raises(ServiceError, match=r"did not complete a TLS handshake within 0\.5 s"):
-            remote_cert_hashes(f"127.0.0.1:{silent.getsockname()[1]}", timeout=0.5)
+            remote_cert_hashes(f"127.0.0.1:{silent.getsockname()[1]}", settings, timeout=0.5)
     finally:
         silent.close()
+        store.close()

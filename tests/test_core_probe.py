@@ -15,6 +15,7 @@ import pytest
 from conftest import start_panel
 from core_panel import core_panel, http_server, use_template, wait_until
 from helpers import free_port, ok, refused
+from internal_service import InternalService
 
 CORE = "/panel/api/core"
 PROBE_PATH = "/generate_204"
@@ -37,7 +38,9 @@ def setup(tmp_path_factory):
         server = core_panel(tmp_path_factory.mktemp("probe"))
         api = server.client()
         url = f"http://127.0.0.1:{probe_port}{PROBE_PATH}"
-        ok(api.post("/panel/api/setting/update", {"outboundTestUrl": url}))
+        # The probe URL's server runs on loopback: opted in, as an admin would.
+        settings = {"outboundTestUrl": url, "allowPrivateDestinations": "outboundTestUrl"}
+        ok(api.post("/panel/api/setting/update", settings))
         inbound = ok(
             api.post(
                 "/panel/api/inbounds/add",
@@ -207,6 +210,24 @@ def test_a_test_url_that_is_not_http_is_named(setup):
         refused(probe(api, FREEDOM), "outboundTestUrl", "ftp://127.0.0.1/x")
     finally:
         ok(api.post("/panel/api/setting/update", {"outboundTestUrl": previous}))
+
+
+def test_an_internal_test_url_is_refused_without_the_opt_in(setup):
+    api, requested, _, _ = setup
+    previous = ok(api.post(f"{CORE}/"))["outboundTestUrl"]
+    service, seen = InternalService(), len(requested)
+    try:
+        ok(api.post("/panel/api/setting/update", {"allowPrivateDestinations": ""}))
+        for spelling in ("localhost", "127.0.0.1", "[::1]", "2130706433"):
+            url = f"http://{spelling}:{service.port}{PROBE_PATH}"
+            ok(api.post("/panel/api/setting/update", {"outboundTestUrl": url}))
+            refused(probe(api, FREEDOM), "outboundTestUrl", "loopback", "allowPrivateDestinations")
+        assert service.connections == 0
+        assert requested[seen:] == []
+    finally:
+        service.close()
+        restored = {"outboundTestUrl": previous, "allowPrivateDestinations": "outboundTestUrl"}
+        ok(api.post("/panel/api/setting/update", restored))
 
 
 def test_without_a_core_the_test_says_so(tmp_path):

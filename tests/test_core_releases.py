@@ -22,6 +22,7 @@ import zipfile
 import pytest
 from helpers import free_port, ok, refused
 
+from appliance.services import core_releases
 from appliance.services.core_releases import ASSET_SUFFIXES, CoreReleases
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import FilePlaces
@@ -92,8 +93,12 @@ def host():
     server.close()
 
 
+# The release host runs on loopback: the panel is opted in to reach it, as an admin would.
+PRIVATE_OK = {"allowPrivateDestinations": "coreReleaseUrl,geoipUrl,geositeUrl"}
+
+
 def configure(api, **values: str) -> None:
-    ok(api.post(SETTINGS, json=values))
+    ok(api.post(SETTINGS, json={**PRIVATE_OK, **values}))
 
 
 def bin_dir(panel) -> str:
@@ -162,7 +167,7 @@ def test_version_list_that_was_never_fetched_fails_with_a_reason(api):
 @pytest.mark.parametrize(
     ("body", "status", "words"),
     [
-        (b'{"message": "API rate limit exceeded"}', 403, ["HTTP 403", "API rate limit exceeded"]),
+        (b'{"message": "API rate limit exceeded"}', 403, ["HTTP 403", "200 with the core"]),
         (b"<html>not json</html>", 200, ["not JSON"]),
         (b'{"releases": []}', 200, ["not a release or a list"]),
     ],
@@ -171,7 +176,9 @@ def test_a_broken_release_list_is_refused_with_a_reason(api, host, body, status,
     url = host.put(f"/broken-{status}-{len(body)}/releases", body, status=status)
     configure(api, coreReleaseUrl=url)
 
-    refused(api.get(SERVER + "/getCoreVersion"), *words)
+    reply = api.get(SERVER + "/getCoreVersion")
+    refused(reply, *words)
+    assert "rate limit" not in reply["msg"] and "html" not in reply["msg"]
 
 
 def test_a_release_url_that_is_not_http_is_refused(api):
@@ -435,7 +442,7 @@ def service(tmp_path, host):
 
 
 def set_urls(settings: Settings, **values: str) -> None:
-    settings.write(settings.check(values))
+    settings.write(settings.check({**PRIVATE_OK, **values}))
 
 
 def test_stale_list_is_served_after_15_minutes_while_the_source_fails(service, host):
@@ -453,6 +460,35 @@ def test_stale_list_is_served_after_15_minutes_while_the_source_fails(service, h
 
     assert releases.versions() == ["v4.4.4"]
     assert host.hits["/stale/releases"] == 3
+
+
+def test_an_oversized_list_is_refused_and_the_cached_one_kept(service, host):
+    releases, settings, clock, _core = service
+    set_urls(settings, coreReleaseUrl=host.publish("huge", [good_release("v3.3.3", "3.3.3")]))
+    assert releases.versions() == ["v3.3.3"]
+
+    clock.now += 15 * 60 + 1
+    host.put("/huge/releases", b"[" + b" " * (8 << 20) + b"]")
+
+    assert releases.versions() == ["v3.3.3"]
+    clock.now += 15 * 60 + 1
+    set_urls(settings, coreReleaseUrl=host.url + "/huge/releases?again")
+    host.put("/huge/releases?again", b"[" + b" " * (8 << 20) + b"]")
+    with pytest.raises(ServiceError, match="larger than the limit of 8 MB"):
+        releases.versions()
+
+
+def test_a_list_that_stops_arriving_is_given_up_and_the_cached_one_kept(service, host, monkeypatch):
+    releases, settings, clock, _core = service
+    set_urls(settings, coreReleaseUrl=host.publish("slow", [good_release("v3.3.3", "3.3.3")]))
+    assert releases.versions() == ["v3.3.3"]
+
+    monkeypatch.setattr(core_releases, "READ_TIMEOUT", 0.5)
+    clock.now += 15 * 60 + 1
+    host.stalled.add("/slow/releases")
+
+    assert releases.versions() == ["v3.3.3"]
+    assert host.hits["/slow/releases"] == 2
 
 
 def test_list_is_fetched_again_only_after_15_minutes(service, host):

@@ -127,6 +127,8 @@ def configure(api, bot_api, **changes) -> None:
         "tgBotToken": TOKEN,
         "tgBotChatId": "111, -100222",
         "tgBotAPIServer": bot_api.url,
+        # The test's Bot API server runs on loopback: opted in, as an admin would.
+        "allowPrivateDestinations": "tgBotAPIServer",
         "tgBotEnable": False,
         "tgBotBackup": False,
         **changes,

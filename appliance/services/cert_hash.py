@@ -16,7 +16,9 @@ one that holds no certificate says so rather than hashing whatever it holds.
 A file or pasted text may be PEM (a chain gives one hash per certificate, in file order)
 or DER; pasted DER comes as base64 text, since a form field carries text. The remote
 hash comes from a TLS handshake that verifies nothing (the point is to learn what the
-server presents, trusted or not), bounded by a connect and handshake timeout.
+server presents, trusted or not), bounded by a connect and handshake timeout. The
+connection goes through the egress guard as `getRemoteCertHash`, so the route cannot
+probe the panel's own machine or network unless the admin allowed that.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import re
 import socket
 import ssl
 
+from appliance.services.egress import for_host
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import FilePlaces
 
@@ -57,15 +60,17 @@ def cert_hashes(cert_file: object, cert_content: object, places: FilePlaces) -> 
     )
 
 
-def remote_cert_hashes(server: object, timeout: float = REMOTE_TIMEOUT) -> list[str]:
-    """Hex SHA-256 of the leaf certificate `server` (`host` or `host:port`) presents."""
+def remote_cert_hashes(server: object, settings, timeout: float = REMOTE_TIMEOUT) -> list[str]:
+    """Hex SHA-256 of the leaf certificate `server` (`host` or `host:port`) presents;
+    `settings` say whether it may be an internal address."""
     host, port = parse_server(server)
+    egress = for_host(settings, "getRemoteCertHash", host, port)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with egress.connect(host, port, timeout) as sock:
             sock.settimeout(timeout)
             sni = None if _is_ip(host) else host
             with context.wrap_socket(sock, server_hostname=sni) as tls:

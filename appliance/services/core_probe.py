@@ -17,6 +17,12 @@ the server is reachable but nothing about its protocol. Outbounds whose transpor
 (mKCP, QUIC, Hysteria, WireGuard) cannot be dialed over TCP, and outbounds without a
 server (freedom, blackhole) have nothing to dial: those get the full probe in either mode.
 
+The test URL's host is resolved and checked by the egress guard on behalf of
+`outboundTestUrl` once per call, and the temporary core is asked to connect to that
+address (SOCKS with an IP, not a name), while TLS and the `Host` header still name the
+host: whatever outbound carries the probe, it reaches only an address that was checked.
+The outbounds' own servers are not the guard's business: they are what is being tested.
+
 A batch is at most 50 outbounds; each result is an entry of its own (a dead server is a
 failed entry, not a failed call), in the order sent. A config the core refuses fails a
 single test with the core's reason; in a batch each outbound is then checked on its own
@@ -26,6 +32,7 @@ so only the refused ones fail.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import socket
 import ssl
@@ -38,6 +45,7 @@ import gevent
 from gevent.pool import Pool
 
 from appliance.core.process import CoreProcess
+from appliance.services.egress import for_url, url_port
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import check_paths
 from appliance.services.parse import load_json
@@ -118,11 +126,13 @@ class OutboundProbe:
                 if ports and core.state != "running":
                     raise ServiceError(f"the temporary core did not start: {core.error}")
                 _wait_listening(list(ports.values()))
+                # Checked once the core runs: a missing core is the first thing to hear of.
+                address = self._test_address(url) if ports else ""
 
                 def probe(index: int) -> dict:
                     if index in refused:
                         return _failed(tested[index], "http", refused[index])
-                    return _http_probe(tested[index], ports[index], url)
+                    return _http_probe(tested[index], ports[index], url, address)
 
                 return Pool(CONCURRENT_PROBES).map(probe, range(len(tested)))
             finally:
@@ -166,7 +176,19 @@ class OutboundProbe:
             raise ServiceError(
                 f"the outboundTestUrl setting must be an http or https URL (it is {url!r})"
             )
+        if url_port(parts) is None:
+            raise ServiceError(f"the port in the outboundTestUrl setting is not valid ({url!r})")
         return parts
+
+    def _test_address(self, url) -> str:
+        """The checked address the probes connect to for the test URL's host."""
+        egress = for_url(self.settings, "outboundTestUrl", url.geturl())
+        try:
+            return str(egress.addresses(url.hostname, url_port(url))[0])
+        except OSError:
+            raise ServiceError(
+                f"the host of the outboundTestUrl setting ({url.hostname}) does not resolve"
+            ) from None
 
 
 # ---- the config of the temporary core -------------------------------------------------------
@@ -335,16 +357,17 @@ def _dial(outbound: dict, server: tuple[str, int]) -> dict:
     return _result(outbound, TCP_MODE, delay=elapsed, connectMs=elapsed)
 
 
-def _http_probe(outbound: dict, socks_port: int, url) -> dict:
-    """GET the test URL through the temporary core's SOCKS port for this outbound."""
+def _http_probe(outbound: dict, socks_port: int, url, address: str) -> dict:
+    """GET the test URL through the temporary core's SOCKS port for this outbound, to
+    `address`, the checked address of its host."""
     host = url.hostname
-    port = url.port or (443 if url.scheme == "https" else 80)
+    port = url_port(url)
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     timings: dict[str, int] = {}
     started = time.monotonic()
     try:
         with socket.create_connection((LOOPBACK, socks_port), timeout=PROBE_TIMEOUT) as raw:
-            _socks_connect(raw, host, port)
+            _socks_connect(raw, address, port)
             timings["connectMs"] = _ms(time.monotonic() - started)
             sock = raw
             if url.scheme == "https":
@@ -366,13 +389,15 @@ def _http_probe(outbound: dict, socks_port: int, url) -> dict:
     )
 
 
-def _socks_connect(sock: socket.socket, host: str, port: int) -> None:
-    """SOCKS5 without authentication, CONNECT to host:port by name (the core resolves)."""
+def _socks_connect(sock: socket.socket, address: str, port: int) -> None:
+    """SOCKS5 without authentication, CONNECT to the IP `address` (nothing left for the
+    core to resolve)."""
     sock.sendall(b"\x05\x01\x00")
     if _read(sock, 2) != b"\x05\x00":
         raise ValueError("the temporary core refused the SOCKS greeting")
-    name = host.encode("idna")
-    sock.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + struct.pack(">H", port))
+    ip = ipaddress.ip_address(address)
+    kind = b"\x01" if ip.version == 4 else b"\x04"
+    sock.sendall(b"\x05\x01\x00" + kind + ip.packed + struct.pack(">H", port))
     head = _read(sock, 4)
     if head[1] != 0:
         raise ValueError(f"the outbound could not open a connection (SOCKS reply {head[1]})")
@@ -400,7 +425,7 @@ def _status_code(sock, sent: float, timings: dict) -> int:
     line = received.split(b"\r\n", 1)[0].decode("latin-1")
     parts = line.split()
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"the answer is not HTTP: {line[:80]!r}")
+        raise ValueError("the answer has no HTTP status line (is outboundTestUrl an HTTP server?)")
     return int(parts[1])
 
 

@@ -6,7 +6,9 @@ once is served stale while the source fails, so a flaky network never empties th
 picker. Every download is bounded in time and size and checked against the digest its
 publisher put beside it (Xray's `.dgst`, a geo file's `.sha256sum`) before anything
 replaces what is installed; a core release without a digest is refused rather than
-trusted.
+trusted. Every connection goes through the egress guard on behalf of the setting that
+named the source (`coreReleaseUrl` also for the files its list links to), and an error
+status is reported as such, never with what the server sent along.
 
 Files are assembled in a staging directory inside the destination and moved in with
 `os.replace`, so the core's directory holds the old file or the new one, never a
@@ -35,9 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import requests
-
 from appliance.core.process import DETECT_TIMEOUT, VERSION_LINE, version_output
+from appliance.services.egress import Egress, FetchFailed, Reply, for_url
 from appliance.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,6 @@ GEOFILES = {"geoip.dat": "geoipUrl", "geosite.dat": "geositeUrl"}
 # release job strips the "(file)" part, but a digest that kept it is read as well.
 DGST_SHA256 = re.compile(r"^SHA2?-?256(?:\([^)]*\))?\s*=\s*([0-9a-fA-F]{64})\s*$", re.MULTILINE)
 SHA256SUM = re.compile(r"^\s*([0-9a-fA-F]{64})\b")
-ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,8 @@ class CoreReleases:
         if cached and cached.url == url and now - cached.fetched_at < CACHE_SECONDS:
             return cached.releases
         try:
-            releases = _parse_releases(_fetch(url, LIST_LIMIT, "the core release list"), url)
+            raw = _fetch(self._egress("coreReleaseUrl"), url, LIST_LIMIT, "the core release list")
+            releases = _parse_releases(raw, url)
         except ServiceError as exc:
             if cached and cached.url == url:
                 log.warning("serving the cached core release list: %s", exc.msg)
@@ -185,10 +186,12 @@ class CoreReleases:
                     f"release {release.tag} publishes no checksum ({asset}.dgst); "
                     "an unverified core is not installed"
                 )
+            egress = self._egress("coreReleaseUrl")
             with self._staging() as staging:
-                expected = _dgst_sha256(_fetch(digest_url, DIGEST_LIMIT, f"{asset}.dgst"), asset)
+                digest = _fetch(egress, digest_url, DIGEST_LIMIT, f"{asset}.dgst")
+                expected = _dgst_sha256(digest, asset)
                 archive = os.path.join(staging, asset)
-                _download(release.assets[asset], archive, ARCHIVE_LIMIT, asset, expected)
+                _download(egress, release.assets[asset], archive, ARCHIVE_LIMIT, asset, expected)
                 names = _unpack(archive, staging, asset)
                 found = _core_version(os.path.join(staging, BINARY_NAME), release.tag)
                 # The binary moves in last, so it never runs beside geo files of the past.
@@ -211,11 +214,14 @@ class CoreReleases:
         names = [self._geofile(name)] if name else list(GEOFILES)
         with self._exclusive(), self._staging() as staging:
             for file_name in names:
-                url = self._setting_url(GEOFILES[file_name])
-                published = _fetch(url + ".sha256sum", DIGEST_LIMIT, file_name, missing_ok=True)
+                key = GEOFILES[file_name]
+                url, egress = self._setting_url(key), self._egress(key)
+                published = _fetch(
+                    egress, url + ".sha256sum", DIGEST_LIMIT, file_name, missing_ok=True
+                )
                 expected = _sha256sum(published, file_name) if published is not None else None
                 path = os.path.join(staging, file_name)
-                if _download(url, path, GEOFILE_LIMIT, file_name, expected) == 0:
+                if _download(egress, url, path, GEOFILE_LIMIT, file_name, expected) == 0:
                     raise ServiceError(f"{url} sent an empty {file_name}; nothing was replaced")
             moved = self._move_in(staging, names)
             updated = " and ".join(names)
@@ -293,6 +299,10 @@ class CoreReleases:
             )
         return url
 
+    def _egress(self, key: str) -> Egress:
+        """The guard for fetches on behalf of setting `key` (its URL and what it links to)."""
+        return for_url(self.settings, key, self._setting_url(key))
+
 
 def _put_back(moved: list[tuple[str, str | None]]) -> None:
     for target, previous in reversed(moved):
@@ -307,61 +317,52 @@ def _put_back(moved: list[tuple[str, str | None]]) -> None:
 
 
 @contextlib.contextmanager
-def _get(url: str, label: str, *, missing_ok: bool = False) -> Iterator[requests.Response | None]:
-    """The response of a GET of `url` (None: a 404 with `missing_ok`); every network
-    failure, also one while the body is read inside the block, becomes a `ServiceError`."""
+def _get(
+    egress: Egress, url: str, label: str, *, missing_ok: bool = False
+) -> Iterator[Reply | None]:
+    """The answer to a GET of `url` through `egress` (None: a 404 with `missing_ok`); a
+    failure, also one while the body is read inside the block, becomes a `ServiceError`
+    that names the status or the reason, never what the server sent."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServiceError(f"{label} has no http(s) download URL (got {url[:200]!r})")
     try:
-        with requests.get(
-            url, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), headers=HEADERS
+        with egress.request(
+            url,
+            headers=HEADERS,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+            total_timeout=DOWNLOAD_SECONDS,
         ) as reply:
-            if reply.status_code == 404 and missing_ok:
+            if reply.status == 404 and missing_ok:
                 yield None
                 return
-            if reply.status_code != 200:
+            if reply.status != 200:
                 raise ServiceError(
-                    f"downloading {label} from {url} failed: HTTP {reply.status_code}"
-                    + _remote_message(reply)
+                    f"downloading {label} from {url} failed: HTTP {reply.status}, where "
+                    f"200 with {label} was expected"
                 )
             yield reply
-    except requests.RequestException as exc:
-        raise ServiceError(
-            f"downloading {label} from {url} failed: {_network_reason(exc)}"
-        ) from None
+    except FetchFailed as exc:
+        raise ServiceError(f"downloading {label} from {url} failed: {exc.msg}") from None
 
 
-def _body(reply: requests.Response, label: str, limit: int) -> Iterator[bytes]:
-    """The body in chunks: at most `limit` bytes, all of them within DOWNLOAD_SECONDS."""
-    declared = reply.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ServiceError(_too_large(label, reply.url, limit))
-    deadline = time.monotonic() + DOWNLOAD_SECONDS
-    size = 0
-    for chunk in reply.iter_content(CHUNK):
-        size += len(chunk)
-        if size > limit:
-            raise ServiceError(_too_large(label, reply.url, limit))
-        if time.monotonic() > deadline:
-            raise ServiceError(
-                f"downloading {label} from {reply.url} took longer than {DOWNLOAD_SECONDS} s"
-            )
-        yield chunk
-
-
-def _fetch(url: str, limit: int, label: str, *, missing_ok: bool = False) -> bytes | None:
+def _fetch(
+    egress: Egress, url: str, limit: int, label: str, *, missing_ok: bool = False
+) -> bytes | None:
     """A small body in memory (None: a 404 with `missing_ok`)."""
-    with _get(url, label, missing_ok=missing_ok) as reply:
-        return None if reply is None else b"".join(_body(reply, label, limit))
+    with _get(egress, url, label, missing_ok=missing_ok) as reply:
+        return None if reply is None else reply.read(limit)
 
 
-def _download(url: str, path: str, limit: int, label: str, expected: str | None) -> int:
+def _download(
+    egress: Egress, url: str, path: str, limit: int, label: str, expected: str | None
+) -> int:
     """Stream `url` into `path`, checking its SHA-256 against `expected` (None: no
     published checksum); returns the size."""
     digest, size = hashlib.sha256(), 0
-    with _get(url, label) as reply, open(path, "wb") as out:
-        for chunk in _body(reply, label, limit):
+    with _get(egress, url, label) as reply, open(path, "wb") as out:
+        for chunk in reply.chunks(limit):
             digest.update(chunk)
             out.write(chunk)
             size += len(chunk)
@@ -373,14 +374,21 @@ def _download(url: str, path: str, limit: int, label: str, expected: str | None)
     return size
 
 
-def fetch(url: str, limit: int, label: str) -> bytes:
+def fetch(egress: Egress, url: str, limit: int, label: str) -> bytes:
     """A small document (a release list) in memory, bounded like every download here:
     for installers of other published files."""
-    return _fetch(url, limit, label)
+    return _fetch(egress, url, limit, label)
 
 
 def download_verified(
-    url: str, path: str, limit: int, label: str, *, expected: str = "", digest_url: str = ""
+    egress: Egress,
+    url: str,
+    path: str,
+    limit: int,
+    label: str,
+    *,
+    expected: str = "",
+    digest_url: str = "",
 ) -> int:
     """Stream `url` into `path` and check it against the hex SHA-256 `expected`, or else
     against the first hash in the sha256sum-style file at `digest_url`; returns the size.
@@ -388,40 +396,14 @@ def download_verified(
     if not expected:
         if not digest_url:
             raise ServiceError(f"{label} has no published SHA-256; it is not installed unverified")
-        raw = _fetch(digest_url, DIGEST_LIMIT, f"the checksum of {label}")
+        raw = _fetch(egress, digest_url, DIGEST_LIMIT, f"the checksum of {label}")
         match = SHA256SUM.match(raw.decode("utf-8", "replace"))
         if match is None:
             raise ServiceError(
                 f"the checksum file of {label} holds no SHA-256; nothing was replaced"
             )
         expected = match.group(1)
-    return _download(url, path, limit, label, expected.lower())
-
-
-def _too_large(label: str, url: str, limit: int) -> str:
-    return f"{label} at {url} is larger than the limit of {limit >> 20} MB; nothing was installed"
-
-
-def _remote_message(reply: requests.Response) -> str:
-    """The reason a JSON API gave with its error status (GitHub's rate limit says so)."""
-    try:
-        message = json.loads(next(reply.iter_content(DIGEST_LIMIT), b"")).get("message")
-    except (ValueError, AttributeError, requests.RequestException):
-        return ""
-    return f" ({message[:200]})" if isinstance(message, str) and message else ""
-
-
-def _network_reason(exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.ConnectTimeout):
-        return f"no connection within {CONNECT_TIMEOUT} s"
-    if isinstance(exc, requests.ReadTimeout):
-        return f"the server sent nothing for {READ_TIMEOUT} s"
-    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return "the connection broke off before the whole file arrived"
-    match = ERRNO_TEXT.search(str(exc))
-    if match:
-        return match.group(1).strip().lower()
-    return type(exc).__name__
+    return _download(egress, url, path, limit, label, expected.lower())
 
 
 # ---- release list and digests ----------------------------------------------------------------

@@ -17,6 +17,8 @@ made executable, asked for its `version` (it must run here and name the release)
 only then moved over the old path with `os.replace`, which is atomic on one file
 system. Any failure before that removes the download and leaves the old binary as it
 was. The restart that follows re-executes the same path, so the new release starts.
+The release list and everything it links to are fetched through the egress guard on
+behalf of `panelUpdateUrl`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from urllib.parse import urlsplit
 from appliance import __version__
 from appliance.core.process import child_environment
 from appliance.services.core_releases import download_verified, fetch, published_releases
+from appliance.services.egress import for_url
 from appliance.services.errors import ServiceError
 
 LIST_LIMIT = 8 << 20
@@ -144,6 +147,7 @@ class PanelUpdate:
         os.close(handle)
         try:
             download_verified(
+                for_url(self.settings, "panelUpdateUrl", self._source()),
                 url,
                 staged,
                 BINARY_LIMIT,
@@ -159,6 +163,15 @@ class PanelUpdate:
                 os.remove(staged)
 
     def _latest(self) -> PanelRelease:
+        url = self._source()
+        egress = for_url(self.settings, "panelUpdateUrl", url)
+        releases = _parse_releases(fetch(egress, url, LIST_LIMIT, "the panel release list"), url)
+        if not releases:
+            raise ServiceError(f"the panel release list at {url} holds no published release")
+        return max(releases, key=lambda release: _version_key(release.tag))
+
+    def _source(self) -> str:
+        """The panelUpdateUrl setting, checked to be an http(s) URL."""
         url = self.settings.get("panelUpdateUrl").strip()
         if not url:
             raise ServiceError(
@@ -169,10 +182,7 @@ class PanelUpdate:
             raise ServiceError(
                 f"the setting panelUpdateUrl must be an http:// or https:// URL (got {url[:200]!r})"
             )
-        releases = _parse_releases(fetch(url, LIST_LIMIT, "the panel release list"), url)
-        if not releases:
-            raise ServiceError(f"the panel release list at {url} holds no published release")
-        return max(releases, key=lambda release: _version_key(release.tag))
+        return url
 
 
 def _parse_releases(raw: bytes, url: str) -> list[PanelRelease]:

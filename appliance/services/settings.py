@@ -20,6 +20,7 @@ from typing import Any
 from pony.orm import db_session, select
 
 from appliance.core.template import default_template
+from appliance.services.egress import ALLOW_SETTING, parse_allowed
 from appliance.services.errors import ServiceError
 from appliance.services.file_paths import FilePlaces, check_paths
 from appliance.services.parse import load_json
@@ -84,6 +85,10 @@ DEFAULTS: dict[str, Any] = {
     # Where getPanelUpdateInfo and updatePanel read the panel's own releases (GitHub's
     # releases API shape: a list, or one release); empty: updates are not offered.
     "panelUpdateUrl": "",
+    # The settings (comma-separated; getRemoteCertHash too) whose own host may be a
+    # loopback, private or link-local address: a mirror, Bot API server or mail relay on
+    # this machine or the LAN. Empty: the panel connects to public addresses only.
+    "allowPrivateDestinations": "",
 }
 SECRET_KEYS = frozenset({"tgBotToken", "smtpPassword"})
 # Stored alongside settings but never part of the settings API.
@@ -241,6 +246,7 @@ def validate(values: dict[str, Any], places: FilePlaces) -> None:
                     f"{key} must be empty (all addresses) or an IP address (got '{values[key]}')"
                 ) from None
     parse_trusted_proxies(values["trustedProxies"])
+    values[ALLOW_SETTING] = ",".join(parse_allowed(values[ALLOW_SETTING]))
     parse_schedule(values["tgRunTime"])
     check_time_location(values["timeLocation"])
     for cert_key, key_key in CERT_PAIRS:

@@ -7,7 +7,10 @@ test walks the same three stages a real notification takes and names the one tha
 for starttls, none for none), `auth` (LOGIN with smtpUsername and smtpPassword, skipped
 when no username is set) and `send` (MAIL FROM smtpFrom, RCPT TO the same address, DATA).
 Certificates are verified against the system's trust store (which `SSL_CERT_FILE`
-extends): a test that passed over a forged certificate would be worse than none.
+extends): a test that passed over a forged certificate would be worse than none. The
+connection goes through the egress guard on behalf of `smtpHost`: the mail server's name
+is resolved and checked once and the connection made to that address, while TLS still
+names the host.
 
 The answer is `{success, stage, msg}` (the route adds the envelope's empty `obj`); on
 success `stage` is `send`, the last one passed.
@@ -22,6 +25,8 @@ import ssl
 import time
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
+
+from appliance.services.egress import DestinationRefused, Egress, for_host
 
 SMTP_TIMEOUT = 15
 
@@ -42,7 +47,7 @@ def check_smtp(settings, timeout: float = SMTP_TIMEOUT) -> dict:
         return _result(False, "connect", "smtpHost is empty: set the mail server first")
     where = f"{host}:{port}"
     try:
-        client = _connect(host, port, security, timeout)
+        client = _connect(for_host(settings, "smtpHost", host, port), host, port, security, timeout)
         try:
             username = settings.get("smtpUsername")
             if username:
@@ -61,15 +66,35 @@ def check_smtp(settings, timeout: float = SMTP_TIMEOUT) -> dict:
     )
 
 
-def _connect(host: str, port: int, security: str, timeout: float) -> smtplib.SMTP:
+class _CheckedSMTP(smtplib.SMTP):
+    """SMTP whose connection goes to an address the egress guard checked."""
+
+    def __init__(self, egress: Egress, host: str, port: int, **options):
+        self.egress = egress
+        super().__init__(host, port, **options)
+
+    def _get_socket(self, host, port, timeout):
+        return self.egress.connect(host, port, timeout)
+
+
+class _CheckedSMTPSSL(smtplib.SMTP_SSL, _CheckedSMTP):
+    """Implicit TLS over the checked connection; the certificate must name the host."""
+
+    def __init__(self, egress: Egress, host: str, port: int, **options):
+        # SMTP_SSL calls SMTP.__init__ by name, which connects: the guard comes first.
+        self.egress = egress
+        smtplib.SMTP_SSL.__init__(self, host, port, **options)
+
+
+def _connect(egress: Egress, host: str, port: int, security: str, timeout: float) -> smtplib.SMTP:
     where = f"{host}:{port}"
     context = ssl.create_default_context()
     client: smtplib.SMTP | None = None
     try:
         if security == "tls":
-            client = smtplib.SMTP_SSL(host, port, timeout=timeout, context=context)
+            client = _CheckedSMTPSSL(egress, host, port, timeout=timeout, context=context)
         else:
-            client = smtplib.SMTP(host, port, timeout=timeout)
+            client = _CheckedSMTP(egress, host, port, timeout=timeout)
         client.ehlo()
         if security == "starttls":
             if not client.has_extn("starttls"):
@@ -82,6 +107,8 @@ def _connect(host: str, port: int, security: str, timeout: float) -> smtplib.SMT
     except StageFailed:
         _close(client)
         raise
+    except DestinationRefused as exc:
+        raise StageFailed("connect", exc.msg) from None
     except ssl.SSLCertVerificationError as exc:
         _close(client)
         raise StageFailed(

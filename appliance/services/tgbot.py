@@ -2,10 +2,12 @@
 
 The bot speaks the Telegram Bot API (`{server}/bot{token}/{method}`), with the server
 configurable (`tgBotAPIServer`, for a self-hosted Bot API server or a test). Requests go
-through the standard library rather than `requests`, whose connection pool logs every
-URL at debug level, and the URL holds the token: the token must never reach a log line or
-an error message, so messages are built from the method name and the API's own
-description only.
+through the egress guard on behalf of `tgBotAPIServer` (over the standard library's
+http.client, which logs no URLs: the URL holds the token, and the token must never reach
+a log line or an error message). Messages are built from the method name, the HTTP status
+and the fields of a Bot API reply (its `description`, the bot's and chats' names), never
+from whatever else a server sends: an answer that is not a Bot API reply is named as
+such, not quoted.
 
 Scheduled backups (`tgBotEnable` and `tgBotBackup`, at `tgRunTime`) run as a job that
 checks every second whether the next run is due; the first run comes one period after the
@@ -22,22 +24,25 @@ import os
 import re
 import secrets
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from appliance.services.egress import Egress, FetchFailed, for_url
 from appliance.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_SERVER = "https://api.telegram.org"
 REQUEST_TIMEOUT_SECONDS = 30
+CONNECT_TIMEOUT_SECONDS = 10
+REPLY_LIMIT = 1 << 20
 UPLOAD_TIMEOUT_SECONDS = 300
 SCHEDULE_CHECK_SECONDS = 1
 UPLOAD_CHUNK_BYTES = 256 * 1024
 TOKEN_SHAPE = re.compile(r"^\d{1,20}:[A-Za-z0-9_-]{1,200}$")
 CHAT_SHAPE = re.compile(r"^-?\d{1,20}$|^@[A-Za-z][A-Za-z0-9_]{3,64}$")
+USERNAME_SHAPE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+NAME_LIMIT = 64
 EVERY = re.compile(r"^@every\s+(\d{1,6})\s*([hms])$")
 UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 
@@ -110,7 +115,9 @@ class ChatBot:
         for chat in chats:
             info = api.call("getChat", {"chat_id": chat})
             reached.append(_chat_label(chat, info))
-        return f"the bot @{me.get('username', '?')} reaches {', '.join(reached)}"
+        username = me.get("username")
+        shown = username if isinstance(username, str) and USERNAME_SHAPE.match(username) else "?"
+        return f"the bot @{shown} reaches {', '.join(reached)}"
 
     def send_backup(self) -> str:
         """Send a fresh backup to every admin chat; returns a summary, raises when a
@@ -185,25 +192,21 @@ class ChatBot:
             raise ServiceError(
                 f"tgBotAPIServer must be an http:// or https:// address (got '{server}')"
             )
-        return BotApi(server, token)
+        return BotApi(server, token, for_url(self.settings, "tgBotAPIServer", server))
 
 
 class BotApi:
     """The few Bot API methods the backup needs."""
 
-    def __init__(self, server: str, token: str):
+    def __init__(self, server: str, token: str, egress: Egress):
         self.server = server
         self._token = token
+        self._egress = egress
 
     def call(self, method: str, fields: dict | None = None) -> dict:
         body = json.dumps(fields or {}).encode()
-        request = urllib.request.Request(
-            self._url(method),
-            data=body,
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        return self._send(method, request, REQUEST_TIMEOUT_SECONDS)
+        headers = {"Content-Type": "application/json"}
+        return self._send(method, body, headers, REQUEST_TIMEOUT_SECONDS)
 
     def send_document(self, chat: str, path: str, filename: str, caption: str) -> dict:
         boundary = "appliance-" + secrets.token_hex(12)
@@ -217,40 +220,52 @@ class BotApi:
         )
         tail = f"\r\n--{boundary}--\r\n".encode()
         size = len(head) + os.path.getsize(path) + len(tail)
-        request = urllib.request.Request(
-            self._url("sendDocument"),
-            data=_multipart_body(head, path, tail),
-            headers={
-                "Content-Type": f"multipart/form-data; boundary={boundary}",
-                "Content-Length": str(size),
-            },
-            method="POST",
-        )
-        return self._send("sendDocument", request, UPLOAD_TIMEOUT_SECONDS)
+        headers = {
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "Content-Length": str(size),
+        }
+        body = _multipart_body(head, path, tail)
+        return self._send("sendDocument", body, headers, UPLOAD_TIMEOUT_SECONDS)
 
     def _url(self, method: str) -> str:
         return f"{self.server}/bot{self._token}/{method}"
 
-    def _send(self, method: str, request: urllib.request.Request, timeout: float) -> dict:
+    def _send(
+        self, method: str, body: bytes | Iterable[bytes], headers: dict, timeout: float
+    ) -> dict:
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            if not raw:
-                raise ServiceError(f"{method} failed: HTTP {exc.code}") from None
-        except OSError as exc:  # URLError and timeouts are OSErrors too
-            reason = getattr(exc, "reason", exc)
+            with self._egress.request(
+                self._url(method),
+                method="POST",
+                body=body,
+                headers=headers,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                read_timeout=timeout,
+                total_timeout=timeout,
+            ) as answer:
+                status = answer.status
+                try:
+                    raw = answer.read(REPLY_LIMIT)
+                except FetchFailed as exc:
+                    raise ServiceError(f"{method} failed: {self._clean(exc.msg)}") from None
+        except FetchFailed as exc:
             raise ServiceError(
-                f"cannot reach the chat-bot API at {self.server}: {self._clean(str(reason))}"
+                f"cannot reach the chat-bot API at {self.server}: {self._clean(exc.msg)}"
             ) from None
         try:
             reply = json.loads(raw)
         except ValueError:
-            raise ServiceError(f"{method} answered with something that is not JSON") from None
-        if not isinstance(reply, dict) or reply.get("ok") is not True:
-            description = reply.get("description") if isinstance(reply, dict) else None
-            raise ServiceError(f"{method} failed: {self._clean(str(description or reply))}")
+            reply = None
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            raise ServiceError(
+                f"{method} answered HTTP {status} with something that is not a Bot API reply "
+                '(a JSON object with "ok"); is tgBotAPIServer a Bot API server?'
+            )
+        if reply["ok"] is not True:
+            description = reply.get("description")
+            if isinstance(description, str) and description.strip():
+                raise ServiceError(f"{method} failed: {self._clean(_printable(description))}")
+            raise ServiceError(f"{method} failed: HTTP {status}")
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
@@ -276,4 +291,10 @@ def _multipart_body(head: bytes, path: str, tail: bytes) -> Iterator[bytes]:
 
 def _chat_label(chat: str, info: dict) -> str:
     name = info.get("title") or info.get("username") or info.get("first_name") or ""
+    name = _printable(name)[:NAME_LIMIT] if isinstance(name, str) else ""
     return f"chat {chat} ({name})" if name else f"chat {chat}"
+
+
+def _printable(text: str) -> str:
+    """`text` without control characters, as one line."""
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()

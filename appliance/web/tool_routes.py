@@ -53,7 +53,7 @@ def tool_routes(panel) -> RouteTable:
         body={"server": "string"},
     )
     def remote_cert_hash():
-        return remote_cert_hashes(json_object(8192).get("server"))
+        return remote_cert_hashes(json_object(8192).get("server"), panel.settings)
 
     @table.get("/getPanelUpdateInfo", "The newest panel release and whether it is newer")
     def panel_update_info():
