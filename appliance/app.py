@@ -61,7 +61,7 @@ from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import release_routes
 from appliance.web.server import BasePath, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
-from appliance.web.session_routes import session_routes
+from appliance.web.session_routes import session_routes, websocket_refusal
 from appliance.web.setting_routes import setting_routes
 from appliance.web.tool_routes import tool_routes
 from appliance.web.ui import ui_routes
@@ -252,12 +252,15 @@ class Panel:
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:
-        """Upgrade only `/ws` under the base path, and only for a signed-in session.
+        """Upgrade only `/ws` under the base path, only from the panel's own pages and
+        only for a signed-in session; the route answers every other upgrade request.
 
         The session found is handed on to the route, which then subscribes the socket
         without reading the database: a read there could yield (networked databases) after
         the handshake went out, and a message published meanwhile would miss the socket."""
         if environ.get("PATH_INFO") != self.base_path + "ws":
+            return False
+        if websocket_refusal(environ, self.trusted_proxies(), self.settings.get("webDomain")):
             return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         morsel = cookies.get(self.auth.cookie_name)
