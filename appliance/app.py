@@ -78,7 +78,8 @@ class Panel:
         self.options = options
         self.store = Store(options.db)
         self.settings = Settings(self.store)
-        self.auth = Auth(self.store, self.settings)
+        self.hub = Hub()
+        self.auth = Auth(self.store, self.settings, on_sessions_ended=self.hub.close_sessions)
         self.tokens = Tokens(self.store)
         self.presence = Presence()
         self.clients = Clients(self.store)
@@ -88,7 +89,6 @@ class Panel:
         self.inbounds = Inbounds(self.store, self.reserved_ports, self.client_query.by_inbound)
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
-        self.hub = Hub()
         self.accounting = TrafficAccounting(self.store, self.presence)
         core_dir = os.path.join(options.data_dir, "core")
         # Built before the core starts: it begins reading at the access log's end.
@@ -206,6 +206,7 @@ class Panel:
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
         every(STEP_SECONDS, self.sample_status, "status")
+        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions")
         os.makedirs(os.path.join(self.options.data_dir, "core"), exist_ok=True)
         self.core.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
@@ -267,6 +268,23 @@ class Panel:
         session = None if morsel is None else self.auth.session(morsel.value)
         environ[SESSION_KEY] = session
         return session is not None
+
+    def close_ended_sockets(self) -> None:
+        """Close the WebSockets of sessions that ended where `Auth` could not say so at
+        once: expiry, `admin reset` run offline, another process on the same database.
+        While the database is unavailable nothing can be told, and the next round asks."""
+        open_ids = self.hub.session_ids()
+        if not open_ids:
+            return
+        try:
+            live = self.auth.live_sessions(open_ids)
+        except Exception as exc:
+            unavailable = self.store.unavailable(exc)
+            if unavailable is None:
+                raise
+            log.debug("WebSocket sessions not checked: %s", unavailable.msg)
+            return
+        self.hub.close_sessions(open_ids - live)
 
     def stop(self) -> None:
         self.core.shutdown()

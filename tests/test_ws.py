@@ -1,5 +1,5 @@
-"""The WebSocket at /ws: who may open it, from which pages, what it pushes, and what
-idle or dead sockets cost.
+"""The WebSocket at /ws: who may open it, from which pages, how long it lives, what it
+pushes, and what idle or dead sockets cost.
 
 The panel runs as a real process; sockets are opened with websocket-client, the way a
 browser tab holds one. Memory and connection counts are read from the panel process
@@ -16,12 +16,15 @@ import psutil
 import pytest
 import websocket
 from conftest import start_panel
+from test_auth_api import NEW_PASSWORD, change_user, code_at, current_step, enable_two_factor
+from test_cli import appliance
 from test_server_api import check_status_shape
 
 PUSH_WAIT = 10
 IDLE_SOCKETS = 200
 RSS_GROWTH_LIMIT = 10 * 1024 * 1024
 DEAD_SOCKET_WAIT = 30
+CLOSE_WAIT = 10
 OTHER_SITE = "the Origin header names another site"
 
 
@@ -53,6 +56,21 @@ def panel_origin(panel) -> str:
     """The origin of the panel's pages, as a browser showing them sends it."""
     scheme, _, rest = panel.url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def wait_closed(ws, deadline: float) -> None:
+    """Read until the panel closes the socket; fails if it is still open at `deadline`."""
+    while time.time() < deadline:
+        ws.settimeout(max(deadline - time.time(), 0.1))
+        try:
+            opcode, _ = ws.recv_data(control_frame=True)
+        except (websocket.WebSocketConnectionClosedException, ConnectionError):
+            return
+        except websocket.WebSocketTimeoutException:
+            break
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            return
+    raise AssertionError("the panel kept the socket open")
 
 
 def assert_forbidden(panel, client, fragment: str, **options) -> None:
@@ -167,6 +185,61 @@ def test_https_through_a_trusted_proxy_is_the_panels_own_origin(panel, admin):
         assert_forbidden(panel, admin, OTHER_SITE, **plain)
     finally:
         admin.post("/panel/api/setting/update", json={"trustedProxies": ""})
+
+
+def test_logout_closes_the_sessions_open_socket(panel, admin):
+    leaving = panel.client()
+    ws, kept = connect(panel, leaving), connect(panel, admin)
+    try:
+        next_message(ws, "status", time.time() + PUSH_WAIT)
+        assert leaving.post("/logout")["success"] is True
+        wait_closed(ws, time.time() + CLOSE_WAIT)
+        # Another session's socket stays: only the ended session's sockets close.
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ws.close()
+        kept.close()
+
+
+def test_a_password_change_closes_the_sockets_of_the_other_sessions(fresh_panel):
+    changer, other = fresh_panel.client(), fresh_panel.client()
+    ended, kept = connect(fresh_panel, other), connect(fresh_panel, changer)
+    try:
+        next_message(ended, "status", time.time() + PUSH_WAIT)
+        reply = change_user(changer, fresh_panel, fresh_panel.username, NEW_PASSWORD)
+        assert reply["success"] is True, reply
+        wait_closed(ended, time.time() + CLOSE_WAIT)
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ended.close()
+        kept.close()
+
+
+def test_turning_on_two_factor_closes_the_sockets_of_the_other_sessions(fresh_panel):
+    changer, other = fresh_panel.client(), fresh_panel.client()
+    ended, kept = connect(fresh_panel, other), connect(fresh_panel, changer)
+    try:
+        secret = "JBSWY3DPEHPK3PXPJBSWY3DP"
+        reply = enable_two_factor(changer, secret, code_at(secret, current_step()))
+        assert reply["success"] is True, reply
+        wait_closed(ended, time.time() + CLOSE_WAIT)
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ended.close()
+        kept.close()
+
+
+def test_an_offline_admin_reset_closes_every_socket(fresh_panel):
+    """`admin reset` runs in another process: the panel finds the ended sessions itself."""
+    ws = connect(fresh_panel, fresh_panel.client())
+    try:
+        next_message(ws, "status", time.time() + PUSH_WAIT)
+        env = {"APPLIANCE_DB": fresh_panel.db_url} if fresh_panel.db_url else {}
+        result = appliance("admin", "reset", "--data-dir", fresh_panel.data_dir, env=env)
+        assert result.returncode == 0, result.stderr
+        wait_closed(ws, time.time() + CLOSE_WAIT)
+    finally:
+        ws.close()
 
 
 def test_plain_get_without_upgrade_is_an_envelope(panel, admin):

@@ -81,11 +81,12 @@ def session_routes(panel) -> RouteTable:
             )
             if refusal:
                 raise Forbidden(refusal)
-        if current_session() is None:
+        session = current_session()
+        if session is None:
             raise Unauthorized("the WebSocket needs a signed-in session cookie")
         if socket is None:
             raise ServiceError("this route expects a WebSocket upgrade request")
-        subscriber = panel.hub.subscribe(socket)
+        subscriber = panel.hub.subscribe(socket, session.id)
         panel.store.release()
         try:
             while socket.receive() is not None:
