@@ -61,7 +61,7 @@ from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import release_routes
 from appliance.web.server import BasePath, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
-from appliance.web.session_routes import session_routes
+from appliance.web.session_routes import session_routes, websocket_refusal
 from appliance.web.setting_routes import setting_routes
 from appliance.web.tool_routes import tool_routes
 from appliance.web.ui import ui_routes
@@ -79,7 +79,8 @@ class Panel:
         self.store = Store(options.db)
         self.places = FilePlaces(options.data_dir, options.cert_dirs)
         self.settings = Settings(self.store, self.places)
-        self.auth = Auth(self.store, self.settings)
+        self.hub = Hub()
+        self.auth = Auth(self.store, self.settings, on_sessions_ended=self.hub.close_sessions)
         self.tokens = Tokens(self.store)
         self.presence = Presence()
         self.clients = Clients(self.store)
@@ -95,7 +96,6 @@ class Panel:
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
-        self.hub = Hub()
         self.accounting = TrafficAccounting(self.store, self.presence)
         core_dir = self.places.core_dir
         # Built before the core starts: it begins reading at the access log's end.
@@ -214,6 +214,7 @@ class Panel:
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
         every(STEP_SECONDS, self.sample_status, "status")
+        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions")
         os.makedirs(self.places.core_dir, exist_ok=True)
         os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
         self.core.start()
@@ -268,18 +269,38 @@ class Panel:
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:
-        """Upgrade only `/ws` under the base path, and only for a signed-in session.
+        """Upgrade only `/ws` under the base path, only from the panel's own pages and
+        only for a signed-in session; the route answers every other upgrade request.
 
         The session found is handed on to the route, which then subscribes the socket
         without reading the database: a read there could yield (networked databases) after
         the handshake went out, and a message published meanwhile would miss the socket."""
         if environ.get("PATH_INFO") != self.base_path + "ws":
             return False
+        if websocket_refusal(environ, self.trusted_proxies(), self.settings.get("webDomain")):
+            return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         morsel = cookies.get(self.auth.cookie_name)
         session = None if morsel is None else self.auth.session(morsel.value)
         environ[SESSION_KEY] = session
         return session is not None
+
+    def close_ended_sockets(self) -> None:
+        """Close the WebSockets of sessions that ended where `Auth` could not say so at
+        once: expiry, `admin reset` run offline, another process on the same database.
+        While the database is unavailable nothing can be told, and the next round asks."""
+        open_ids = self.hub.session_ids()
+        if not open_ids:
+            return
+        try:
+            live = self.auth.live_sessions(open_ids)
+        except Exception as exc:
+            unavailable = self.store.unavailable(exc)
+            if unavailable is None:
+                raise
+            log.debug("WebSocket sessions not checked: %s", unavailable.msg)
+            return
+        self.hub.close_sessions(open_ids - live)
 
     def stop(self) -> None:
         self.core.shutdown()

@@ -1,4 +1,5 @@
-"""The WebSocket at /ws: who may open it, what it pushes, and what idle or dead sockets cost.
+"""The WebSocket at /ws: who may open it, from which pages, how long it lives, what it
+pushes, and what idle or dead sockets cost.
 
 The panel runs as a real process; sockets are opened with websocket-client, the way a
 browser tab holds one. Memory and connection counts are read from the panel process
@@ -15,12 +16,16 @@ import psutil
 import pytest
 import websocket
 from conftest import start_panel
+from test_auth_api import NEW_PASSWORD, change_user, code_at, current_step, enable_two_factor
+from test_cli import appliance
 from test_server_api import check_status_shape
 
 PUSH_WAIT = 10
 IDLE_SOCKETS = 200
 RSS_GROWTH_LIMIT = 10 * 1024 * 1024
 DEAD_SOCKET_WAIT = 30
+CLOSE_WAIT = 10
+OTHER_SITE = "the Origin header names another site"
 
 
 def ws_url(panel) -> str:
@@ -31,8 +36,10 @@ def cookie_header(client) -> str:
     return "; ".join(f"{name}={value}" for name, value in client.http.cookies.items())
 
 
-def connect(panel, client, timeout: float = PUSH_WAIT) -> websocket.WebSocket:
-    return websocket.create_connection(ws_url(panel), timeout=timeout, cookie=cookie_header(client))
+def connect(panel, client, timeout: float = PUSH_WAIT, **options) -> websocket.WebSocket:
+    return websocket.create_connection(
+        ws_url(panel), timeout=timeout, cookie=cookie_header(client), **options
+    )
 
 
 def next_message(ws, wanted: str, deadline: float, **match) -> dict:
@@ -43,6 +50,39 @@ def next_message(ws, wanted: str, deadline: float, **match) -> dict:
         if message.get("type") == wanted and all(message.get(k) == v for k, v in match.items()):
             return message
     raise AssertionError(f"no {wanted} message {match} before the deadline")
+
+
+def panel_origin(panel) -> str:
+    """The origin of the panel's pages, as a browser showing them sends it."""
+    scheme, _, rest = panel.url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def wait_closed(ws, deadline: float) -> None:
+    """Read until the panel closes the socket; fails if it is still open at `deadline`."""
+    while time.time() < deadline:
+        ws.settimeout(max(deadline - time.time(), 0.1))
+        try:
+            opcode, _ = ws.recv_data(control_frame=True)
+        except (websocket.WebSocketConnectionClosedException, ConnectionError):
+            return
+        except websocket.WebSocketTimeoutException:
+            break
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            return
+    raise AssertionError("the panel kept the socket open")
+
+
+def assert_forbidden(panel, client, fragment: str, **options) -> None:
+    """The handshake fails with 403 and an envelope saying why: no socket, no message."""
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        websocket.create_connection(
+            ws_url(panel), timeout=PUSH_WAIT, cookie=cookie_header(client), **options
+        )
+    assert refused.value.status_code == 403
+    envelope = json.loads(refused.value.resp_body)
+    assert envelope["success"] is False
+    assert fragment in envelope["msg"]
 
 
 def assert_refused(panel, **options) -> None:
@@ -80,6 +120,126 @@ def test_refused_after_logout(panel):
     cookie = cookie_header(client)
     assert client.post("/logout")["success"] is True
     assert_refused(panel, cookie=cookie)
+
+
+def panel_port(panel) -> int:
+    return int(panel_origin(panel).rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:{other_port}",  # another site on the same host: same cookie jar
+        "http://localhost:{port}",  # another name for the host is another origin
+        "http://attacker.example",
+        "https://127.0.0.1:{port}",  # the panel serves plain HTTP here
+        "null",  # a sandboxed frame or a file
+    ],
+)
+def test_foreign_origins_are_refused_before_the_upgrade(panel, admin, origin):
+    origin = origin.format(port=panel_port(panel), other_port=panel_port(panel) + 1)
+    assert_forbidden(panel, admin, OTHER_SITE, origin=origin)
+
+
+def test_a_cookie_upgrade_without_origin_is_refused(panel, admin):
+    assert_forbidden(panel, admin, "has no Origin header", suppress_origin=True)
+
+
+def test_the_panels_own_origin_and_its_web_domain_are_accepted(panel, admin):
+    ws = connect(panel, admin, origin=panel_origin(panel))
+    try:
+        check_status_shape(next_message(ws, "status", time.time() + PUSH_WAIT)["data"])
+    finally:
+        ws.close()
+    saved = admin.post("/panel/api/setting/update", json={"webDomain": "panel.example"})
+    assert saved["success"] is True, saved
+    try:
+        # Behind a reverse proxy on the default port, and directly on the panel's port.
+        for origin in ("https://panel.example", f"http://panel.example:{panel_port(panel)}"):
+            ws = connect(panel, admin, origin=origin)
+            try:
+                next_message(ws, "status", time.time() + PUSH_WAIT)
+            finally:
+                ws.close()
+        assert_forbidden(panel, admin, OTHER_SITE, origin="https://panel.example:8443")
+        assert_forbidden(panel, admin, OTHER_SITE, origin="https://other.example")
+    finally:
+        admin.post("/panel/api/setting/update", json={"webDomain": ""})
+
+
+def test_https_through_a_trusted_proxy_is_the_panels_own_origin(panel, admin):
+    """A proxy that ends TLS says so in X-Forwarded-Proto; only a trusted one is believed."""
+    origin = panel_origin(panel).replace("http://", "https://")
+    forwarded = {"origin": origin, "header": ["X-Forwarded-Proto: https"]}
+    assert_forbidden(panel, admin, OTHER_SITE, **forwarded)
+    saved = admin.post("/panel/api/setting/update", json={"trustedProxies": "127.0.0.1"})
+    assert saved["success"] is True, saved
+    try:
+        ws = connect(panel, admin, **forwarded)
+        try:
+            next_message(ws, "status", time.time() + PUSH_WAIT)
+        finally:
+            ws.close()
+        # Through that proxy the browser used https: the plain-HTTP origin is another site.
+        plain = {**forwarded, "origin": panel_origin(panel)}
+        assert_forbidden(panel, admin, OTHER_SITE, **plain)
+    finally:
+        admin.post("/panel/api/setting/update", json={"trustedProxies": ""})
+
+
+def test_logout_closes_the_sessions_open_socket(panel, admin):
+    leaving = panel.client()
+    ws, kept = connect(panel, leaving), connect(panel, admin)
+    try:
+        next_message(ws, "status", time.time() + PUSH_WAIT)
+        assert leaving.post("/logout")["success"] is True
+        wait_closed(ws, time.time() + CLOSE_WAIT)
+        # Another session's socket stays: only the ended session's sockets close.
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ws.close()
+        kept.close()
+
+
+def test_a_password_change_closes_the_sockets_of_the_other_sessions(fresh_panel):
+    changer, other = fresh_panel.client(), fresh_panel.client()
+    ended, kept = connect(fresh_panel, other), connect(fresh_panel, changer)
+    try:
+        next_message(ended, "status", time.time() + PUSH_WAIT)
+        reply = change_user(changer, fresh_panel, fresh_panel.username, NEW_PASSWORD)
+        assert reply["success"] is True, reply
+        wait_closed(ended, time.time() + CLOSE_WAIT)
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ended.close()
+        kept.close()
+
+
+def test_turning_on_two_factor_closes_the_sockets_of_the_other_sessions(fresh_panel):
+    changer, other = fresh_panel.client(), fresh_panel.client()
+    ended, kept = connect(fresh_panel, other), connect(fresh_panel, changer)
+    try:
+        secret = "JBSWY3DPEHPK3PXPJBSWY3DP"
+        reply = enable_two_factor(changer, secret, code_at(secret, current_step()))
+        assert reply["success"] is True, reply
+        wait_closed(ended, time.time() + CLOSE_WAIT)
+        next_message(kept, "status", time.time() + PUSH_WAIT)
+    finally:
+        ended.close()
+        kept.close()
+
+
+def test_an_offline_admin_reset_closes_every_socket(fresh_panel):
+    """`admin reset` runs in another process: the panel finds the ended sessions itself."""
+    ws = connect(fresh_panel, fresh_panel.client())
+    try:
+        next_message(ws, "status", time.time() + PUSH_WAIT)
+        env = {"APPLIANCE_DB": fresh_panel.db_url} if fresh_panel.db_url else {}
+        result = appliance("admin", "reset", "--data-dir", fresh_panel.data_dir, env=env)
+        assert result.returncode == 0, result.stderr
+        wait_closed(ws, time.time() + CLOSE_WAIT)
+    finally:
+        ws.close()
 
 
 def test_plain_get_without_upgrade_is_an_envelope(panel, admin):

@@ -5,6 +5,10 @@ turning on two-factor ends sessions at once, which a signed-only cookie cannot d
 cookie carries a random session id plus an HMAC of it under the panel's session secret;
 the database keeps only the id's SHA-256, so a leaked database holds no usable cookie.
 
+Whoever holds something open under a session (the WebSocket) hears of sessions ended
+here through `on_sessions_ended`, and asks `live_sessions` from time to time for the
+ones ended elsewhere (expiry, `admin reset` run offline, another process).
+
 Failed sign-ins are counted per (client address, username) in memory: five within five
 minutes block that pair for fifteen. Other addresses, and the same address with another
 username, are unaffected, so one attacker cannot lock the owner out.
@@ -18,6 +22,7 @@ import hmac
 import secrets
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyotp
@@ -90,11 +95,18 @@ class LoginThrottle:
 class Auth:
     cookie_name = COOKIE_NAME
 
-    def __init__(self, store, settings, clock=time.time):
+    def __init__(
+        self,
+        store,
+        settings,
+        clock=time.time,
+        on_sessions_ended: Callable[[set[int]], None] = lambda ids: None,
+    ):
         self.store = store
         self.settings = settings
         self.clock = clock
         self.throttle = LoginThrottle(clock=clock)
+        self.on_sessions_ended = on_sessions_ended
 
     # ---- first run and offline administration -------------------------------------
 
@@ -134,7 +146,8 @@ class Auth:
             admin.username = username
             admin.password_hash = passwords.hash_password(password)
             admin.updated_at = int(self.clock())
-            admin.sessions.clear()
+            ended = self._end_other_sessions(admin, None)
+        self.on_sessions_ended(ended)
         return username, password
 
     def disable_two_factor(self) -> None:
@@ -205,14 +218,28 @@ class Auth:
                 return None
             return SessionInfo(row.id, row.admin.id, row.admin.username, row.csrf_token)
 
+    def live_sessions(self, ids: Iterable[int]) -> set[int]:
+        """Those of these session ids whose sessions still exist and have not expired."""
+        ids = list(ids)
+        if not ids:
+            return set()
+        now = self.clock()
+        with db_session:
+            return set(
+                select(s.id for s in self.store.Session if s.id in ids and s.expires_at >= now)
+            )
+
     def logout(self, cookie: str | None) -> None:
         session_id = self._verify_cookie(cookie)
         if session_id is None:
             return
         with db_session:
             row = self.store.Session.get(token_hash=_sha256(session_id))
-            if row:
-                row.delete()
+            if row is None:
+                return
+            ended = {row.id}
+            row.delete()
+        self.on_sessions_ended(ended)
 
     def session_lifetime(self) -> int:
         return self.settings.get("sessionMaxAge") * 60
@@ -258,7 +285,8 @@ class Auth:
             admin.username = new_username
             admin.password_hash = passwords.hash_password(new_password)
             admin.updated_at = int(self.clock())
-            self._end_other_sessions(admin, current)
+            ended = self._end_other_sessions(admin, current)
+        self.on_sessions_ended(ended)
 
     def update_two_factor(self, current: SessionInfo | None, enable, secret, code) -> bool:
         """Turn two-factor on, off or to a new secret. Returns True when it changed.
@@ -298,7 +326,8 @@ class Auth:
                         )
                 admin.totp_secret, admin.totp_enabled = secret, True
             admin.updated_at = int(self.clock())
-            self._end_other_sessions(admin, current)
+            ended = self._end_other_sessions(admin, current)
+        self.on_sessions_ended(ended)
         return True
 
     def _require_current_code(self, admin, code) -> None:
@@ -330,9 +359,13 @@ class Auth:
             return self._first_admin()
         return self.store.Admin[current.admin_id]
 
-    def _end_other_sessions(self, admin, current: SessionInfo | None) -> None:
+    def _end_other_sessions(self, admin, current: SessionInfo | None) -> set[int]:
+        """Delete the admin's sessions but `current`; returns the ids of those deleted."""
         keep = current.id if current is not None else 0
-        select(s for s in self.store.Session if s.admin == admin and s.id != keep).delete(bulk=True)
+        Session = self.store.Session
+        ended = set(select(s.id for s in Session if s.admin == admin and s.id != keep))
+        select(s for s in Session if s.admin == admin and s.id != keep).delete(bulk=True)
+        return ended
 
 
 def check_username(username) -> None:

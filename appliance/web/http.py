@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from bottle import request, response
 
@@ -220,14 +220,82 @@ def client_address(trusted: list) -> str:
 
 
 def is_tls(trusted: list) -> bool:
-    if request.environ.get("wsgi.url_scheme") == "https":
+    return _scheme(request.environ, trusted) == "https"
+
+
+def _scheme(environ: dict, trusted: list) -> str:
+    """The scheme the browser used: the connection's, or a trusted proxy's word for it."""
+    if environ.get("wsgi.url_scheme") == "https":
+        return "https"
+    remote = environ.get("REMOTE_ADDR", "")
+    forwarded = environ.get("HTTP_X_FORWARDED_PROTO", "").lower()
+    return "https" if trusted and _in(remote, trusted) and forwarded == "https" else "http"
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_panel_origin(origin: str, environ: dict, trusted: list, domain: str) -> bool:
+    """Whether `origin` (an `Origin` header) is the panel's own: the scheme this request
+    came by (see `is_tls`) with the host and port of its `Host` header, or the panel's
+    configured domain (`webDomain`).
+
+    Browsers share cookies between every port of a host, so a page served on another port
+    of the same machine carries the admin's cookie; only the origin tells them apart.
+    The domain matches on its default port or the port the panel listens on (a reverse
+    proxy in front, or none), by https, or by http when the panel itself is plain HTTP:
+    never another port of that domain."""
+    theirs = _origin(origin)
+    if theirs is None:
+        return False
+    scheme = _scheme(environ, trusted)
+    host = environ.get("HTTP_HOST", "")
+    if host and _origin(f"{scheme}://{host}") == theirs:
         return True
-    remote = request.environ.get("REMOTE_ADDR", "")
-    return (
-        bool(trusted)
-        and _in(remote, trusted)
-        and raw_header("X-Forwarded-Proto").lower() == "https"
-    )
+    return _domain_matches(theirs, domain, scheme, environ.get("SERVER_PORT", ""))
+
+
+def _domain_matches(origin: tuple[str, str, int], domain: str, scheme: str, port: str) -> bool:
+    if not domain:
+        return False
+    origin_scheme, origin_host, origin_port = origin
+    named = _split_origin(domain if "://" in domain else f"{origin_scheme}://{domain}")
+    if named is None or named[:2] != (origin_scheme, origin_host):
+        return False
+    if origin_scheme not in ("https", scheme):
+        return False
+    if named[2] is not None:
+        return named[2] == origin_port
+    return origin_port in (DEFAULT_PORTS[origin_scheme], int(port) if port.isdigit() else None)
+
+
+def _origin(text: str) -> tuple[str, str, int] | None:
+    parts = _split_origin(text)
+    if parts is None:
+        return None
+    scheme, host, port = parts
+    return scheme, host, DEFAULT_PORTS[scheme] if port is None else port
+
+
+def _split_origin(text: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port or None) of an http(s) origin; None for anything else
+    (`null`, a path, credentials, a bad port)."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if (
+        scheme not in DEFAULT_PORTS
+        or not parts.hostname
+        or parts.path
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        return None
+    return scheme, parts.hostname.lower(), port
 
 
 def _in(address: str, networks: list) -> bool:

@@ -4,6 +4,10 @@ Each socket has a small bounded queue drained by its own sender greenlet. A sock
 cannot keep up (queue full) or whose send stalls past a timeout is closed and forgotten,
 so a dead or slow browser costs nothing after a few seconds and idle sockets hold only
 their queue and two greenlets. Nothing here blocks the caller of `publish`.
+
+Every socket belongs to the sign-in session its upgrade was allowed for, and lives no
+longer than that session: `close_sessions` ends the sockets of sessions that ended (sign
+out, a password change, two-factor turned on, expiry).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ SEND_TIMEOUT = 10
 
 
 class Subscriber:
-    def __init__(self, hub: Hub, socket):
+    def __init__(self, hub: Hub, socket, session_id: int):
         self.hub = hub
         self.socket = socket
+        self.session_id = session_id
         self.queue: Queue = Queue(maxsize=QUEUE_SIZE)
         self.sender = gevent.spawn(self._send_loop)
 
@@ -62,10 +67,20 @@ class Hub:
     def __len__(self) -> int:
         return len(self.subscribers)
 
-    def subscribe(self, socket) -> Subscriber:
-        subscriber = Subscriber(self, socket)
+    def subscribe(self, socket, session_id: int) -> Subscriber:
+        subscriber = Subscriber(self, socket, session_id)
         self.subscribers.add(subscriber)
         return subscriber
+
+    def session_ids(self) -> set[int]:
+        """The sessions that hold at least one open socket."""
+        return {subscriber.session_id for subscriber in self.subscribers}
+
+    def close_sessions(self, session_ids: set[int]) -> None:
+        """Close every socket opened under one of these (ended) sessions."""
+        for subscriber in list(self.subscribers):
+            if subscriber.session_id in session_ids:
+                subscriber.close()
 
     def discard(self, subscriber: Subscriber) -> None:
         self.subscribers.discard(subscriber)

@@ -6,9 +6,9 @@ import logging
 
 from bottle import request, response
 
-from appliance.services.errors import ServiceError, Unauthorized
+from appliance.services.errors import Forbidden, ServiceError, Unauthorized
 from appliance.web.api import current_session
-from appliance.web.http import Reply, body, client_address, is_tls
+from appliance.web.http import Reply, body, client_address, is_panel_origin, is_tls
 from appliance.web.routes import RouteTable
 
 log = logging.getLogger(__name__)
@@ -75,11 +75,18 @@ def session_routes(panel) -> RouteTable:
     )
     def websocket():
         socket = request.environ.get("wsgi.websocket")
-        if current_session() is None:
+        if request.environ.get("HTTP_UPGRADE", "").lower() == "websocket":
+            refusal = websocket_refusal(
+                request.environ, panel.trusted_proxies(), panel.settings.get("webDomain")
+            )
+            if refusal:
+                raise Forbidden(refusal)
+        session = current_session()
+        if session is None:
             raise Unauthorized("the WebSocket needs a signed-in session cookie")
         if socket is None:
             raise ServiceError("this route expects a WebSocket upgrade request")
-        subscriber = panel.hub.subscribe(socket)
+        subscriber = panel.hub.subscribe(socket, session.id)
         panel.store.release()
         try:
             while socket.receive() is not None:
@@ -91,3 +98,25 @@ def session_routes(panel) -> RouteTable:
         return ""
 
     return table
+
+
+def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
+    """Why this WebSocket upgrade may not go ahead, or None when it may.
+
+    The socket is opened with the session cookie, which the browser also sends when a page
+    of another origin opens it (another port of the same host included): the Origin
+    header is what tells them apart. Browsers always send one on a WebSocket upgrade, so
+    an upgrade without it comes from a program holding the cookie, and is refused too: a
+    program can name the panel's address as its Origin."""
+    origin = environ.get("HTTP_ORIGIN")
+    if not origin:
+        return (
+            "the WebSocket upgrade has no Origin header; browsers send one, and other "
+            "clients must send the panel's own address as Origin"
+        )
+    if not is_panel_origin(origin, environ, trusted, domain):
+        return (
+            "the WebSocket may be opened only from the panel's own pages; the Origin header "
+            "names another site (the panel's address or its webDomain setting is expected)"
+        )
+    return None
