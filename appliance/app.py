@@ -143,6 +143,7 @@ class Panel:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))
+        self.auth.restore_blocks()
         return self.auth.bootstrap()
 
     def guid(self) -> str:

@@ -213,6 +213,7 @@ def test_five_failures_block_the_address_and_username_for_fifteen_minutes(fresh_
     blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
     refused(blocked, 429, "try again in 15 minutes")
     assert "appliance_session" not in blocked.cookies
+    assert 840 < int(blocked.headers["Retry-After"]) <= 900
     # X-Forwarded-For from an untrusted peer is ignored: it cannot escape the block.
     spoofed = login(
         fresh_panel, fresh_panel.username, fresh_panel.password, forwarded_for="198.51.100.9"
@@ -220,6 +221,36 @@ def test_five_failures_block_the_address_and_username_for_fifteen_minutes(fresh_
     refused(spoofed, 429, "try again in 15 minutes")
     # The same address with another username is not blocked.
     refused(login(fresh_panel, "someone-else", "wrong-guess"), 200, "wrong username or password")
+
+
+def test_a_block_outlasts_a_restart_of_the_panel(fresh_panel):
+    for _ in range(5):
+        refused(login(fresh_panel, fresh_panel.username, "wrong-guess"), 200, "wrong username")
+    before = int(login(fresh_panel, fresh_panel.username, "x").headers["Retry-After"])
+    fresh_panel.stop()
+    fresh_panel.start()
+    blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
+    refused(blocked, 429, "try again in")
+    assert 0 < int(blocked.headers["Retry-After"]) <= before
+    assert "appliance_session" not in blocked.cookies
+    refused(login(fresh_panel, "someone-else", "wrong-guess"), 200, "wrong username or password")
+    # Stored by a digest of the pair, with its end in wall-clock seconds.
+    [(pair_hash, until)] = db_rows(fresh_panel, "SELECT pair_hash, blocked_until FROM login_block")
+    assert len(pair_hash) == 64 and fresh_panel.username not in pair_hash
+    assert 0 < until - time.time() <= 900
+
+
+def test_a_stored_block_never_outlasts_its_length_when_the_clock_moved(fresh_panel):
+    """A row written before the clock was set back a day ends a day later by the new
+    clock; read back at start it still blocks for fifteen minutes at most."""
+    for _ in range(5):
+        refused(login(fresh_panel, fresh_panel.username, "wrong-guess"), 200, "wrong username")
+    fresh_panel.stop()
+    db_rows(fresh_panel, "UPDATE login_block SET blocked_until = ?", (int(time.time()) + 86400,))
+    fresh_panel.start()
+    blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
+    refused(blocked, 429, "try again in 15 minutes")
+    assert 0 < int(blocked.headers["Retry-After"]) <= 900
 
 
 def test_forwarded_for_from_a_trusted_proxy_tells_clients_apart(fresh_panel):
@@ -284,7 +315,7 @@ def test_two_factor_sign_in_needs_a_fresh_code(fresh_panel):
     assert admin.get(STATUS)["success"] is True
 
     user, password = fresh_panel.username, fresh_panel.password
-    missing = "the two-factor code is missing or wrong"
+    missing = "wrong username, password or two-factor code"
     refused(login(fresh_panel, user, password), 200, missing)
     refused(login(fresh_panel, user, password, "123456"), 200, missing)
     refused(login(fresh_panel, user, password, code_at(secret, step - 1)), 200, missing)
@@ -294,6 +325,28 @@ def test_two_factor_sign_in_needs_a_fresh_code(fresh_panel):
     assert signed.json()["success"] is True
     assert signed.cookies.get("appliance_session")
     refused(login(fresh_panel, user, password, current), 200, missing)
+
+
+def test_with_two_factor_on_a_refusal_never_tells_whether_the_password_was_right(fresh_panel):
+    admin = signed_in(fresh_panel)
+    secret = pyotp.random_base32()
+    step = current_step(margin=15)
+    assert enable_two_factor(admin, secret, code_at(secret, step - 1))["success"] is True
+    user, password, code = fresh_panel.username, fresh_panel.password, code_at(secret, step)
+    answers = [
+        login(fresh_panel, user, "wrong-password", code),
+        login(fresh_panel, user, "wrong-password"),
+        login(fresh_panel, user, password),
+        login(fresh_panel, user, password, "000000" if code != "000000" else "111111"),
+    ]
+    for answer in answers:
+        assert (answer.status_code, answer.json()) == (
+            200,
+            {"success": False, "msg": "wrong username, password or two-factor code", "obj": None},
+        )
+        assert "appliance_session" not in answer.cookies
+    # The code sent with a wrong password was not used up.
+    assert login(fresh_panel, user, password, code).json()["success"] is True
 
 
 def test_a_code_of_the_previous_step_is_accepted_once(fresh_panel):

@@ -13,10 +13,10 @@ import hmac
 import logging
 
 import bottle
-from bottle import HTTPError, HTTPResponse, request
+from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.services.errors import ServiceError, Unauthorized
+from appliance.services.errors import ServiceError, TooManyRequests, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
@@ -41,6 +41,8 @@ class ApiPlugin:
                 _check_declared_length(spec.max_body)
                 result = callback(*args, **kwargs)
             except ServiceError as exc:
+                if isinstance(exc, TooManyRequests):
+                    response.set_header("Retry-After", str(exc.retry_after))
                 return fail(exc.msg, exc.status)
             except HTTPResponse:
                 raise
