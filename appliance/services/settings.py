@@ -15,6 +15,7 @@ import json
 import os
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from pony.orm import db_session, select
 
@@ -98,6 +99,8 @@ RANGES = {
     "trafficInterval": (1, 3600),
 }
 PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")
+# Links handed to client apps, which open them: web addresses only.
+WEB_URL_KEYS = ("subSupportUrl", "subProfileUrl")
 
 
 class Settings:
@@ -235,6 +238,9 @@ def validate(values: dict[str, Any]) -> None:
                 raise ServiceError(
                     f"{key} must be empty (all addresses) or an IP address (got '{values[key]}')"
                 ) from None
+    for key in WEB_URL_KEYS:
+        if values[key]:
+            check_web_url(key, values[key])
     parse_trusted_proxies(values["trustedProxies"])
     parse_schedule(values["tgRunTime"])
     for cert_key, key_key in CERT_PAIRS:
@@ -261,6 +267,26 @@ def normalise_path(key: str, path: str) -> str:
             f"like /panel/ (got '{path}')"
         )
     return path
+
+
+def check_web_url(key: str, url: str) -> None:
+    """An http(s) URL with a host, in one piece: no spaces or control characters, which
+    could split the header it is sent in or hide what it points at."""
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise ServiceError(
+            f"{key} may not contain spaces, line breaks or control characters "
+            f"(got {json.dumps(url)})"
+        )
+    try:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:  # an unclosed [ or a port out of range
+        scheme, host = "", None
+    if scheme not in ("http", "https") or not host:
+        raise ServiceError(
+            f"{key} must be an http:// or https:// URL with a host name, like "
+            f"https://support.example.com/ (got {json.dumps(url)})"
+        )
 
 
 def parse_trusted_proxies(raw: str) -> list:
