@@ -8,6 +8,7 @@ reach the app with the prefix stripped, so routes are written once, without it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from gevent import socket as gsocket
 from gevent import ssl as gssl
-from gevent.pywsgi import WSGIServer
+from gevent.pywsgi import WSGIHandler, WSGIServer
 from geventwebsocket.handler import WebSocketHandler
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,11 @@ def make_server(
 ):
     """A server for `app`; with `upgrade_allowed`, WebSocket upgrades for which it says yes
     are accepted, and every other upgrade request is served as plain HTTP."""
-    options = {}
+    options = {"handler_class": PanelHandler}
     if tls is not None:
         options["ssl_context"] = tls
     if upgrade_allowed is not None:
-        options["handler_class"] = WebSocketHandler
+        options["handler_class"] = PanelWebSocketHandler
     server = PanelWSGIServer(
         sock,
         app,
@@ -86,6 +87,40 @@ class PanelWSGIServer(WSGIServer):
         except OSError as exc:  # ssl.SSLError is an OSError
             log.debug("TLS connection from %s ended: %s", address[0], exc)
             return None
+
+
+HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: 36\r\n\r\n"
+    b"the request's headers are too large\n"
+)
+
+
+class HeaderLimits:
+    """A request whose headers exceed the parser's limits (a line over 64 kB, more than
+    100 headers) gets a plain 431, and the log one line instead of gevent's traceback.
+
+    gevent (pinned in pyproject.toml) hands every request it cannot parse to
+    `_handle_client_error`, its hook for subclasses; other malformed requests keep its
+    400."""
+
+    def _handle_client_error(self, ex):
+        headers = getattr(self, "headers", None)
+        too_long = isinstance(ex, http.client.HTTPException) or (
+            getattr(headers, "status", "") == "Line too long"
+        )
+        if not too_long:
+            return super()._handle_client_error(ex)
+        log.info("refused a request from %s: its headers are too large", self.client_address[0])
+        return ("431", HEADERS_TOO_LARGE)
+
+
+class PanelHandler(HeaderLimits, WSGIHandler):
+    pass
+
+
+class PanelWebSocketHandler(HeaderLimits, WebSocketHandler):
+    pass
 
 
 class BasePath:
