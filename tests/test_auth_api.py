@@ -10,6 +10,7 @@ same step the test planned for.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -32,12 +33,14 @@ NEW_PASSWORD = "Correct-Horse-41"
 
 
 def login(
-    server, username, password, code=None, *, forwarded_for=None, form=False
+    server, username, password, code=None, *, forwarded_for=None, form=False, origin=None
 ) -> requests.Response:
     payload = {"username": username, "password": password}
     if code is not None:
         payload["twoFactorCode"] = code
     headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    if origin is not None:
+        headers["Origin"] = origin
     body = {"data": payload} if form else {"json": payload}
     return requests.post(server.url + "/login", headers=headers, timeout=10, **body)
 
@@ -117,9 +120,8 @@ def change_user(client: ApiClient, server, new_username, new_password, **extra) 
 # ---- the session routes ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
-def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
-    response = login(panel, panel.username, panel.password, form=form)
+def test_login_sets_a_working_cookie_with_no_store_answers(panel):
+    response = login(panel, panel.username, panel.password)
     assert response.status_code == 200
     assert response.json() == {"success": True, "msg": "signed in", "obj": None}
     cookie = response.cookies.get("appliance_session")
@@ -127,6 +129,53 @@ def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
     status = requests.get(panel.url + STATUS, cookies={"appliance_session": cookie}, timeout=10)
     assert status.status_code == 200
     assert status.json()["success"] is True
+    for answer in (response, status):
+        assert answer.headers["Cache-Control"] == "no-store"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        ("form", "application/x-www-form-urlencoded"),
+        ("multipart", "multipart/form-data"),
+        ("text", "text/plain"),
+        ("bare", "no Content-Type"),
+    ],
+)
+def test_login_takes_only_json_so_no_other_site_can_post_it(panel, body, content_type):
+    """A page elsewhere can post these kinds without asking; even the right credentials
+    sent so get no session."""
+    fields = {"username": panel.username, "password": panel.password}
+    if body == "form":
+        response = login(panel, panel.username, panel.password, form=True)
+    elif body == "multipart":
+        files = {name: (None, value) for name, value in fields.items()}
+        response = requests.post(panel.url + "/login", files=files, timeout=10)
+    else:
+        headers = {"Content-Type": "text/plain"} if body == "text" else {}
+        data = json.dumps(fields).encode()
+        response = requests.post(panel.url + "/login", data=data, headers=headers, timeout=10)
+        if body == "bare":
+            assert "Content-Type" not in response.request.headers
+    refused(response, 415, f"Content-Type: application/json (got {content_type}")
+    assert "appliance_session" not in response.cookies
+
+
+@pytest.mark.parametrize(
+    "origin", ["https://evil.example", "http://127.0.0.1:1", "null", "file://", "not a url"]
+)
+def test_login_from_another_sites_page_is_refused(panel, origin):
+    response = login(panel, panel.username, panel.password, origin=origin)
+    refused(response, 403, "sign-in from a page of another site is refused")
+    assert "appliance_session" not in response.cookies
+
+
+def test_login_from_the_panels_own_page_is_accepted(panel):
+    origin = panel.url.split("/", 3)[:3]
+    response = login(panel, panel.username, panel.password, origin="/".join(origin))
+    assert response.json() == {"success": True, "msg": "signed in", "obj": None}
+    assert response.cookies.get("appliance_session")
 
 
 @pytest.mark.parametrize(
@@ -140,7 +189,7 @@ def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
             {"username": "nobody-4", "password": "x", "twoFactorCode": [1]},
             "twoFactorCode must be a string of digits",
         ),
-        ([1, 2], "send username and password as a JSON object or a form"),
+        ([1, 2], "send username and password as a JSON object"),
     ],
 )
 def test_login_refusals_are_envelopes_without_a_cookie(panel, payload, msg):
@@ -619,7 +668,7 @@ def test_nothing_secret_is_logged(fresh_panel):
     assert change_user(admin, fresh_panel, "boss", NEW_PASSWORD)["success"] is True
     wrong = "Wrong-Guess-77"
     refused(login(fresh_panel, "boss", wrong), 200, "wrong username or password")
-    refused(login(fresh_panel, "boss", wrong, form=True), 200, "wrong username or password")
+    refused(login(fresh_panel, "boss", wrong, form=True), 415, "Content-Type: application/json")
     client = signed_in(fresh_panel, "boss", NEW_PASSWORD)
     cookie = client.http.cookies["appliance_session"]
     csrf = client.http.headers["X-CSRF-Token"]

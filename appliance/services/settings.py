@@ -28,6 +28,9 @@ REDACTED = "********"
 DEFAULTS: dict[str, Any] = {
     "webListen": "",
     "webDomain": "",
+    # Host names the panel answers to, comma-separated; "*" for any. Empty: only webDomain
+    # when it is set, any otherwise. Loopback and the listen address always work.
+    "webAllowedHosts": "",
     "webPort": 2053,
     "webCertFile": "",
     "webKeyFile": "",
@@ -242,6 +245,7 @@ def validate(values: dict[str, Any]) -> None:
         if values[key]:
             check_web_url(key, values[key])
     parse_trusted_proxies(values["trustedProxies"])
+    values["webAllowedHosts"] = ", ".join(parse_host_names(values["webAllowedHosts"]))
     parse_schedule(values["tgRunTime"])
     for cert_key, key_key in CERT_PAIRS:
         check_cert_pair(cert_key, values[cert_key], key_key, values[key_key])
@@ -287,6 +291,45 @@ def check_web_url(key: str, url: str) -> None:
             f"{key} must be an http:// or https:// URL with a host name, like "
             f"https://support.example.com/ (got {json.dumps(url)})"
         )
+
+
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$"
+)
+
+
+def parse_host_names(raw: str) -> list[str]:
+    """webAllowedHosts as a list: lower-case host names and IP addresses, or `["*"]`."""
+    names = []
+    for item in filter(None, (part.strip().lower() for part in raw.split(","))):
+        address = item[1:-1] if item.startswith("[") and item.endswith("]") else item
+        if item == "*" or HOST_NAME.match(item):
+            names.append(item.rstrip("."))
+            continue
+        try:
+            names.append(str(ipaddress.ip_address(address)))
+        except ValueError:
+            raise ServiceError(
+                "webAllowedHosts must be a comma-separated list of host names or IP "
+                f"addresses without ports, or * for any (got {json.dumps(item)})"
+            ) from None
+    if "*" in names and len(names) > 1:
+        raise ServiceError("webAllowedHosts: * allows every host; list no other name with it")
+    return names
+
+
+def allowed_host_names(allowed_hosts: str, web_domain: str) -> frozenset[str] | None:
+    """The host names the panel answers to by its settings, None for any: the
+    webAllowedHosts list, or webDomain alone when that list is empty."""
+    names = parse_host_names(allowed_hosts)
+    if names == ["*"]:
+        return None
+    if not names:
+        domain = web_domain.strip().lower().rstrip(".")
+        if not domain:
+            return None
+        names = [domain]
+    return frozenset(names)
 
 
 def parse_trusted_proxies(raw: str) -> list:

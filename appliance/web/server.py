@@ -3,7 +3,10 @@
 TCP_NODELAY is set on the listening socket (Linux hands it down to accepted sockets):
 gevent's server writes headers and body separately, and without it every keep-alive
 request waits out the peer's delayed ACK, about 40 ms. Requests under the base path
-reach the app with the prefix stripped, so routes are written once, without it.
+reach the app with the prefix stripped, so routes are written once, without it. Requests
+for a host name the panel does not answer to (see `host_allowed`) are refused before
+any route sees them: a page of another site that resolves its own name to the panel's
+address (DNS rebinding) gets nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from gevent import socket as gsocket
 from gevent import ssl as gssl
 from gevent.pywsgi import WSGIHandler, WSGIServer
 from geventwebsocket.handler import WebSocketHandler
+
+from appliance.web.http import host_allowed
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +147,42 @@ class BasePath:
         if not path.startswith(self.prefix + "/"):
             # The message must not name the base path: hiding it is the point of having one.
             msg = f"no such route: {environ.get('REQUEST_METHOD', 'GET')} {path}"
-            body = json.dumps({"success": False, "msg": msg, "obj": None}).encode()
-            start_response(
-                "404 Not Found",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
+            return _json_answer(start_response, "404 Not Found", msg)
         environ["PATH_INFO"] = path[len(self.prefix) :]
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + self.prefix
         return self.app(environ, start_response)
+
+
+class HostCheck:
+    """Serve `app` only to requests whose Host is allowed by `allowed()` (a set of names,
+    or None for any); others get a 421 envelope."""
+
+    def __init__(self, app, allowed: Callable[[], frozenset[str] | None]):
+        self.app = app
+        self.allowed = allowed
+
+    def __call__(self, environ, start_response):
+        if host_allowed(environ, self.allowed()):
+            return self.app(environ, start_response)
+        # The message names neither the host sent nor the allowed ones: a caller that
+        # does not know the panel's name learns nothing from it.
+        return _json_answer(
+            start_response,
+            "421 Misdirected Request",
+            "this panel does not answer to the host name this request was sent to; use "
+            "the panel's domain, or add the name to the webAllowedHosts setting",
+        )
+
+
+def _json_answer(start_response, status: str, msg: str) -> list[bytes]:
+    body = json.dumps({"success": False, "msg": msg, "obj": None}).encode()
+    start_response(
+        status,
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+        ],
+    )
+    return [body]

@@ -10,7 +10,7 @@ import { checkbox, field, Modal, numberInput, QrCode, selectInput, textArea, tex
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 
 const SECTIONS = {
-  panel: ["webListen", "webDomain", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "pageSize", "timeLocation"],
+  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "pageSize", "timeLocation"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgBotAPIServer"],
@@ -18,6 +18,7 @@ const SECTIONS = {
 };
 const SECRETS = new Set(["tgBotToken", "smtpPassword"]);
 const LONG_TEXT = new Set(["subAnnounce", "subRoutingRules"]);
+const HINTS = { remarkModel: "settings.remarkModelHint", webAllowedHosts: "settings.webAllowedHostsHint" };
 const SMTP_SECURITY = [["none", "none"], ["starttls", "STARTTLS"], ["tls", "TLS"]];
 const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
@@ -33,7 +34,7 @@ function settingInput(model, key) {
   else if (LONG_TEXT.has(key)) input = textArea(model, key, { name: key, rows: 3 });
   else if (typeof value === "number") input = numberInput(model, key, { name: key });
   else input = textInput(model, key, { name: key, type: SECRETS.has(key) ? "password" : "text", autocomplete: SECRETS.has(key) ? "off" : null });
-  return field(t(`settings.key.${key}`), input, key === "remarkModel" ? t("settings.remarkModelHint") : "");
+  return field(t(`settings.key.${key}`), input, HINTS[key] ? t(HINTS[key]) : "");
 }
 
 // The test buttons check the saved settings: the panel reads its stored values.
