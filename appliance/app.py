@@ -7,6 +7,7 @@ not take), settings changes that involve two-factor, and restarting the process.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -42,7 +43,7 @@ from appliance.services.hosts import Hosts
 from appliance.services.inbounds import Inbounds
 from appliance.services.panel_update import PanelUpdate
 from appliance.services.presence import Presence
-from appliance.services.settings import Settings, parse_trusted_proxies
+from appliance.services.settings import Settings, allowed_host_names, parse_trusted_proxies
 from appliance.services.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.subscriptions import Subscriptions
 from appliance.services.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
@@ -55,11 +56,12 @@ from appliance.web.backup_routes import backup_routes
 from appliance.web.client_routes import client_routes
 from appliance.web.core_routes import core_routes
 from appliance.web.host_routes import host_routes
+from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import inbound_routes
 from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import release_routes
-from appliance.web.server import BasePath, listen, make_server, tls_context
+from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
 from appliance.web.server_routes import server_routes
 from appliance.web.session_routes import session_routes, websocket_refusal
 from appliance.web.setting_routes import setting_routes
@@ -143,6 +145,7 @@ class Panel:
         self._servers: list = []
         self._stopped = Event()
         self._trusted: tuple[str, list] = ("", [])
+        self._hosts: tuple[tuple[str, ...], frozenset[str] | None] = ((), None)
 
     # ---- start-up ----------------------------------------------------------------------
 
@@ -151,6 +154,7 @@ class Panel:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))
+        self.auth.restore_blocks()
         return self.auth.bootstrap()
 
     def guid(self) -> str:
@@ -184,7 +188,9 @@ class Panel:
         """Listen on both ports and run until stopped; never returns on restart.
         `on_listening` gets the panel's URL once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
-        panel_app = BasePath(build_app(self, self.routes()), self.base_path)
+        panel_app = HostCheck(
+            BasePath(build_app(self, self.routes()), self.base_path), self.allowed_hosts
+        )
         web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
         sub_host = self.settings.get("subListen") or web_host
         web_sock = _listen_or_explain(web_host, self._web_port_wanted(), "the panel")
@@ -277,6 +283,8 @@ class Panel:
         the handshake went out, and a message published meanwhile would miss the socket."""
         if environ.get("PATH_INFO") != self.base_path + "ws":
             return False
+        if not host_allowed(environ, self.allowed_hosts()):
+            return False
         if websocket_refusal(environ, self.trusted_proxies(), self.settings.get("webDomain")):
             return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
@@ -352,6 +360,18 @@ class Panel:
             self._trusted = (raw, parse_trusted_proxies(raw))
         return self._trusted[1]
 
+    def allowed_hosts(self) -> frozenset[str] | None:
+        """Host names the panel answers to, None for any: those of the settings, plus
+        the address it listens on when that is one address (loopback always works)."""
+        listen = self.options.listen or self.settings.get("webListen")
+        key = (self.settings.get("webAllowedHosts"), self.settings.get("webDomain"), listen)
+        if key != self._hosts[0]:
+            names = allowed_host_names(key[0], key[1])
+            if names is not None and listen not in ("", "0.0.0.0", "::"):
+                names |= {_address_text(listen)}
+            self._hosts = (key, names)
+        return self._hosts[1]
+
     # ---- status ----------------------------------------------------------------------------
 
     def core_info(self) -> dict:
@@ -416,3 +436,11 @@ def _listen_or_explain(host: str, port: int, what: str):
 
 def _wildcard(host: str) -> str:
     return "" if host in ("0.0.0.0", "::") else host
+
+
+def _address_text(host: str) -> str:
+    """An IP address as `split_host` gives it (the one spelling Python prints)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host.lower()

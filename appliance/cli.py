@@ -134,6 +134,11 @@ SETTING_FLAGS = (
     ("--port", "webPort", "panel port, 1-65535"),
     ("--base-path", "webBasePath", "panel URL path, like /panel/"),
     ("--listen", "webListen", "panel listen address; empty for all addresses"),
+    (
+        "--allowed-hosts",
+        "webAllowedHosts",
+        "host names the panel answers to, comma-separated; * for any",
+    ),
     ("--cert-file", "webCertFile", "TLS certificate file for HTTPS; empty for plain HTTP"),
     ("--key-file", "webKeyFile", "TLS private key file matching --cert-file"),
 )

@@ -10,6 +10,7 @@ same step the test planned for.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -32,12 +33,14 @@ NEW_PASSWORD = "Correct-Horse-41"
 
 
 def login(
-    server, username, password, code=None, *, forwarded_for=None, form=False
+    server, username, password, code=None, *, forwarded_for=None, form=False, origin=None
 ) -> requests.Response:
     payload = {"username": username, "password": password}
     if code is not None:
         payload["twoFactorCode"] = code
     headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    if origin is not None:
+        headers["Origin"] = origin
     body = {"data": payload} if form else {"json": payload}
     return requests.post(server.url + "/login", headers=headers, timeout=10, **body)
 
@@ -117,9 +120,8 @@ def change_user(client: ApiClient, server, new_username, new_password, **extra) 
 # ---- the session routes ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
-def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
-    response = login(panel, panel.username, panel.password, form=form)
+def test_login_sets_a_working_cookie_with_no_store_answers(panel):
+    response = login(panel, panel.username, panel.password)
     assert response.status_code == 200
     assert response.json() == {"success": True, "msg": "signed in", "obj": None}
     cookie = response.cookies.get("appliance_session")
@@ -127,6 +129,53 @@ def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
     status = requests.get(panel.url + STATUS, cookies={"appliance_session": cookie}, timeout=10)
     assert status.status_code == 200
     assert status.json()["success"] is True
+    for answer in (response, status):
+        assert answer.headers["Cache-Control"] == "no-store"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        ("form", "application/x-www-form-urlencoded"),
+        ("multipart", "multipart/form-data"),
+        ("text", "text/plain"),
+        ("bare", "no Content-Type"),
+    ],
+)
+def test_login_takes_only_json_so_no_other_site_can_post_it(panel, body, content_type):
+    """A page elsewhere can post these kinds without asking; even the right credentials
+    sent so get no session."""
+    fields = {"username": panel.username, "password": panel.password}
+    if body == "form":
+        response = login(panel, panel.username, panel.password, form=True)
+    elif body == "multipart":
+        files = {name: (None, value) for name, value in fields.items()}
+        response = requests.post(panel.url + "/login", files=files, timeout=10)
+    else:
+        headers = {"Content-Type": "text/plain"} if body == "text" else {}
+        data = json.dumps(fields).encode()
+        response = requests.post(panel.url + "/login", data=data, headers=headers, timeout=10)
+        if body == "bare":
+            assert "Content-Type" not in response.request.headers
+    refused(response, 415, f"Content-Type: application/json (got {content_type}")
+    assert "appliance_session" not in response.cookies
+
+
+@pytest.mark.parametrize(
+    "origin", ["https://evil.example", "http://127.0.0.1:1", "null", "file://", "not a url"]
+)
+def test_login_from_another_sites_page_is_refused(panel, origin):
+    response = login(panel, panel.username, panel.password, origin=origin)
+    refused(response, 403, "sign-in from a page of another site is refused")
+    assert "appliance_session" not in response.cookies
+
+
+def test_login_from_the_panels_own_page_is_accepted(panel):
+    origin = panel.url.split("/", 3)[:3]
+    response = login(panel, panel.username, panel.password, origin="/".join(origin))
+    assert response.json() == {"success": True, "msg": "signed in", "obj": None}
+    assert response.cookies.get("appliance_session")
 
 
 @pytest.mark.parametrize(
@@ -140,7 +189,7 @@ def test_login_accepts_json_and_form_and_sets_a_working_cookie(panel, form):
             {"username": "nobody-4", "password": "x", "twoFactorCode": [1]},
             "twoFactorCode must be a string of digits",
         ),
-        ([1, 2], "send username and password as a JSON object or a form"),
+        ([1, 2], "send username and password as a JSON object"),
     ],
 )
 def test_login_refusals_are_envelopes_without_a_cookie(panel, payload, msg):
@@ -213,6 +262,7 @@ def test_five_failures_block_the_address_and_username_for_fifteen_minutes(fresh_
     blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
     refused(blocked, 429, "try again in 15 minutes")
     assert "appliance_session" not in blocked.cookies
+    assert 840 < int(blocked.headers["Retry-After"]) <= 900
     # X-Forwarded-For from an untrusted peer is ignored: it cannot escape the block.
     spoofed = login(
         fresh_panel, fresh_panel.username, fresh_panel.password, forwarded_for="198.51.100.9"
@@ -220,6 +270,36 @@ def test_five_failures_block_the_address_and_username_for_fifteen_minutes(fresh_
     refused(spoofed, 429, "try again in 15 minutes")
     # The same address with another username is not blocked.
     refused(login(fresh_panel, "someone-else", "wrong-guess"), 200, "wrong username or password")
+
+
+def test_a_block_outlasts_a_restart_of_the_panel(fresh_panel):
+    for _ in range(5):
+        refused(login(fresh_panel, fresh_panel.username, "wrong-guess"), 200, "wrong username")
+    before = int(login(fresh_panel, fresh_panel.username, "x").headers["Retry-After"])
+    fresh_panel.stop()
+    fresh_panel.start()
+    blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
+    refused(blocked, 429, "try again in")
+    assert 0 < int(blocked.headers["Retry-After"]) <= before
+    assert "appliance_session" not in blocked.cookies
+    refused(login(fresh_panel, "someone-else", "wrong-guess"), 200, "wrong username or password")
+    # Stored by a digest of the pair, with its end in wall-clock seconds.
+    [(pair_hash, until)] = db_rows(fresh_panel, "SELECT pair_hash, blocked_until FROM login_block")
+    assert len(pair_hash) == 64 and fresh_panel.username not in pair_hash
+    assert 0 < until - time.time() <= 900
+
+
+def test_a_stored_block_never_outlasts_its_length_when_the_clock_moved(fresh_panel):
+    """A row written before the clock was set back a day ends a day later by the new
+    clock; read back at start it still blocks for fifteen minutes at most."""
+    for _ in range(5):
+        refused(login(fresh_panel, fresh_panel.username, "wrong-guess"), 200, "wrong username")
+    fresh_panel.stop()
+    db_rows(fresh_panel, "UPDATE login_block SET blocked_until = ?", (int(time.time()) + 86400,))
+    fresh_panel.start()
+    blocked = login(fresh_panel, fresh_panel.username, fresh_panel.password)
+    refused(blocked, 429, "try again in 15 minutes")
+    assert 0 < int(blocked.headers["Retry-After"]) <= 900
 
 
 def test_forwarded_for_from_a_trusted_proxy_tells_clients_apart(fresh_panel):
@@ -284,7 +364,7 @@ def test_two_factor_sign_in_needs_a_fresh_code(fresh_panel):
     assert admin.get(STATUS)["success"] is True
 
     user, password = fresh_panel.username, fresh_panel.password
-    missing = "the two-factor code is missing or wrong"
+    missing = "wrong username, password or two-factor code"
     refused(login(fresh_panel, user, password), 200, missing)
     refused(login(fresh_panel, user, password, "123456"), 200, missing)
     refused(login(fresh_panel, user, password, code_at(secret, step - 1)), 200, missing)
@@ -294,6 +374,28 @@ def test_two_factor_sign_in_needs_a_fresh_code(fresh_panel):
     assert signed.json()["success"] is True
     assert signed.cookies.get("appliance_session")
     refused(login(fresh_panel, user, password, current), 200, missing)
+
+
+def test_with_two_factor_on_a_refusal_never_tells_whether_the_password_was_right(fresh_panel):
+    admin = signed_in(fresh_panel)
+    secret = pyotp.random_base32()
+    step = current_step(margin=15)
+    assert enable_two_factor(admin, secret, code_at(secret, step - 1))["success"] is True
+    user, password, code = fresh_panel.username, fresh_panel.password, code_at(secret, step)
+    answers = [
+        login(fresh_panel, user, "wrong-password", code),
+        login(fresh_panel, user, "wrong-password"),
+        login(fresh_panel, user, password),
+        login(fresh_panel, user, password, "000000" if code != "000000" else "111111"),
+    ]
+    for answer in answers:
+        assert (answer.status_code, answer.json()) == (
+            200,
+            {"success": False, "msg": "wrong username, password or two-factor code", "obj": None},
+        )
+        assert "appliance_session" not in answer.cookies
+    # The code sent with a wrong password was not used up.
+    assert login(fresh_panel, user, password, code).json()["success"] is True
 
 
 def test_a_code_of_the_previous_step_is_accepted_once(fresh_panel):
@@ -566,7 +668,7 @@ def test_nothing_secret_is_logged(fresh_panel):
     assert change_user(admin, fresh_panel, "boss", NEW_PASSWORD)["success"] is True
     wrong = "Wrong-Guess-77"
     refused(login(fresh_panel, "boss", wrong), 200, "wrong username or password")
-    refused(login(fresh_panel, "boss", wrong, form=True), 200, "wrong username or password")
+    refused(login(fresh_panel, "boss", wrong, form=True), 415, "Content-Type: application/json")
     client = signed_in(fresh_panel, "boss", NEW_PASSWORD)
     cookie = client.http.cookies["appliance_session"]
     csrf = client.http.headers["X-CSRF-Token"]

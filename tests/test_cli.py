@@ -277,7 +277,7 @@ def test_disable_2fa_lets_the_password_alone_sign_in_again(stopped_panel):
     enable_two_factor(stopped_panel.client())
     assert stopped_panel.client(login=False).sign_in(
         stopped_panel.username, stopped_panel.password
-    ) == {"success": False, "msg": "the two-factor code is missing or wrong", "obj": None}
+    ) == {"success": False, "msg": "wrong username, password or two-factor code", "obj": None}
     stopped_panel.stop()
 
     assert "two-factor: on" in admin(stopped_panel, "show").stdout

@@ -7,6 +7,7 @@ import json
 import socket
 
 import pytest
+from core_panel import wait_until
 
 LIMIT = 1 << 20
 ADD = "/panel/api/inbounds/add"
@@ -252,3 +253,37 @@ def test_import_data_nested_too_deeply_is_an_envelope_error(panel, path):
     assert reply["success"] is False
     assert "data is not valid JSON" in reply["msg"]
     assert "Traceback" not in panel.output()
+
+
+def raw_exchange(url: str, request: bytes) -> bytes:
+    """Send `request` over a fresh socket and read the answer until the server closes. The
+    server may stop reading early and close: whatever it answered first is kept."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    answer = b""
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        try:
+            conn.sendall(request)
+            while chunk := conn.recv(65536):
+                answer += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    return answer
+
+
+OVERSIZED_HEADERS = {
+    "one 100 kB line": b"X-Big: " + b"a" * 100_000 + b"\r\n",
+    "5000 headers": b"".join(b"X-Many-%d: v\r\n" % n for n in range(5000)),
+}
+
+
+@pytest.mark.parametrize("headers", OVERSIZED_HEADERS.values(), ids=OVERSIZED_HEADERS.keys())
+@pytest.mark.parametrize("door", ["url", "sub_url"])
+def test_oversized_headers_get_431_and_no_traceback(panel, headers, door):
+    request = b"GET /csrf-token HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n"
+    answer = raw_exchange(getattr(panel, door), request)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer[:200]
+    assert answer.endswith(b"\r\n\r\nthe request's headers are too large\n")
+    wait_until(lambda: "its headers are too large" in panel.output(), "the refusal's log line")
+    assert "Traceback" not in panel.output()
+    # The server is still there for the next request.
+    assert panel.client(login=False).raw("GET", "/csrf-token").status_code == 401

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from conftest import start_panel
 from helpers import (
     NETWORKED,
@@ -101,6 +102,9 @@ def generate(api) -> list[str]:
     for name in ("automation", "backup"):
         ok(api.post("/panel/api/setting/apiTokens/create", {"name": name}))
     ok(api.post("/panel/api/setting/update", {"pageSize": 50, "remarkModel": "-ei"}))
+    for _ in range(5):  # a sign-in block, which the copy carries over
+        guess = {"username": "intruder", "password": "guess"}
+        assert requests.post(api.url + "/login", json=guess, timeout=10).status_code == 200
     return emails[:-1]
 
 
@@ -174,9 +178,12 @@ def test_panel_on_the_copy_answers_like_the_source(source, target, tmp_path):
     result = appliance("migrate-db", "--from", source["db"], "--to", target)
     assert result.returncode == 0, result.stderr
     report = result.stdout
-    for table in ("client", "client_inbound", "client_traffic", "client_link", "api_token"):
+    tables = ("client", "client_inbound", "client_traffic", "client_link", "api_token")
+    for table in (*tables, "login_block"):
         line = next(line for line in report.splitlines() if line.split()[:1] == [table])
         assert line.endswith("ok"), line
+    block = next(line.split() for line in report.splitlines() if line.startswith("login_block "))
+    assert block[1] == "1"
     assert " 9999 " in next(line for line in report.splitlines() if line.startswith("client "))
     assert file_sha256(source["db"]) == before, "the source file was written"
 

@@ -313,6 +313,39 @@ def test_values_out_of_range_are_refused(panel, api, body, message):
     assert_refused(api, panel, body, message)
 
 
+@pytest.mark.parametrize("key", ["subSupportUrl", "subProfileUrl"])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("javascript:alert(1)", "must be an http:// or https:// URL"),
+        ("data:text/html,<script>alert(1)</script>", "must be an http:// or https:// URL"),
+        ("JavaScript://example.com/%0aalert(1)", "must be an http:// or https:// URL"),
+        ("https://example.com/\r\nSet-Cookie: a=b", "may not contain spaces, line breaks"),
+        ("https://example.com/a b", "may not contain spaces"),
+        ("https://exa\tmple.com/", "may not contain spaces, line breaks or control characters"),
+        ("https://example.com/a\u2028b", "may not contain spaces"),
+        ("https:///path-only", "must be an http:// or https:// URL with a host name"),
+        ("https://[::1/", "must be an http:// or https:// URL with a host name"),
+        ("ftp://example.com/", "must be an http:// or https:// URL"),
+        ("example.com/support", "must be an http:// or https:// URL"),
+    ],
+)
+def test_subscription_urls_must_be_web_addresses(panel, api, key, url, message):
+    assert_refused(api, panel, {key: url}, f"{key} {message}")
+
+
+def test_subscription_urls_accept_web_addresses(panel, api):
+    urls = {
+        "subSupportUrl": "https://t.me/support",
+        "subProfileUrl": "http://example.com:8080/p?q=1",
+    }
+    try:
+        stored = saved(api, urls)
+        assert {key: stored[key] for key in urls} == urls
+    finally:
+        saved(api, {"subSupportUrl": "", "subProfileUrl": ""})
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

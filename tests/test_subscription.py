@@ -428,6 +428,17 @@ def test_info_page_by_accept_or_query(api, panel):
         assert not re.search(r"(src|href)=\"https?://", page), "nothing is loaded from elsewhere"
 
 
+def test_info_page_cannot_be_framed_or_sniffed(api, panel):
+    client = add_client(api, [add_inbound(api)["id"]])
+    page = fetch(panel, f"/sub/{client['subId']}?html=1")
+    assert page.status_code == 200
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    links = fetch(panel, f"/sub/{client['subId']}")
+    assert links.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def test_info_page_escapes_what_it_shows(api, panel, restore):
     inbound = add_inbound(api, remark='<img src=x onerror="alert(1)">')
     client = add_client(api, [inbound["id"]], email="<script>alert(1)<b>@x")

@@ -11,7 +11,11 @@ ones ended elsewhere (expiry, `admin reset` run offline, another process).
 
 Failed sign-ins are counted per (client address, username) in memory: five within five
 minutes block that pair for fifteen. Other addresses, and the same address with another
-username, are unaffected, so one attacker cannot lock the owner out.
+username, are unaffected, so one attacker cannot lock the owner out. Windows and blocks
+run on the monotonic clock, which no change of the system time moves. A block is also
+written to the database with its end in wall-clock time, so restarting the panel does not
+lift it; read back at start, its remainder is capped at the block's length, so a clock set
+back cannot stretch it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections import defaultdict, deque
@@ -45,41 +50,52 @@ class SessionInfo:
 
 
 class LoginThrottle:
-    """Counts failures per (address, username); blocks a pair that fails too often."""
+    """Counts failures per (address, username); blocks a pair that fails too often.
 
-    def __init__(self, max_failures: int = 5, window: int = 300, block: int = 900, clock=time.time):
+    Pairs are kept by `pair_key`, a digest of fixed size however long the username sent."""
+
+    def __init__(self, max_failures: int = 5, window: int = 300, block: int = 900):
         self.max_failures, self.window, self.block = max_failures, window, block
-        self.clock = clock
-        self._failures: dict[tuple[str, str], deque] = defaultdict(deque)
-        self._blocked_until: dict[tuple[str, str], float] = {}
+        self.clock = time.monotonic
+        self._failures: dict[str, deque] = defaultdict(deque)
+        self._blocked_until: dict[str, float] = {}
 
     def check(self, address: str, username: str) -> None:
-        key = (address, username)
+        key = pair_key(address, username)
         until = self._blocked_until.get(key, 0)
         now = self.clock()
         if until > now:
             minutes = max(1, round((until - now) / 60))
             raise TooManyRequests(
                 f"too many failed sign-ins for this username from {address}; "
-                f"try again in {minutes} minute{'s' if minutes != 1 else ''}"
+                f"try again in {minutes} minute{'s' if minutes != 1 else ''}",
+                retry_after=math.ceil(until - now),
             )
         if until:
             del self._blocked_until[key]
 
-    def failed(self, address: str, username: str) -> None:
-        key = (address, username)
+    def failed(self, address: str, username: str) -> bool:
+        """Count a failure; True when it starts a block."""
+        key = pair_key(address, username)
         now = self.clock()
         failures = self._failures[key]
         failures.append(now)
         while failures and failures[0] <= now - self.window:
             failures.popleft()
-        if len(failures) >= self.max_failures:
+        blocked = len(failures) >= self.max_failures
+        if blocked:
             self._blocked_until[key] = now + self.block
             del self._failures[key]
         self._forget_old(now)
+        return blocked
 
     def succeeded(self, address: str, username: str) -> None:
-        self._failures.pop((address, username), None)
+        self._failures.pop(pair_key(address, username), None)
+
+    def restore(self, key: str, seconds_left: float) -> None:
+        """A block read back from the database, never longer than a block is."""
+        if seconds_left > 0:
+            self._blocked_until[key] = self.clock() + min(seconds_left, self.block)
 
     def _forget_old(self, now: float) -> None:
         """Keep memory bounded under a spray of usernames: blocks that ran out are
@@ -90,6 +106,10 @@ class LoginThrottle:
             del self._failures[key]
         for key in [k for k, until in self._blocked_until.items() if until <= now]:
             del self._blocked_until[key]
+
+
+def pair_key(address: str, username: str) -> str:
+    return _sha256(f"{address}\0{username}")
 
 
 class Auth:
@@ -105,7 +125,7 @@ class Auth:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self.throttle = LoginThrottle(clock=clock)
+        self.throttle = LoginThrottle()
         self.on_sessions_ended = on_sessions_ended
 
     # ---- first run and offline administration -------------------------------------
@@ -181,14 +201,40 @@ class Auth:
             admin = self.store.Admin.get(username=username)
             stored = admin.password_hash if admin else passwords.dummy_hash()
             ok = passwords.verify_password(password, stored) and admin is not None
-            if ok and admin.totp_enabled and not self._consume_code(admin, code):
-                self.throttle.failed(address, username)
-                raise ServiceError("the two-factor code is missing or wrong")
-            if not ok:
-                self.throttle.failed(address, username)
-                raise ServiceError("wrong username or password")
-            self.throttle.succeeded(address, username)
-            return self._new_session(admin, address)
+            # The code is checked only after the password: a wrong password must not use
+            # up a good code. Either failure gets the same answer, so the answer never
+            # tells whether the password alone was right.
+            if ok and (not admin.totp_enabled or self._consume_code(admin, code)):
+                self.throttle.succeeded(address, username)
+                return self._new_session(admin, address)
+            two_factor = select(a for a in self.store.Admin if a.totp_enabled).exists()
+        self._record_failure(address, username)
+        if two_factor:
+            raise ServiceError("wrong username, password or two-factor code")
+        raise ServiceError("wrong username or password")
+
+    def _record_failure(self, address: str, username: str) -> None:
+        if not self.throttle.failed(address, username):
+            return
+        now = int(self.clock())
+        key = pair_key(address, username)
+        with db_session:
+            LoginBlock = self.store.LoginBlock
+            select(b for b in LoginBlock if b.blocked_until <= now).delete(bulk=True)
+            row = LoginBlock.get(pair_hash=key)
+            if row is None:
+                LoginBlock(pair_hash=key, blocked_until=now + self.throttle.block)
+            else:
+                row.blocked_until = now + self.throttle.block
+
+    def restore_blocks(self) -> None:
+        """At start: the sign-in blocks a previous run left that have not run out."""
+        now = int(self.clock())
+        with db_session:
+            LoginBlock = self.store.LoginBlock
+            select(b for b in LoginBlock if b.blocked_until <= now).delete(bulk=True)
+            for row in LoginBlock.select():
+                self.throttle.restore(row.pair_hash, row.blocked_until - now)
 
     def _new_session(self, admin, address: str) -> str:
         session_id = secrets.token_urlsafe(32)

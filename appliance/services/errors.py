@@ -27,4 +27,10 @@ class Forbidden(ServiceError):
 
 
 class TooManyRequests(ServiceError):
+    """Refused for now; `retry_after` is how many seconds until it may be tried again."""
+
     status = 429
+
+    def __init__(self, msg: str, retry_after: int):
+        super().__init__(msg)
+        self.retry_after = retry_after

@@ -16,6 +16,7 @@ import os
 import re
 import zoneinfo
 from typing import Any
+from urllib.parse import urlsplit
 
 from pony.orm import db_session, select
 
@@ -31,6 +32,9 @@ REDACTED = "********"
 DEFAULTS: dict[str, Any] = {
     "webListen": "",
     "webDomain": "",
+    # Host names the panel answers to, comma-separated; "*" for any. Empty: only webDomain
+    # when it is set, any otherwise. Loopback and the listen address always work.
+    "webAllowedHosts": "",
     "webPort": 2053,
     "webCertFile": "",
     "webKeyFile": "",
@@ -106,6 +110,8 @@ RANGES = {
     "trafficInterval": (1, 3600),
 }
 PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")
+# Links handed to client apps, which open them: web addresses only.
+WEB_URL_KEYS = ("subSupportUrl", "subProfileUrl")
 
 
 class Settings:
@@ -245,8 +251,12 @@ def validate(values: dict[str, Any], places: FilePlaces) -> None:
                 raise ServiceError(
                     f"{key} must be empty (all addresses) or an IP address (got '{values[key]}')"
                 ) from None
+    for key in WEB_URL_KEYS:
+        if values[key]:
+            check_web_url(key, values[key])
     parse_trusted_proxies(values["trustedProxies"])
     values[ALLOW_SETTING] = ",".join(parse_allowed(values[ALLOW_SETTING]))
+    values["webAllowedHosts"] = ", ".join(parse_host_names(values["webAllowedHosts"]))
     parse_schedule(values["tgRunTime"])
     check_time_location(values["timeLocation"])
     for cert_key, key_key in CERT_PAIRS:
@@ -289,6 +299,65 @@ def normalise_path(key: str, path: str) -> str:
             f"like /panel/ (got '{path}')"
         )
     return path
+
+
+def check_web_url(key: str, url: str) -> None:
+    """An http(s) URL with a host, in one piece: no spaces or control characters, which
+    could split the header it is sent in or hide what it points at."""
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise ServiceError(
+            f"{key} may not contain spaces, line breaks or control characters "
+            f"(got {json.dumps(url)})"
+        )
+    try:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:  # an unclosed [ or a port out of range
+        scheme, host = "", None
+    if scheme not in ("http", "https") or not host:
+        raise ServiceError(
+            f"{key} must be an http:// or https:// URL with a host name, like "
+            f"https://support.example.com/ (got {json.dumps(url)})"
+        )
+
+
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$"
+)
+
+
+def parse_host_names(raw: str) -> list[str]:
+    """webAllowedHosts as a list: lower-case host names and IP addresses, or `["*"]`."""
+    names = []
+    for item in filter(None, (part.strip().lower() for part in raw.split(","))):
+        address = item[1:-1] if item.startswith("[") and item.endswith("]") else item
+        if item == "*" or HOST_NAME.match(item):
+            names.append(item.rstrip("."))
+            continue
+        try:
+            names.append(str(ipaddress.ip_address(address)))
+        except ValueError:
+            raise ServiceError(
+                "webAllowedHosts must be a comma-separated list of host names or IP "
+                f"addresses without ports, or * for any (got {json.dumps(item)})"
+            ) from None
+    if "*" in names and len(names) > 1:
+        raise ServiceError("webAllowedHosts: * allows every host; list no other name with it")
+    return names
+
+
+def allowed_host_names(allowed_hosts: str, web_domain: str) -> frozenset[str] | None:
+    """The host names the panel answers to by its settings, None for any: the
+    webAllowedHosts list, or webDomain alone when that list is empty."""
+    names = parse_host_names(allowed_hosts)
+    if names == ["*"]:
+        return None
+    if not names:
+        domain = web_domain.strip().lower().rstrip(".")
+        if not domain:
+            return None
+        names = [domain]
+    return frozenset(names)
 
 
 def parse_trusted_proxies(raw: str) -> list:

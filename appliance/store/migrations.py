@@ -270,6 +270,17 @@ def _v8_search_index(dialect: str) -> list[str]:
     return ["CREATE INDEX ix_client_search_key ON client (search_key, email_key)"]
 
 
+def _v9_login_blocks(dialect: str) -> list[str]:
+    """Sign-in blocks outlive a restart: one row per blocked (address, username) pair,
+    named by a digest of the pair, with the block's end in Unix seconds."""
+    table = Table(
+        "login_block",
+        (Column("pair_hash", "str", 64), Column("blocked_until", "bigint")),
+        (Index(("pair_hash",), unique=True),),
+    )
+    return table.create(dialect)
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -279,6 +290,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (6, "last core counters of each client on its traffic row", _v6_core_counters_on_traffic),
     (7, "attachments indexed in client order per inbound", _v7_attachments_in_client_order),
     (8, "an index for searching clients", _v8_search_index),
+    (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -175,6 +175,11 @@ def define_entities(db: Database) -> SimpleNamespace:
         enable = Required(bool, default=True)
         sort_order = Required(int, default=0)
 
+    class LoginBlock(db.Entity):
+        _table_ = "login_block"
+        pair_hash = Required(str, 64, unique=True)
+        blocked_until = Required(int, size=64)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -191,4 +196,5 @@ def define_entities(db: Database) -> SimpleNamespace:
         CoreCounter=CoreCounter,
         OutboundTraffic=OutboundTraffic,
         Host=Host,
+        LoginBlock=LoginBlock,
     )

@@ -42,9 +42,13 @@ HOST_HEADER = re.compile(
     r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253})(?::(?P<port>\d{1,5}))?$"
 )
 PAGE_SECURITY = [
-    # The page runs no script and loads nothing: styles inline, QR codes inline SVG.
-    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
-    ("X-Content-Type-Options", "nosniff"),
+    # The page runs no script and loads nothing: styles inline, QR codes inline SVG. No
+    # other site may frame it (its links are credentials a framing page could dress up).
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+    ),
+    ("X-Frame-Options", "DENY"),
     # A subscription URL is a credential: it must not leave in a Referer.
     ("Referrer-Policy", "no-referrer"),
 ]
@@ -64,6 +68,7 @@ class SubscriptionApp:
             log.exception("subscription request %s failed", environ.get("PATH_INFO"))
             status, headers, body = "500 Internal Server Error", [], b"internal error\n"
         headers.append(("Content-Length", str(len(body))))
+        headers.append(("X-Content-Type-Options", "nosniff"))
         if not any(name == "Content-Type" for name, _ in headers):
             headers.append(("Content-Type", "text/plain; charset=utf-8"))
         start_response(status, headers)

@@ -4,7 +4,8 @@ One plugin does what every route needs, so no handler repeats it: authenticate (
 cookie or `Authorization: Bearer`), enforce CSRF for cookie sessions on unsafe methods,
 turn the handler's result or `ServiceError` into the envelope, push `invalidate` after a
 successful change, and turn anything unexpected into an envelope error with the details
-in the panel log only.
+in the panel log only. A hook marks every answer of the app `nosniff` and, unless the
+route chose its own caching (the UI's files do), `no-store`: answers carry secrets.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import hmac
 import logging
 
 import bottle
-from bottle import HTTPError, HTTPResponse, request
+from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.services.errors import ServiceError, Unauthorized
+from appliance.services.errors import ServiceError, TooManyRequests, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
@@ -41,6 +42,8 @@ class ApiPlugin:
                 _check_declared_length(spec.max_body)
                 result = callback(*args, **kwargs)
             except ServiceError as exc:
+                if isinstance(exc, TooManyRequests):
+                    response.set_header("Retry-After", str(exc.retry_after))
                 return fail(exc.msg, exc.status)
             except HTTPResponse:
                 raise
@@ -119,10 +122,17 @@ def current_session():
 def build_app(panel, routes: list[Route]) -> bottle.Bottle:
     app = bottle.Bottle(catchall=True, autojson=False)
     app.install(ApiPlugin(panel))
+    app.add_hook("after_request", _no_store_nosniff)
     for spec in routes:
         app.route(spec.path, spec.method, spec.handler, spec=spec)
     app.default_error_handler = _error_page
     return app
+
+
+def _no_store_nosniff() -> None:
+    if "Cache-Control" not in response.headers:
+        response.set_header("Cache-Control", "no-store")
+    response.set_header("X-Content-Type-Options", "nosniff")
 
 
 def _error_page(error: HTTPError) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
@@ -296,6 +297,37 @@ def _split_origin(text: str) -> tuple[str, str, int | None] | None:
     ):
         return None
     return scheme, parts.hostname.lower(), port
+
+
+HOST_HEADER = re.compile(r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._-]{1,253})(?::(?P<port>\d{1,5}))?$")
+
+
+def split_host(value: str) -> tuple[str, str] | None:
+    """(host name, port or "") of a Host header or URL authority, lower-case, without the
+    brackets of an IPv6 address; None when it is not one."""
+    match = HOST_HEADER.match(value.strip().lower())
+    if match is None:
+        return None
+    return match.group("name").strip("[]").rstrip("."), match.group("port") or ""
+
+
+def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:
+    """Whether the request's Host is one the panel answers to: any when `names` is None,
+    else one of `names`, `localhost` or a loopback address (which no other site's page
+    can make a browser send, since it can resolve no name of its own to them)."""
+    if names is None:
+        return True
+    parsed = split_host(environ.get("HTTP_HOST", ""))
+    if parsed is None:
+        return False
+    name = parsed[0]
+    if name in names or name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return address.is_loopback or str(address) in names
 
 
 def _in(address: str, networks: list) -> bool:

@@ -3,11 +3,15 @@
 TCP_NODELAY is set on the listening socket (Linux hands it down to accepted sockets):
 gevent's server writes headers and body separately, and without it every keep-alive
 request waits out the peer's delayed ACK, about 40 ms. Requests under the base path
-reach the app with the prefix stripped, so routes are written once, without it.
+reach the app with the prefix stripped, so routes are written once, without it. Requests
+for a host name the panel does not answer to (see `host_allowed`) are refused before
+any route sees them: a page of another site that resolves its own name to the panel's
+address (DNS rebinding) gets nothing.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -15,8 +19,10 @@ from collections.abc import Callable
 
 from gevent import socket as gsocket
 from gevent import ssl as gssl
-from gevent.pywsgi import WSGIServer
+from gevent.pywsgi import WSGIHandler, WSGIServer
 from geventwebsocket.handler import WebSocketHandler
+
+from appliance.web.http import host_allowed
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +59,11 @@ def make_server(
 ):
     """A server for `app`; with `upgrade_allowed`, WebSocket upgrades for which it says yes
     are accepted, and every other upgrade request is served as plain HTTP."""
-    options = {}
+    options = {"handler_class": PanelHandler}
     if tls is not None:
         options["ssl_context"] = tls
     if upgrade_allowed is not None:
-        options["handler_class"] = WebSocketHandler
+        options["handler_class"] = PanelWebSocketHandler
     server = PanelWSGIServer(
         sock,
         app,
@@ -88,6 +94,40 @@ class PanelWSGIServer(WSGIServer):
             return None
 
 
+HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: 36\r\n\r\n"
+    b"the request's headers are too large\n"
+)
+
+
+class HeaderLimits:
+    """A request whose headers exceed the parser's limits (a line over 64 kB, more than
+    100 headers) gets a plain 431, and the log one line instead of gevent's traceback.
+
+    gevent (pinned in pyproject.toml) hands every request it cannot parse to
+    `_handle_client_error`, its hook for subclasses; other malformed requests keep its
+    400."""
+
+    def _handle_client_error(self, ex):
+        headers = getattr(self, "headers", None)
+        too_long = isinstance(ex, http.client.HTTPException) or (
+            getattr(headers, "status", "") == "Line too long"
+        )
+        if not too_long:
+            return super()._handle_client_error(ex)
+        log.info("refused a request from %s: its headers are too large", self.client_address[0])
+        return ("431", HEADERS_TOO_LARGE)
+
+
+class PanelHandler(HeaderLimits, WSGIHandler):
+    pass
+
+
+class PanelWebSocketHandler(HeaderLimits, WebSocketHandler):
+    pass
+
+
 class BasePath:
     """Serve `app` under `base` (like `/panel/`); anything outside it is a 404 envelope."""
 
@@ -107,12 +147,42 @@ class BasePath:
         if not path.startswith(self.prefix + "/"):
             # The message must not name the base path: hiding it is the point of having one.
             msg = f"no such route: {environ.get('REQUEST_METHOD', 'GET')} {path}"
-            body = json.dumps({"success": False, "msg": msg, "obj": None}).encode()
-            start_response(
-                "404 Not Found",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
+            return _json_answer(start_response, "404 Not Found", msg)
         environ["PATH_INFO"] = path[len(self.prefix) :]
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + self.prefix
         return self.app(environ, start_response)
+
+
+class HostCheck:
+    """Serve `app` only to requests whose Host is allowed by `allowed()` (a set of names,
+    or None for any); others get a 421 envelope."""
+
+    def __init__(self, app, allowed: Callable[[], frozenset[str] | None]):
+        self.app = app
+        self.allowed = allowed
+
+    def __call__(self, environ, start_response):
+        if host_allowed(environ, self.allowed()):
+            return self.app(environ, start_response)
+        # The message names neither the host sent nor the allowed ones: a caller that
+        # does not know the panel's name learns nothing from it.
+        return _json_answer(
+            start_response,
+            "421 Misdirected Request",
+            "this panel does not answer to the host name this request was sent to; use "
+            "the panel's domain, or add the name to the webAllowedHosts setting",
+        )
+
+
+def _json_answer(start_response, status: str, msg: str) -> list[bytes]:
+    body = json.dumps({"success": False, "msg": msg, "obj": None}).encode()
+    start_response(
+        status,
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+        ],
+    )
+    return [body]

@@ -1,14 +1,30 @@
-"""Sign-in, sign-out, the CSRF token and the WebSocket: the routes outside /panel/api."""
+"""Sign-in, sign-out, the CSRF token and the WebSocket: the routes outside /panel/api.
+
+Sign-in takes JSON only, and refuses a browser's request whose Origin is another site:
+a page elsewhere can post a form, or text without a preflight, but not JSON, so it cannot
+sign a visitor's browser into an account of its choosing (login CSRF). Scripts send no
+Origin and are unaffected.
+"""
 
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from bottle import request, response
 
 from appliance.services.errors import Forbidden, ServiceError, Unauthorized
 from appliance.web.api import current_session
-from appliance.web.http import Reply, body, client_address, is_panel_origin, is_tls
+from appliance.web.http import (
+    Reply,
+    UnsupportedMediaType,
+    body,
+    client_address,
+    is_panel_origin,
+    is_tls,
+    raw_header,
+    split_host,
+)
 from appliance.web.routes import RouteTable
 
 log = logging.getLogger(__name__)
@@ -27,9 +43,10 @@ def session_routes(panel) -> RouteTable:
         body={"username": "string", "password": "string", "twoFactorCode": "string"},
     )
     def login():
+        _check_sign_in_request(panel.allowed_hosts())
         data = body(8192)
         if not isinstance(data, dict):
-            raise ServiceError("send username and password as a JSON object or a form")
+            raise ServiceError("send username and password as a JSON object")
         address = client_address(panel.trusted_proxies())
         cookie = auth.login(
             data.get("username"), data.get("password"), data.get("twoFactorCode"), address
@@ -120,3 +137,39 @@ def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
             "names another site (the panel's address or its webDomain setting is expected)"
         )
     return None
+
+
+DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def _check_sign_in_request(names: frozenset[str] | None) -> None:
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise UnsupportedMediaType(
+            "send the sign-in as a JSON object with Content-Type: application/json "
+            f"(got {content_type or 'no Content-Type'})"
+        )
+    origin = raw_header("Origin")
+    if origin and not _own_origin(origin, names):
+        raise Forbidden(
+            "sign-in from a page of another site is refused: the Origin header names "
+            "neither this request's Host nor the panel's domain"
+        )
+
+
+def _own_origin(origin: str, names: frozenset[str] | None) -> bool:
+    """The Origin is the panel's own: the host and port the request was sent to (the port
+    defaults by the Origin's scheme, so a TLS proxy in front changes nothing), or a name
+    the settings give the panel (a proxy may rewrite Host)."""
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    own = split_host(raw_header("Host"))
+    theirs = split_host(parts.netloc)
+    if parts.scheme not in DEFAULT_PORTS or own is None or theirs is None:
+        return False
+    default = DEFAULT_PORTS[parts.scheme]
+    if (theirs[0], theirs[1] or default) == (own[0], own[1] or default):
+        return True
+    return names is not None and theirs[0] in names

@@ -10,7 +10,7 @@ import { checkbox, field, Modal, numberInput, QrCode, selectInput, textArea, tex
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 
 const SECTIONS = {
-  panel: ["webListen", "webDomain", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation"],
+  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgBotAPIServer"],
@@ -18,7 +18,7 @@ const SECTIONS = {
 };
 const SECRETS = new Set(["tgBotToken", "smtpPassword"]);
 const LONG_TEXT = new Set(["subAnnounce", "subRoutingRules"]);
-const HINTS = { remarkModel: "settings.remarkModelHint", allowPrivateDestinations: "settings.allowPrivateDestinationsHint" };
+const HINTS = { remarkModel: "settings.remarkModelHint", allowPrivateDestinations: "settings.allowPrivateDestinationsHint", webAllowedHosts: "settings.webAllowedHostsHint" };
 const SMTP_SECURITY = [["none", "none"], ["starttls", "STARTTLS"], ["tls", "TLS"]];
 const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
