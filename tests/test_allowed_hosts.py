@@ -108,7 +108,13 @@ def test_the_websocket_is_refused_for_another_host(fresh_panel):
     with pytest.raises(websocket.WebSocketBadStatusException) as refused:
         websocket.create_connection(url, timeout=10, cookie=cookie, host="evil.example")
     assert refused.value.status_code == 421
-    ws = websocket.create_connection(url, timeout=10, cookie=cookie, host="panel.example.com")
+    ws = websocket.create_connection(
+        url,
+        timeout=10,
+        cookie=cookie,
+        host="panel.example.com",
+        origin="http://panel.example.com",
+    )
     try:
         assert '"type"' in ws.recv()
     finally:
