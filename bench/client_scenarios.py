@@ -20,7 +20,7 @@ import scenarios  # noqa: F401  (the first scenarios register, and so run, befor
 from clients_dataset import CLIENT_COUNT, DATASET_NAME, INBOUND_COUNT
 from harness import Client, Context, Panel, latency, log, scenario, with_target
 
-from appliance.services.client_query import SUMMARY_TTL
+from appliance.services.clients.query import SUMMARY_TTL
 
 DATASET = DATASET_NAME
 PAGED = "/panel/api/clients/list/paged"

@@ -33,8 +33,8 @@ from harness import (
     register_dataset,
 )
 
-from appliance.services.client_rules import email_key, normalize_client
-from appliance.services.clients import columns_of
+from appliance.domain.client_rules import email_key, normalize_client
+from appliance.services.clients.records import columns_of
 
 DATASET_NAME = "clients_100k"
 CLIENT_COUNT = 100_000

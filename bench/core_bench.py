@@ -33,12 +33,12 @@ from appliance.core.config import build_config
 from appliance.core.live import live_changes, running
 from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
-from appliance.services.client_query import ClientQuery
-from appliance.services.errors import ServiceError
-from appliance.services.inbounds import Inbounds
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings
-from appliance.services.traffic import TrafficAccounting
+from appliance.errors import ServiceError
+from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.traffic import TrafficAccounting
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 API_PORT = 10085

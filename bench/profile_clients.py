@@ -29,10 +29,10 @@ from harness import DATASETS, build_database
 from pony.orm import db_session
 
 from appliance.config import DB_FILE
-from appliance.services.client_query import FROM, ClientQuery
-from appliance.services.inbounds import Inbounds
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings
+from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import FROM, ClientQuery
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.web.http import encode
 

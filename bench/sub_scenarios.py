@@ -44,8 +44,8 @@ from harness import (
     scenario,
 )
 
-from appliance.services.client_rules import email_key, normalize_client
-from appliance.services.clients import columns_of
+from appliance.domain.client_rules import email_key, normalize_client
+from appliance.services.clients.records import columns_of
 
 DATASET = "subs_10k"
 CLIENT_COUNT = 10_000

@@ -20,8 +20,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from appliance.services.cert_hash import remote_cert_hashes
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.services.tools.cert_hash import remote_cert_hashes
 from tests.helpers import (
     ok,
     refused,

@@ -21,7 +21,8 @@ from core_helpers import (
 from helpers import free_port
 
 from appliance.core.config import build_config
-from appliance.services.core_logs import (
+from appliance.errors import ServiceError
+from appliance.services.control.logs import (
     AccessLine,
     LogTail,
     lines_backwards,
@@ -30,7 +31,6 @@ from appliance.services.core_logs import (
     recent_core_logs,
     trim,
 )
-from appliance.services.errors import ServiceError
 
 WAIT = 15
 

@@ -22,9 +22,9 @@ import zipfile
 import pytest
 from helpers import free_port, ok, refused
 
-from appliance.services.core_releases import ASSET_SUFFIXES, CoreReleases
-from appliance.services.errors import ServiceError
-from appliance.services.settings import Settings
+from appliance.errors import ServiceError
+from appliance.services.admin.settings import Settings
+from appliance.services.control.releases import ASSET_SUFFIXES, CoreReleases
 from appliance.store import Store
 from tests.release_host import ReleaseHost
 

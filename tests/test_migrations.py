@@ -15,7 +15,7 @@ import pytest
 from conftest import start_panel
 from helpers import NETWORKED, fresh_database
 
-from appliance.services.inbounds import Inbounds
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.store.migrations import LATEST, MIGRATIONS, migrate
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from pony.orm import db_session
 
-from appliance.services.client_query import ClientQuery
-from appliance.services.clients import Clients
-from appliance.services.inbounds import Inbounds
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings
-from appliance.services.traffic import TrafficAccounting
+from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.records import Clients
+from appliance.services.clients.traffic import TrafficAccounting
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 NOW = 1_800_000_000.0

@@ -16,7 +16,7 @@ import bottle
 from bottle import HTTPError, HTTPResponse, request
 from pony.orm import TransactionIntegrityError
 
-from appliance.services.errors import ServiceError, Unauthorized
+from appliance.errors import ServiceError, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 

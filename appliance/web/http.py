@@ -19,8 +19,8 @@ from urllib.parse import parse_qsl
 
 from bottle import request, response
 
-from appliance.services.errors import ServiceError
-from appliance.services.parse import load_json
+from appliance.domain.parse import load_json
+from appliance.errors import ServiceError
 
 
 @dataclass

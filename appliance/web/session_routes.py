@@ -6,7 +6,7 @@ import logging
 
 from bottle import request, response
 
-from appliance.services.errors import ServiceError, Unauthorized
+from appliance.errors import ServiceError, Unauthorized
 from appliance.web.api import current_session
 from appliance.web.http import Reply, body, client_address, is_tls
 from appliance.web.routes import RouteTable
