@@ -24,31 +24,31 @@ from gevent.event import Event
 from appliance import __version__
 from appliance.config import Options
 from appliance.core.process import CoreProcess
-from appliance.jobs import breathe, every
-from appliance.services.auth import Auth
-from appliance.services.backups import Backups
-from appliance.services.client_bulk import ClientBulk
-from appliance.services.client_ips import ClientIps
-from appliance.services.client_query import ClientQuery
-from appliance.services.clients import Clients
-from appliance.services.core import CoreService
-from appliance.services.core_metrics import CoreMetrics
-from appliance.services.core_probe import OutboundProbe
-from appliance.services.core_releases import CoreReleases, installed_binary
-from appliance.services.core_routing import CoreRouting
-from appliance.services.errors import ServiceError
-from appliance.services.file_paths import CERTS_DIR, FilePlaces
-from appliance.services.groups import Groups
-from appliance.services.hosts import Hosts
-from appliance.services.inbounds import Inbounds
-from appliance.services.panel_update import PanelUpdate
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings, allowed_host_names, parse_trusted_proxies
-from appliance.services.status import STEP_SECONDS, History, StatusSampler
-from appliance.services.subscriptions import Subscriptions
-from appliance.services.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
-from appliance.services.tokens import Tokens
-from appliance.services.traffic import TrafficAccounting
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
+from appliance.runtime.jobs import breathe, every
+from appliance.services.accounts.auth import Auth
+from appliance.services.accounts.tokens import Tokens
+from appliance.services.admin.backups import Backups
+from appliance.services.admin.settings import Settings, allowed_host_names, parse_trusted_proxies
+from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
+from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
+from appliance.services.admin.update import PanelUpdate
+from appliance.services.clients.records.records.bulk import ClientBulk
+from appliance.services.clients.records.records.groups import Groups
+from appliance.services.clients.records.records.ips import ClientIps
+from appliance.services.clients.records.records.presence import Presence
+from appliance.services.clients.records.records.query import ClientQuery
+from appliance.services.clients.records.records.records import Clients
+from appliance.services.clients.records.records.subscriptions import Subscriptions
+from appliance.services.clients.records.records.traffic import TrafficAccounting
+from appliance.services.control.metrics import CoreMetrics
+from appliance.services.control.probe import OutboundProbe
+from appliance.services.control.releases import CoreReleases, installed_binary
+from appliance.services.control.routing import CoreRouting
+from appliance.services.control.supervisor import CoreService
+from appliance.services.inbounds.records.records.hosts import Hosts
+from appliance.services.inbounds.records.records.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app

@@ -21,8 +21,8 @@ from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
 from appliance.config import DB_FILE, ENV, resolve  # noqa: E402
-from appliance.memory import serve_large_blocks_from_mmap  # noqa: E402
-from appliance.services.errors import ServiceError  # noqa: E402
+from appliance.errors import ServiceError  # noqa: E402
+from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,8 +165,8 @@ def _cert_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
-    from appliance import logbuffer
     from appliance.app import Panel
+    from appliance.runtime import logbuffer
 
     options = resolve(args)
     logbuffer.setup_logging(options.log_file, options.log_level)

@@ -23,6 +23,7 @@ import sqlite3
 import time
 from urllib.parse import quote
 
+from appliance.services.clients.records.records import columns_of
 from harness import (
     BenchError,
     Client,
@@ -33,8 +34,7 @@ from harness import (
     register_dataset,
 )
 
-from appliance.services.client_rules import email_key, normalize_client
-from appliance.services.clients import columns_of
+from appliance.domain.client_rules import email_key, normalize_client
 
 DATASET_NAME = "clients_100k"
 CLIENT_COUNT = 100_000

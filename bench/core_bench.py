@@ -24,6 +24,10 @@ import time
 import uuid
 from pathlib import Path
 
+from appliance.services.clients.records.presence import Presence
+from appliance.services.clients.records.query import ClientQuery
+from appliance.services.clients.records.traffic import TrafficAccounting
+from appliance.services.inbounds.records.records import Inbounds
 from clients_dataset import DATASET_NAME
 from harness import DATASETS, build_database
 
@@ -33,12 +37,8 @@ from appliance.core.config import build_config
 from appliance.core.live import live_changes, running
 from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
-from appliance.services.client_query import ClientQuery
-from appliance.services.errors import ServiceError
-from appliance.services.inbounds import Inbounds
-from appliance.services.presence import Presence
-from appliance.services.settings import Settings
-from appliance.services.traffic import TrafficAccounting
+from appliance.errors import ServiceError
+from appliance.services.admin.settings import Settings
 from appliance.store import Store
 
 API_PORT = 10085

@@ -36,8 +36,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from appliance.config import DB_FILE
-from appliance.services.inbound_rules import normalize_inbound
-from appliance.services.keys import new_x25519
+from appliance.domain.inbound_rules import normalize_inbound
+from appliance.services.tools.keys import new_x25519
 from appliance.store.migrations import migrate
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -30,6 +30,7 @@ import urllib.parse
 import urllib.request
 
 import scenarios  # noqa: F401  (the first scenarios register, and so run, before these)
+from appliance.services.clients.records.records import columns_of
 from harness import (
     BenchError,
     Client,
@@ -44,8 +45,7 @@ from harness import (
     scenario,
 )
 
-from appliance.services.client_rules import email_key, normalize_client
-from appliance.services.clients import columns_of
+from appliance.domain.client_rules import email_key, normalize_client
 
 DATASET = "subs_10k"
 CLIENT_COUNT = 10_000

@@ -37,8 +37,8 @@ from helpers import (
     refused,
 )
 
-from appliance.services.backups import MAX_UPLOAD_BYTES
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.services.admin.backups import MAX_UPLOAD_BYTES
 from appliance.store.migrations import LATEST
 from appliance.web.http import BodyTooLarge
 from appliance.web.upload import save_file_field

@@ -20,9 +20,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from appliance.services.cert_hash import remote_cert_hashes
-from appliance.services.errors import ServiceError
-from appliance.services.settings import Settings
+from appliance.errors import ServiceError
+from appliance.services.admin.settings import Settings
+from appliance.services.tools.cert_hash import remote_cert_hashes
 from appliance.store import Store
 from tests.helpers import (
     ok,

@@ -13,7 +13,15 @@ import sys
 
 import pytest
 from conftest import start_panel
-from helpers import certs_dir, clean_env, create_inbound, ok, setting_rows, write_self_signed
+from helpers import (
+    certs_dir,
+    clean_env,
+    create_inbound,
+    free_port,
+    ok,
+    setting_rows,
+    write_self_signed,
+)
 
 
 def appliance(server, *args: str) -> subprocess.CompletedProcess:
@@ -35,12 +43,17 @@ def shown(result: subprocess.CompletedProcess) -> dict:
     return {key: json.loads(value) for key, value in pairs}
 
 
+# The inbound's port, from this test process's block: outside the ephemeral range, where
+# an outgoing connection could hold it while the panel checks that it is free.
+INBOUND_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """A panel that created its database, has one inbound on port 32100, and stopped."""
+    """A panel that created its database, has one inbound, and stopped."""
     server = start_panel(tmp_path_factory.mktemp("setting"))
     create_inbound(
-        server.client(), {"protocol": "socks", "port": 32100, "settings": {"auth": "noauth"}}
+        server.client(), {"protocol": "socks", "port": INBOUND_PORT, "settings": {"auth": "noauth"}}
     )
     server.stop()
     yield server
@@ -63,7 +76,7 @@ def test_show_prints_every_setting_with_secrets_redacted(stopped):
     [
         (["--port", "70000"], "webPort must be from 1 to 65535 (got 70000)"),
         (["--port", "abc"], 'webPort must be an integer (got "abc")'),
-        (["--port", "32100"], "webPort 32100 is already used by"),
+        (["--port", str(INBOUND_PORT)], f"webPort {INBOUND_PORT} is already used by"),
         (["--port", "10882"], "webPort and subPort are both 10882"),
         (["--base-path", "/a b/"], "webBasePath may hold only letters"),
         (["--listen", "not-an-address"], "webListen must be empty (all addresses) or an IP"),

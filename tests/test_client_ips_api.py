@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from helpers import free_port
 
 from tests.helpers import REALITY, create_inbound, db_rows, ok, refused
 
@@ -26,7 +27,7 @@ def emails(panel) -> list[str]:
         api,
         {
             "protocol": "vless",
-            "port": 34101,
+            "port": free_port(),
             "remark": "ips",
             "settings": {"decryption": "none"},
             "streamSettings": REALITY,

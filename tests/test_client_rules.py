@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from appliance.services.client_rules import (
+from appliance.domain.client_rules import (
     check_ad_tag,
     check_group,
     email_key,
@@ -22,7 +22,7 @@ from appliance.services.client_rules import (
     legacy_method,
     normalize_client,
 )
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 
 VLESS = {"id": 1, "protocol": "vless", "settings": {"decryption": "none"}}
 TROJAN = {"id": 2, "protocol": "trojan", "settings": {}}

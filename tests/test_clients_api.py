@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import itertools
 import json
 import os
 import time
@@ -33,6 +32,7 @@ from helpers import (
     WG_PEER_KEY,
     create_inbound,
     db_rows,
+    free_port,
     ok,
     post_at_once,
     refused,
@@ -65,8 +65,6 @@ SAMPLES = {
 NO_CLIENTS = ("socks", "http", "mixed", "dokodemo", "tunnel", "wireguard", "mtproto")
 AD_TAG = "0123456789abcdef0123456789abcdef"
 
-_ports = itertools.count(33000)
-
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -81,7 +79,7 @@ def path_of(email: str) -> str:
 
 def add_inbound(api, kind: str, **settings) -> dict:
     sample = json.loads(json.dumps(SAMPLES[kind]))
-    payload = {"protocol": kind, "port": next(_ports), "remark": kind, **sample}
+    payload = {"protocol": kind, "port": free_port(), "remark": kind, **sample}
     payload["settings"].update(settings)
     return create_inbound(api, payload)
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from conftest import start_panel
-from helpers import create_inbound, db_rows, ok, refused
+from helpers import create_inbound, db_rows, free_port, ok, refused
 
 API = "/panel/api/clients"
 DAY_MS = 86_400_000
@@ -23,7 +23,6 @@ GB = 1024**3
 SS_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, for 2022-blake3-aes-256
 UUID = "1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed"
 
-_ports = itertools.count(26000)
 _names = itertools.count(1)
 
 
@@ -31,7 +30,7 @@ _names = itertools.count(1)
 
 
 def inbound(api, protocol: str = "vless", **settings) -> int:
-    payload = {"protocol": protocol, "port": next(_ports), "remark": protocol}
+    payload = {"protocol": protocol, "port": free_port(), "remark": protocol}
     if protocol == "vless":
         payload["settings"] = {"decryption": "none"}
         payload["streamSettings"] = {"network": "tcp", "security": "none"}

@@ -7,14 +7,13 @@ use a panel of their own."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import unicodedata
 
 import pytest
 from conftest import start_panel
-from helpers import create_inbound, ok, refused
+from helpers import create_inbound, free_port, ok, refused
 
 API = "/panel/api/clients"
 PAGED = f"{API}/list/paged"
@@ -36,11 +35,9 @@ SLIM_KEYS = {
 }
 SECRET_KEYS = {"id", "uuid", "password", "auth", "flow", "security", "reverse", "tgId"}
 
-_ports = itertools.count(27000)
-
 
 def inbound(api, protocol: str) -> int:
-    payload = {"protocol": protocol, "port": next(_ports), "settings": {}}
+    payload = {"protocol": protocol, "port": free_port(), "settings": {}}
     if protocol == "vless":
         payload["settings"] = {"decryption": "none"}
     if protocol == "shadowsocks":

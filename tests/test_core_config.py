@@ -24,8 +24,8 @@ from helpers import write_self_signed
 from appliance.core.config import api_inbound, build_config, config_fingerprint
 from appliance.core.entries import client_entry
 from appliance.core.template import default_template
-from appliance.services.client_rules import legacy_method
-from appliance.services.inbound_rules import (
+from appliance.domain.client_rules import legacy_method
+from appliance.domain.inbound_rules import (
     CLIENT_PROTOCOLS,
     normalize_inbound,
     tls_flow_capable,

@@ -21,7 +21,9 @@ from core_helpers import (
 from helpers import free_port
 
 from appliance.core.config import build_config
-from appliance.services.core_logs import (
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
+from appliance.services.control.logs import (
     AccessLine,
     LogTail,
     lines_backwards,
@@ -30,8 +32,6 @@ from appliance.services.core_logs import (
     recent_core_logs,
     trim,
 )
-from appliance.services.errors import ServiceError
-from appliance.services.file_paths import FilePlaces
 
 WAIT = 15
 

@@ -16,7 +16,7 @@ import pytest
 from core_panel import core_panel, http_server, loopback_template, use_template, wait_until
 from helpers import free_port, ok, refused
 
-from appliance.services.core_metrics import SeriesHistory, expvar_observatory, memstats_values
+from appliance.services.control.metrics import SeriesHistory, expvar_observatory, memstats_values
 
 SERVER = "/panel/api/server"
 PAUSES = [0] * 256

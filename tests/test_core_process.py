@@ -20,7 +20,7 @@ from helpers import free_port
 
 from appliance.core.api import CoreApi
 from appliance.core.process import CoreMissing, CoreProcess
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 
 BAD_PROTOCOL = {"inbounds": [{"port": 1080, "protocol": "no-such-protocol"}]}
 BAD_PORT = {"inbounds": [{"port": "abc", "protocol": "vless"}]}

@@ -22,11 +22,11 @@ import zipfile
 import pytest
 from helpers import free_port, ok, refused
 
-from appliance.services import core_releases
-from appliance.services.core_releases import ASSET_SUFFIXES, CoreReleases
-from appliance.services.errors import ServiceError
-from appliance.services.file_paths import FilePlaces
-from appliance.services.settings import Settings
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
+from appliance.services.admin.settings import Settings
+from appliance.services.control import releases as core_releases
+from appliance.services.control.releases import ASSET_SUFFIXES, CoreReleases
 from appliance.store import Store
 from tests.release_host import ReleaseHost
 

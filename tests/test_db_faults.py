@@ -2,7 +2,7 @@
 
 `POST /panel/api/clients/bulkCreate` checks every item first, then inserts the clients,
 their attachments and their traffic rows with set-based SQL inside one db_session, which
-is one transaction committed when the call returns (appliance/services/client_bulk.py).
+is one transaction committed when the call returns (appliance/services/clients/bulk.py).
 So "every committed row" means: every earlier call that answered is in the database in
 full, and the call that was killed is in it in full (the commit finished before the
 kill) or not at all, never a part of it, and never a client without its traffic row or

@@ -19,14 +19,14 @@ import threading
 
 import pytest
 
-from appliance.services.egress import (
+from appliance.errors import ServiceError
+from appliance.runtime.egress import (
     DestinationRefused,
     Egress,
     FetchFailed,
     parse_allowed,
     refusal,
 )
-from appliance.services.errors import ServiceError
 from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL, InternalService
 from tests.release_host import ReleaseHost
 

@@ -18,7 +18,7 @@ import platform
 import pytest
 from helpers import ok, refused
 
-from appliance.services.core_releases import ASSET_SUFFIXES
+from appliance.services.control.releases import ASSET_SUFFIXES
 from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL, SECRET, InternalService
 from tests.release_host import ReleaseHost
 

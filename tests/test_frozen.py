@@ -33,7 +33,7 @@ from frozen_build import ROOT, frozen_binary
 from helpers import clean_env, create_database, drop_database, free_port, ok
 
 from appliance import __version__
-from appliance.services.passwords import hash_password
+from appliance.services.accounts.passwords import hash_password
 from appliance.store.migrations import LATEST, migrate
 
 pytestmark = pytest.mark.frozen

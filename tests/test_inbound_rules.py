@@ -9,8 +9,7 @@ import random
 
 import pytest
 
-from appliance.services.errors import ServiceError
-from appliance.services.inbound_rules import (
+from appliance.domain.inbound_rules import (
     CLIENT_PROTOCOLS,
     PROTOCOLS,
     is_ss2022,
@@ -21,6 +20,7 @@ from appliance.services.inbound_rules import (
     tls_flow_capable,
     transports,
 )
+from appliance.errors import ServiceError
 
 DEFAULT_SNIFFING = {"enabled": False, "destOverride": ["http", "tls", "quic", "fakedns"]}
 TCP_NONE = {"network": "tcp", "security": "none"}

@@ -6,7 +6,7 @@ import uuid
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from appliance.services.keys import new_uuid, new_x25519
+from appliance.services.tools.keys import new_uuid, new_x25519
 
 
 def decode_raw_url(text: str) -> bytes:

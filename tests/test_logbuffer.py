@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from appliance import logbuffer
-from appliance.logbuffer import read_logs, setup_logging
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.runtime import logbuffer
+from appliance.runtime.logbuffer import read_logs, setup_logging
 
 LINE = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (DEBUG|INFO|WARNING|ERROR) - [\w.]+: .*$")
 

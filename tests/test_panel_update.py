@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from appliance import __version__
-from appliance.services.errors import ServiceError
-from appliance.services.file_paths import FilePlaces
-from appliance.services.panel_update import NOT_FROZEN, PanelUpdate
-from appliance.services.settings import Settings
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
+from appliance.services.admin.settings import Settings
+from appliance.services.admin.update import NOT_FROZEN, PanelUpdate
 from appliance.store import Store
 from tests.helpers import ok, refused
 from tests.release_host import ReleaseHost

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from helpers import certs_dir, write_self_signed
 
-from appliance.services.status import BUCKETS, METRICS
+from appliance.services.admin.status import BUCKETS, METRICS
 
 SERVER = "/panel/api/server"
 STATUS_WAIT = 5

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from appliance.services import status
-from appliance.services.errors import ServiceError
-from appliance.services.status import (
+from appliance.errors import ServiceError
+from appliance.services.admin import status
+from appliance.services.admin.status import (
     BUCKETS,
     METRICS,
     STEP_SECONDS,

@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from helpers import create_inbound, free_port, ok, refused
 
-from appliance.services.errors import ServiceError
-from appliance.services.tgbot import Schedule, parse_chat_ids, parse_schedule
+from appliance.errors import ServiceError
+from appliance.services.admin.tgbot import Schedule, parse_chat_ids, parse_schedule
 
 TOKEN = "123456789:AAH-test_token-XYZ"
 BOT = "backup_test_bot"

@@ -33,7 +33,7 @@ import grpc
 import grpc.experimental.gevent
 
 from appliance.core import wire
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 
 CALL_TIMEOUT = 5.0
 # A restarted core is back within a second or two; grpcio's default reconnect backoff

@@ -75,8 +75,8 @@ import time
 # The panel's own entry rules and pure read-side helpers, so the core gets exactly the
 # entries the inbound API shows (which flow and which cipher a client entry carries).
 from appliance.core.entries import client_entry
-from appliance.services.client_rules import legacy_method
-from appliance.services.inbound_rules import CLIENT_PROTOCOLS, TRANSPORT_OBJECTS, tls_flow_capable
+from appliance.domain.client_rules import legacy_method
+from appliance.domain.inbound_rules import CLIENT_PROTOCOLS, TRANSPORT_OBJECTS, tls_flow_capable
 
 FLAVORS = ("xray", "v2fly")
 API_TAG = "api"

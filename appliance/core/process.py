@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from appliance.core.api import core_words
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.runtime.environment import child_environment
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +67,6 @@ class CoreFlavor(NamedTuple):
 
 class CoreMissing(ServiceError):
     """No core binary where one was expected."""
-
-
-def child_environment() -> dict[str, str]:
-    """The environment for the core and its tools: the panel's own, with the user's
-    LD_LIBRARY_PATH back in place of the one a frozen panel set for itself."""
-    # The bootloader's own markers (_PYI_*) would make a PyInstaller-built tool started
-    # by the core take itself for a part of this panel and use its unpack folder.
-    env = {name: value for name, value in os.environ.items() if not name.startswith("_PYI_")}
-    env.pop("LD_LIBRARY_PATH", None)
-    original = env.pop("LD_LIBRARY_PATH_ORIG", None)
-    if original:
-        env["LD_LIBRARY_PATH"] = original
-    return env
 
 
 def version_output(binary: str) -> str:

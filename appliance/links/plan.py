@@ -36,10 +36,10 @@ import binascii
 import json
 from dataclasses import dataclass, field
 
+from appliance.domain.protocols import is_ss2022
 from appliance.links.remarks import render_remark
 
 LINK_PROTOCOLS = frozenset({"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"})
-SS2022_PREFIX = "2022-blake3-"
 # The newer names the core accepts for two transports, mapped to the names every client
 # app understands.
 NETWORK_ALIASES = {"raw": "tcp", "splithttp": "xhttp"}
@@ -167,10 +167,6 @@ def section(record: dict, key: str) -> dict:
         except ValueError:
             return {}
     return value if isinstance(value, dict) else {}
-
-
-def is_ss2022(method: str) -> bool:
-    return method.startswith(SS2022_PREFIX)
 
 
 # ---------------------------------------------------------------------------------------

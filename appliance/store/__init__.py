@@ -32,7 +32,7 @@ from pony.orm import Database
 from pony.orm.core import ConnectionClosedError, TransactionError
 from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.store.migrations import LATEST, current_version, migrate
 from appliance.store.models import define_entities
 from appliance.store.urls import DbUrl, parse_db_url

@@ -25,7 +25,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.store.ddl import quote
 from appliance.store.migrations import LATEST, VERSION_TABLE, current_version, migrate
 

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.store.ddl import Column, Index, Table, add_column
 
 log = logging.getLogger(__name__)

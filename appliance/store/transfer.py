@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from urllib.parse import quote as url_quote
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.store import Store
 from appliance.store.ddl import quote
 from appliance.store.migrations import LATEST, VERSION_TABLE, current_version, migrate

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 
 SCHEMES = {
     "sqlite": "sqlite",

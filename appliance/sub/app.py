@@ -21,7 +21,8 @@ import logging
 import re
 from urllib.parse import parse_qs, quote
 
-from appliance.services.subscriptions import Lookup, Subscriptions
+from appliance.runtime.wsgi import request_host
+from appliance.services.clients.records.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import info_page
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,6 @@ CONTENT_TYPES = {
     "yaml": "text/yaml; charset=utf-8",
     "html": "text/html; charset=utf-8",
 }
-HOST_HEADER = re.compile(
-    r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253})(?::(?P<port>\d{1,5}))?$"
-)
 PAGE_SECURITY = [
     # The page runs no script and loads nothing: styles inline, QR codes inline SVG. No
     # other site may frame it (its links are credentials a framing page could dress up).
@@ -176,19 +174,6 @@ def _path(environ) -> str:
         return raw.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return ""
-
-
-def request_host(environ: dict) -> tuple[str, str]:
-    """(host name without port, host with port) the request came to. A Host header that
-    is not a host name (anything could be sent) gives way to the listening address."""
-    match = HOST_HEADER.match(environ.get("HTTP_HOST", ""))
-    if match:
-        name = match.group("name").lower()
-        return name.strip("[]"), match.group(0).lower()
-    name = environ.get("SERVER_NAME", "127.0.0.1")
-    port = environ.get("SERVER_PORT", "")
-    bracketed = f"[{name}]" if ":" in name else name
-    return name, f"{bracketed}:{port}" if port else bracketed
 
 
 def _wants_html(environ) -> bool:

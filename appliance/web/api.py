@@ -17,7 +17,7 @@ import bottle
 from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.services.errors import ServiceError, TooManyRequests, Unauthorized
+from appliance.errors import ServiceError, TooManyRequests, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bottle import HTTPResponse, request
 
-from appliance.services.backups import MAX_UPLOAD_BYTES, BackupFile
+from appliance.services.admin.backups import MAX_UPLOAD_BYTES, BackupFile
 from appliance.web.http import Reply
 from appliance.web.routes import RouteTable
 from appliance.web.upload import save_file_field

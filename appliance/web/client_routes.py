@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bottle import request
 
-from appliance.services.errors import ServiceError
-from appliance.sub.app import request_host
+from appliance.errors import ServiceError
+from appliance.runtime.wsgi import request_host
 from appliance.web.http import JsonStream, JsonText, Reply, body, json_object
 from appliance.web.routes import RouteTable
 

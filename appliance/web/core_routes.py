@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from appliance.core.template import default_template
-from appliance.services import core_logs
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.services.control import logs as core_logs
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 
@@ -29,7 +28,7 @@ def core_routes(panel) -> RouteTable:
 
     @table.get("/getDefaultJsonConfig", "The built-in core config template")
     def default_config():
-        return default_template()
+        return core.default_template()
 
     @table.post(
         "/update",

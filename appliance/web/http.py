@@ -20,8 +20,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from bottle import request, response
 
-from appliance.services.errors import ServiceError
-from appliance.services.parse import load_json
+from appliance.domain.parse import load_json
+from appliance.errors import ServiceError
 
 
 @dataclass

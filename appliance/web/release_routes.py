@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 

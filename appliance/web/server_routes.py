@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from appliance import logbuffer
-from appliance.services import keys
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.runtime import logbuffer
+from appliance.services.tools import keys
 from appliance.web.http import body
 from appliance.web.routes import RouteTable
 

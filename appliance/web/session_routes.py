@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from bottle import request, response
 
-from appliance.services.errors import Forbidden, ServiceError, Unauthorized
+from appliance.errors import Forbidden, ServiceError, Unauthorized
 from appliance.web.api import current_session
 from appliance.web.http import (
     Reply,

@@ -6,9 +6,8 @@ import json
 
 from bottle import request, response
 
-from appliance.core.template import default_template
-from appliance.services.settings import DEFAULTS
-from appliance.services.smtp_check import check_smtp
+from appliance.services.admin.settings import DEFAULTS
+from appliance.services.tools.smtp_check import check_smtp
 from appliance.web.api import current_session
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
@@ -77,7 +76,7 @@ def setting_routes(panel) -> RouteTable:
 
     @table.get("/getDefaultJsonConfig", "The built-in core config template")
     def default_json_config():
-        return default_template()
+        return panel.core.default_template()
 
     tokens = RouteTable("/panel/api/setting/apiTokens", "api tokens")
 

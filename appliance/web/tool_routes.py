@@ -3,9 +3,9 @@ hashes, the panel's own updates, and the client address table."""
 
 from __future__ import annotations
 
-from appliance.services import keygen
-from appliance.services.cert_hash import cert_hashes, remote_cert_hashes
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
+from appliance.services.tools import keygen
+from appliance.services.tools.cert_hash import cert_hashes, remote_cert_hashes
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 

@@ -14,7 +14,7 @@ import os
 from email.message import Message
 from typing import BinaryIO
 
-from appliance.services.errors import ServiceError
+from appliance.errors import ServiceError
 from appliance.web.http import BodyTooLarge
 
 CHUNK_BYTES = 256 * 1024

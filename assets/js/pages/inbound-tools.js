@@ -12,7 +12,7 @@ const ALPNS = ["", "h2", "http/1.1"];
 const XVERS = ["0", "1", "2"];
 
 // Whether the panel lets this inbound hold fallback rules: VLESS or Trojan on TCP with TLS
-// or REALITY (the rule of appliance/services/fallbacks.py).
+// or REALITY (the rule of appliance/services/inbounds/fallbacks.py).
 export function canHoldFallbacks(inbound) {
   const stream = inbound.streamSettings || {};
   return ["vless", "trojan"].includes(inbound.protocol)

@@ -1,0 +1,144 @@
+"""Small parsers for values that arrive from paths, forms and JSON bodies alike.
+
+`load_json` is the one way JSON text from a client is read, whether it is a request body or
+a document sent inside a field (inbound settings, the core template, imports): its size
+and nesting are checked before the parser runs, so a document nested ten thousand levels
+deep is refused in one linear pass instead of exhausting the parser's recursion.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from itertools import accumulate
+from typing import Any
+
+from appliance.errors import ServiceError
+
+
+def parse_id(value: Any, what: str) -> int:
+    """Ids arrive from paths as strings and from bodies as numbers."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 12:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+        raise ServiceError(f"{what} must be a positive integer (got {json.dumps(value)})")
+    return value
+
+
+def parse_emails(body: Any) -> list[str]:
+    """`{emails: [...]}` of a bulk call, deduplicated in order."""
+    if not isinstance(body, dict) or not isinstance(body.get("emails"), list):
+        raise ServiceError("emails must be an array of client emails")
+    emails = body["emails"]
+    if not all(isinstance(email, str) for email in emails):
+        raise ServiceError("emails must contain only strings")
+    return list(dict.fromkeys(emails))
+
+
+MAX_JSON_DEPTH = 64
+MAX_JSON_CHARS = 16 << 20
+MAX_INT_DIGITS = 1000
+# A JSON string (escapes included), and the brackets left once strings are gone: what the
+# depth scan looks at, both matched by the regular expression engine in one pass each.
+JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+JSON_BRACKETS = re.compile(r"[][{}]")
+
+
+def load_json(text: str | bytes, what: str, max_chars: int = MAX_JSON_CHARS) -> Any:
+    """The JSON value of `text`, which a client sent as `what` ("the request body",
+    "coreSetting"). Refused with a sentence: text longer than `max_chars`, nesting deeper
+    than MAX_JSON_DEPTH, NaN or Infinity, numbers too large to hold, and anything else
+    that is not JSON."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode(json.detect_encoding(text))
+        except UnicodeDecodeError:
+            raise ServiceError(f"{what} is not UTF-8 text") from None
+    if len(text) > max_chars:
+        raise ServiceError(
+            f"{what} is {len(text)} characters long; at most {max_chars} are read here"
+        )
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ServiceError(
+            f"{what} is not valid JSON here: it is nested too deeply ({depth} levels; "
+            f"at most {MAX_JSON_DEPTH} are read)"
+        )
+    try:
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except (ValueError, RecursionError) as exc:
+        raise ServiceError(f"{what} is not valid JSON: {exc}") from None
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of JSON `text` nest, brackets inside strings
+    not counted; linear in the length of the text, recursing nowhere. For text that is
+    not JSON the figure is only an estimate, which the parser then refuses anyway."""
+    brackets = JSON_BRACKETS.findall(JSON_STRING.sub("", text))
+    steps = (1 if bracket in "[{" else -1 for bracket in brackets)
+    return max(accumulate(steps), default=0)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    """Numbers merely out of range reach the field checks, which name the field; only
+    digit strings long enough to hit Python's own conversion limit (whose message advises
+    raising it) are refused here, as the sender's fault."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"a number with {len(text.lstrip('-'))} digits is too large")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    """Python reads 1e999 as infinity, which could never be written back as JSON."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def parse_json_text(data: Any, what: str, kind: type, shape: str) -> Any:
+    """A JSON document sent as text inside a field (the import routes), parsed and
+    checked to be `kind`; `shape` says what it should be, for the message."""
+    if not isinstance(data, str) or not data.strip():
+        raise ServiceError(f"{what} must be the JSON text of {shape}")
+    value = load_json(data, what)
+    if not isinstance(value, kind):
+        raise ServiceError(f"{what} must encode {shape}")
+    return value
+
+
+def parse_text(value: Any, name: str, limit: int = 255) -> str:
+    """An optional text field, stripped; absent is empty."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ServiceError(f"{name} must be a string (got {json.dumps(value)})")
+    value = value.strip()
+    if len(value) > limit:
+        raise ServiceError(f"{name} must be at most {limit} characters")
+    return value
+
+
+def parse_port(value: Any, meaning_of_zero: str) -> int:
+    """A port from a form or a body; 0, empty or absent is 0, which `meaning_of_zero`
+    explains in the message ("any", "inherit")."""
+    if value in (None, ""):
+        return 0
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 7:
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ServiceError(
+            f"port must be from 1 to 65535, or 0/empty to {meaning_of_zero} "
+            f"(got {json.dumps(value)})"
+        )
+    return value

@@ -1,0 +1,1 @@
+"""Running the panel itself: settings, backups, host status, updates and the chat bot."""

@@ -1,0 +1,408 @@
+"""Subscriptions: what one subscription id serves, read cheaply and rendered once.
+
+Client apps poll their subscription all day, so a request must cost little. Each one
+makes a single indexed read (`client.sub_id`, joined with its traffic row) that yields
+everything that changes by the minute: which clients are active (enabled, quota left,
+not expired) and their usage, for the `Subscription-Userinfo` header. Headers are
+therefore always fresh and never cached.
+
+The body (links, JSON configs, the Mihomo document) depends on the active clients, their
+inbounds, the hosts of those inbounds, and settings. It is rendered by the pure functions
+of `appliance.links` on the first request and cached under (format, subId, address, the
+ids of the active clients). The ids are in the key so that a client the traffic tick
+depletes, or whose expiry passes, changes the key by itself: no tick has to drop
+anything. Every mutation of clients, inbounds, hosts or settings empties the whole cache
+(`invalidate`, called from `Panel.changed`). A render that started before such a change
+is not stored, since it may have read the data from before it.
+
+The per-request read runs on plain DB-API connections kept for it (`ReadConnections`)
+rather than in a Pony `db_session`: on SQLite the session's bookkeeping costs more than
+the indexed query itself (about 50 of 90 microseconds), and this read needs nothing of
+Pony. Everything else here (rendering, the panel API) reads through Pony as usual.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pony.orm import db_session
+
+from appliance.domain.client_rules import email_key
+from appliance.links import (
+    LinkContext,
+    clash_document,
+    client_clash_proxies,
+    client_json_configs,
+    client_links,
+)
+from appliance.services.clients.records.records import CLIENT_COLUMNS, client_view
+from appliance.services.inbounds.records.views import INBOUND_SELECT, inbound_record
+
+log = logging.getLogger(__name__)
+
+# Bodies are a few KB each: 64 MiB holds every format of some 10,000 subscriptions.
+MAX_CACHED_BYTES = 64 << 20
+MAX_SUB_ID = 64
+CLIENT_SELECT = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
+WIDTH = len(CLIENT_COLUMNS)
+# Enough for the subscription server's reads to overlap; on a networked database each is a
+# server connection, so they stay few.
+READ_CONNECTIONS = 8
+# Only what decides whether a client is served and what the usage headers say.
+LOOKUP_SQL = (
+    "SELECT c.id, c.email, c.enable, c.total_bytes, c.expiry_time, t.up, t.down, t.enable "
+    "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+    "WHERE c.sub_id = ? ORDER BY c.id"
+)
+CLIENTS_SQL = (
+    f"SELECT c.id, {CLIENT_SELECT}, t.up, t.down, t.enable FROM client c "
+    "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE "
+)
+HOST_SELECT = "id, inbound_id, remark, address, port, security, sni, tags, enable, sort_order"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the active clients of one subscription have used and may use, summed."""
+
+    upload: int
+    download: int
+    total: int  # bytes; 0 = unlimited (when any client is unlimited)
+    expire: int  # unix seconds; 0 = unlimited (when any client has no date yet)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The active clients of a subscription id, as of this request."""
+
+    sub_id: str
+    client_ids: tuple[int, ...]
+    title: str  # a display name when no subTitle is set: a lone client's email, or the subId
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered body; `found` is false when no active client sits on an enabled
+    inbound (the server answers 404)."""
+
+    found: bool
+    body: bytes = b""
+
+    @property
+    def links(self) -> list[str]:
+        """The share links of a base64 body (for the HTML page and the panel API)."""
+        text = base64.b64decode(self.body).decode()
+        return text.split("\n") if text else []
+
+    @property
+    def size(self) -> int:
+        """Roughly the memory it holds, for the cache's budget."""
+        return 100 + len(self.body)
+
+
+NOT_FOUND = Rendered(False)
+
+
+class Subscriptions:
+    def __init__(self, store, settings, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.reads = ReadConnections(store)
+        self._cache: dict[tuple, Rendered] = {}
+        self._cached_bytes = 0
+        self._generation = 0
+
+    def invalidate(self) -> None:
+        """Drop every rendered body; call after any change to clients, inbounds, hosts
+        or settings."""
+        self._generation += 1
+        self._cache = {}
+        self._cached_bytes = 0
+
+    # ---- the hot path -------------------------------------------------------------------
+
+    def lookup(self, sub_id: str) -> Lookup | None:
+        """The active clients with this subscription id; None when there is none."""
+        if not sub_id or len(sub_id) > MAX_SUB_ID:
+            return None
+        now_ms = int(self.clock() * 1000)
+        active = [row for row in self.reads.rows(LOOKUP_SQL, [sub_id]) if _active(row, now_ms)]
+        if not active:
+            return None
+        title = active[0][1] if len(active) == 1 else sub_id
+        return Lookup(sub_id, tuple(row[0] for row in active), title, _usage(active))
+
+    def close(self) -> None:
+        self.reads.close()
+
+    def render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
+        """The body of format `kind` (links, json, yaml) for `lookup`, whose links point
+        at `address` unless a host says otherwise; cached, see the module docstring."""
+        key = (kind, lookup.sub_id, address, lookup.client_ids)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        generation = self._generation
+        rendered = self._render(kind, lookup.client_ids, address)
+        if generation == self._generation:
+            self._store(key, rendered)
+        return rendered
+
+    def _store(self, key: tuple, rendered: Rendered) -> None:
+        """Keep `rendered`, dropping the oldest bodies (dicts keep insertion order)
+        while the cache holds more than MAX_CACHED_BYTES."""
+        replaced = self._cache.pop(key, None)  # two requests may render the same body
+        if replaced is not None:
+            self._cached_bytes -= replaced.size
+        self._cache[key] = rendered
+        self._cached_bytes += rendered.size
+        while self._cached_bytes > MAX_CACHED_BYTES and len(self._cache) > 1:
+            oldest = next(iter(self._cache))
+            self._cached_bytes -= self._cache.pop(oldest).size
+
+    # ---- the panel API ------------------------------------------------------------------
+
+    def sub_links(self, sub_id: str, address: str) -> list[str]:
+        """The share links a subscription id serves; [] when it serves nothing."""
+        lookup = self.lookup(sub_id) if isinstance(sub_id, str) else None
+        if lookup is None:
+            return []
+        return self.render("links", lookup, address).links
+
+    def email_links(self, email: str, address: str) -> list[str]:
+        """The share links of one client on every inbound it is attached to, whatever
+        the client's or the inbound's state: what an admin hands out; [] for an unknown
+        email."""
+        if not isinstance(email, str) or not email:
+            return []
+        with db_session:
+            clients = self._clients("c.email_key = ?", [email_key(email)])
+            pairs = self._pairs(clients, enabled_only=False) if clients else []
+        ctx = self._context(address)
+        return [
+            link
+            for inbound, client, hosts in pairs
+            for link in self._links(inbound, client, hosts, ctx)
+        ]
+
+    # ---- rendering ----------------------------------------------------------------------
+
+    def _render(self, kind: str, client_ids: tuple[int, ...], address: str) -> Rendered:
+        with db_session:
+            marks = ", ".join("?" * len(client_ids))
+            clients = self._clients(f"c.id IN ({marks})", list(client_ids))
+            pairs = self._pairs(clients, enabled_only=True) if clients else []
+        if not pairs:
+            return NOT_FOUND
+        ctx = self._context(address)
+        if kind == "links":
+            links = [
+                link
+                for inbound, client, hosts in pairs
+                for link in self._links(inbound, client, hosts, ctx)
+            ]
+            return Rendered(True, _base64("\n".join(links)))
+        if kind == "json":
+            configs = [
+                config
+                for inbound, client, hosts in pairs
+                for config in self._guarded(client_json_configs, inbound, client, hosts, ctx)
+            ]
+            body = json.dumps(configs, ensure_ascii=False, separators=(",", ":"))
+            return Rendered(True, body.encode())
+        proxies = [
+            proxy
+            for inbound, client, hosts in pairs
+            for proxy in self._guarded(client_clash_proxies, inbound, client, hosts, ctx)
+        ]
+        document = clash_document(_unique_names(proxies), self.settings.get("subRoutingRules"))
+        return Rendered(True, document.encode())
+
+    def _links(self, inbound: dict, client: dict, hosts: list[dict], ctx) -> list[str]:
+        return self._guarded(client_links, inbound, client, hosts, ctx)
+
+    def _guarded(self, renderer, inbound: dict, client: dict, hosts: list[dict], ctx) -> list:
+        """One inbound that cannot be rendered (a stored shape the renderer does not
+        expect) costs its own entries, not the whole subscription."""
+        try:
+            return renderer(inbound, client, hosts, ctx)
+        except Exception:
+            log.exception(
+                "cannot render %s of client %s on inbound %s",
+                renderer.__name__,
+                client["email"],
+                inbound["id"],
+            )
+            return []
+
+    def _context(self, address: str) -> LinkContext:
+        return LinkContext(address=address, remark_model=self.settings.get("remarkModel"))
+
+    def _clients(self, condition: str, params: list) -> dict[int, dict]:
+        """client row id -> API view, for the clients matching `condition`. Runs in the
+        caller's db_session."""
+        return {
+            row[0]: _view(row)
+            for row in self.store.rows(CLIENTS_SQL + condition + " ORDER BY c.id", params)
+        }
+
+    def _pairs(self, by_row: dict[int, dict], enabled_only: bool) -> list[tuple[dict, dict, list]]:
+        """(inbound, client, enabled hosts) for every attachment of the clients in
+        `by_row` (to enabled inbounds only, when asked), by inbound, then client. Runs in
+        the caller's db_session."""
+        marks = ", ".join("?" * len(by_row))
+        condition = "AND i.enable = ? " if enabled_only else ""
+        params = [*by_row, True] if enabled_only else list(by_row)
+        rows = self.store.rows(
+            f"SELECT ci.client_id, {_prefixed(INBOUND_SELECT, 'i')} FROM client_inbound ci "
+            "JOIN inbound i ON i.id = ci.inbound_id "
+            f"WHERE ci.client_id IN ({marks}) {condition}ORDER BY i.id, ci.client_id",
+            params,
+        )
+        if not rows:
+            return []
+        inbounds: dict[int, dict] = {}
+        for row in rows:
+            if row[1] not in inbounds:
+                inbounds[row[1]] = inbound_record(row[1:])
+        hosts = self._hosts(list(inbounds))
+        return [(inbounds[row[1]], by_row[row[0]], hosts.get(row[1], [])) for row in rows]
+
+    def _hosts(self, inbound_ids: list[int]) -> dict[int, list[dict]]:
+        marks = ", ".join("?" * len(inbound_ids))
+        rows = self.store.rows(
+            f"SELECT {HOST_SELECT} FROM host WHERE enable = ? AND inbound_id IN ({marks}) "
+            "ORDER BY inbound_id, sort_order, id",
+            [True, *inbound_ids],
+        )
+        hosts: dict[int, list[dict]] = {}
+        for host_id, inbound_id, remark, address, port, security, sni, tags, enable, order in rows:
+            hosts.setdefault(inbound_id, []).append(
+                {
+                    "id": host_id,
+                    "inboundId": inbound_id,
+                    "remark": remark,
+                    "address": address,
+                    "port": port,
+                    "security": security,
+                    "sni": sni,
+                    "tags": json.loads(tags),
+                    "enable": bool(enable),
+                    "sortOrder": order,
+                }
+            )
+        return hosts
+
+
+class ReadConnections:
+    """A few plain DB-API connections (`Store.raw_connect`) for single reads outside
+    Pony, each in autocommit mode so a read never holds a transaction open. At most
+    READ_CONNECTIONS are in use at once; a caller beyond that waits for one.
+
+    A networked server that restarted leaves every idle connection broken: a read that
+    fails drops them all and is tried once more on a new connection, so the first
+    request after the restart is served rather than failed."""
+
+    def __init__(self, store, size: int = READ_CONNECTIONS):
+        self.store = store
+        self._idle: list = []
+        self._slots = threading.BoundedSemaphore(size)  # cooperative once gevent patched it
+
+    def rows(self, statement: str, params: list) -> list[tuple]:
+        if self.store.dialect != "sqlite":
+            statement = statement.replace("?", "%s")
+        with self._slots:
+            try:
+                return self._read(statement, params)
+            except Exception:
+                log.warning("a subscription read failed; reconnecting", exc_info=True)
+                self.close()
+                return self._read(statement, params)
+
+    def _read(self, statement: str, params: list) -> list[tuple]:
+        connection = self._idle.pop() if self._idle else self._connect()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(statement, params)
+            rows = list(cursor.fetchall())
+            cursor.close()
+        except Exception:
+            connection.close()
+            raise
+        self._idle.append(connection)
+        return rows
+
+    def _connect(self):
+        connection = self.store.raw_connect()
+        if self.store.dialect == "postgres":
+            connection.autocommit = True
+        elif self.store.dialect == "mysql":
+            connection.autocommit(True)
+        return connection
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+
+def _view(row: tuple) -> dict:
+    """A client's API view from a row of CLIENTS_SQL."""
+    up, down, traffic_enable = row[WIDTH + 1 :]
+    return client_view(
+        row[1 : WIDTH + 1],
+        [],
+        (up or 0, down or 0, True if traffic_enable is None else traffic_enable),
+    )
+
+
+def _active(row: tuple, now_ms: int) -> bool:
+    """Whether a LOOKUP_SQL row is served: enabled, not cut off by the sweep, quota left,
+    not expired. An expiry that starts on first use (negative) has not passed."""
+    _, _, enable, total, expiry, up, down, traffic_enable = row
+    if not enable or traffic_enable == 0:  # no traffic row (None) counts as enabled
+        return False
+    if total > 0 and (up or 0) + (down or 0) >= total:
+        return False
+    return not 0 < expiry <= now_ms
+
+
+def _usage(rows: list[tuple]) -> Usage:
+    """Counters are summed; a limit is unlimited (0) as soon as one client's is. The
+    expiry is the latest date, since the subscription serves something until then; an
+    expiry that starts on first use has no date yet and counts as none."""
+    totals = [row[3] for row in rows]
+    expiries = [row[4] for row in rows]
+    return Usage(
+        upload=sum(row[5] or 0 for row in rows),
+        download=sum(row[6] or 0 for row in rows),
+        total=0 if 0 in totals else sum(totals),
+        expire=0 if any(e <= 0 for e in expiries) else max(expiries) // 1000,
+    )
+
+
+def _unique_names(proxies: list[dict]) -> list[dict]:
+    """Mihomo refuses two proxies of one name; later duplicates get " 2", " 3"..."""
+    seen: dict[str, int] = {}
+    unique = []
+    for proxy in proxies:
+        name = str(proxy.get("name", ""))
+        count = seen.get(name, 0) + 1
+        seen[name] = count
+        unique.append(proxy if count == 1 else {**proxy, "name": f"{name} {count}"})
+    return unique
+
+
+def _prefixed(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
+
+
+def _base64(text: str) -> bytes:
+    return base64.b64encode(text.encode())

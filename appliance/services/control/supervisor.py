@@ -1,0 +1,478 @@
+"""The core as the panel runs it: config from the database, one process, live changes,
+traffic ticks and the invalid-client sweep.
+
+Every change the API commits marks the core dirty; a greenlet coalesces what arrives
+within a short window into one sync. A sync builds the wanted config and compares it
+with the running one: client entries of VLESS/VMess/Trojan inbounds go live through the
+core's HandlerService, anything else costs one restart, and a config the core refuses
+never replaces the running one (the error is pushed to the browsers and kept as the
+core's `errorMsg` in the server status; a core that refused its config at start is
+started by the first change that makes it acceptable). So a bulk call touching
+thousands of clients restarts the core at most once, and most client edits restart
+nothing.
+
+The process survives nothing the panel does not survive: a state file records the core
+that runs (pid, API port, counter generation), also after the supervisor restarted a
+crashed one, so after a crash of the panel the counters of the orphaned core are
+collected before it is replaced, and no byte is lost. A pid in that file is trusted only
+while it still runs this data directory's config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import time
+
+import gevent
+import psutil
+from gevent.event import Event
+from pony.orm import db_session
+
+from appliance.core.api import CoreApi, CoreApiError
+from appliance.core.config import build_config
+from appliance.core.live import Running, live_changes, running
+from appliance.core.template import default_template
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces, drop_misplaced_paths
+from appliance.runtime.jobs import breathe
+from appliance.runtime.memory import return_freed_memory
+from appliance.runtime.ports import free_loopback_port
+from appliance.services.admin.settings import core_template
+from appliance.services.control.logs import log_path
+from appliance.services.inbounds.records.records.listeners import (
+    RECHECK_SECONDS,
+    LeftOut,
+    Socket,
+    core_sockets,
+)
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_SECONDS = 0.2
+STATE_FILE = "core-state.json"
+ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
+
+
+class CoreService:
+    def __init__(
+        self,
+        *,
+        store,
+        process,
+        workdir,
+        places: FilePlaces,
+        inbounds,
+        core_clients,
+        settings,
+        accounting,
+        sweep,
+        hub,
+        on_change,
+        client_ips=None,
+    ):
+        self.store = store
+        self.core_clients = core_clients
+        self.process = process
+        self.workdir = workdir
+        self.places = places
+        self.inbounds = inbounds
+        self.settings = settings
+        self.accounting = accounting
+        self.sweep = sweep
+        self.hub = hub
+        self.on_change = on_change
+        # Collects client IPs each tick (services.client_ips): from Xray's online API, else
+        # from the access log; None: off.
+        self.client_ips = client_ips
+        self.access_log = places.core_log("access")
+        # What was already said in the log about misplaced paths, so a sync a second
+        # does not repeat it.
+        self._reported: set[str] = set()
+        self.api: CoreApi | None = None
+        self.api_port = 0
+        self.running: Running | None = None  # what the core runs, when it runs
+        self.error = ""
+        # The config the core refused at start, so none runs: the next config that
+        # differs from it is tried (a core the user stopped stays stopped).
+        self._refused: Running | None = None
+        # Inbounds the core runs without because another program holds their port.
+        self.left_out = LeftOut()
+        self._generation_base = secrets.randbits(40)
+        self._dirty = Event()
+        self._flavor = "xray"
+        self._prefix = "xray"
+        # The supervisor restarts a crashed core on its own, under a new pid and with its
+        # counters at zero; the state file must name that process, or a crash of the panel
+        # would leave it running beside the next panel's core. So the service hears every
+        # state change first and passes it on to whoever listened before.
+        self._state_listener = process.on_state
+        process.on_state = self._core_state
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Collect what an orphaned core of a crashed panel counted, then start ours."""
+        self._collect_orphan()
+        try:
+            self._flavor, version, self._prefix = self.process.detect()
+        except ServiceError as exc:
+            self.process.unavailable(exc.msg)
+            return
+        log.info("core %s %s", self._flavor, version)
+        self.api_port = free_loopback_port()
+        config = self.build()
+        try:
+            self._launch(config)
+        except ServiceError as exc:
+            self.error = exc.msg
+            self._refused = running(config)
+            log.error("the core did not start: %s", exc.msg)
+        gevent.spawn(self._sync_loop)
+
+    def stop(self) -> None:
+        if self.process.state != "running":
+            raise ServiceError("the core is not running")
+        self.tick()
+        self.process.stop()
+        self.running = None
+        self._forget_state()
+        self.hub.notify("Core stopped", "Every proxy is offline until the core starts.", "warning")
+
+    def restart(self) -> None:
+        if self.process.state == "not installed":
+            raise ServiceError(f"no core to restart: {self.process.error}")
+        self.tick()
+        self._launch()
+        self.hub.notify("Core restarted", "The core runs the current configuration.", "info")
+
+    def use_binary(self, path: str) -> None:
+        """Run the core from `path` from now on (a newly installed core), starting it
+        even if none ran; a file that is not a core, or a core refusing the config,
+        raises and keeps the previous binary."""
+        previous = self.process.binary
+        self.process.binary, self.process.info = path, None
+        try:
+            self._flavor, _version, self._prefix = self.process.detect()
+            if not self.api_port:
+                self.api_port = free_loopback_port()
+                gevent.spawn(self._sync_loop)
+            self.tick()
+            self._launch()
+        except ServiceError:
+            self.process.binary, self.process.info = previous, None
+            raise
+
+    def shutdown(self) -> None:
+        """At panel exit: count the last bytes, then stop the core with the panel."""
+        if self.process.state == "running":
+            self.tick()
+            self.process.stop()
+            self._forget_state()
+
+    def _launch(self, config: dict | None = None, target: Running | None = None) -> None:
+        """(Re)start the core on `config`, or on one built now; `target` is
+        `running(config)` when the caller has it already."""
+        try:
+            config = config or self.build()
+            self.process.restart(config)
+            self.running = target or running(config)
+        finally:
+            return_freed_memory()
+        self.error = ""
+        self._refused = None
+        self._connect()
+        self._save_state()
+
+    def _connect(self) -> None:
+        if self.api is not None:
+            self.api.close()
+        self.api = CoreApi(f"127.0.0.1:{self.api_port}", self._prefix)
+
+    def _core_state(self, state: str) -> None:
+        """Record a core that (re)started, forget one that died; then pass `state` on."""
+        if state == "running":
+            self._save_state()
+        elif state == "error":
+            self._forget_state()
+            if self.left_out.core_failed(self.process.error):
+                self.mark_dirty()
+        self._state_listener(state)
+
+    def generation(self) -> int:
+        """Changes with every start of the core process, which zeroes its counters."""
+        return (self._generation_base << 16) + self.process.restarts
+
+    # ---- config --------------------------------------------------------------------------
+
+    def build(self, template: dict | None = None) -> dict:
+        """The config for the stored template (or `template`) and inbounds."""
+        return self._config(self.inbounds.for_core(self.core_clients), template)
+
+    def _config(self, views: list[dict], template: dict | None = None) -> dict:
+        """A file path in the template or the inbound views that is out of its place
+        (services.file_paths), stored before the rules or by an import, is left out and
+        reported in the panel's log: the core never writes or reads there, and the panel
+        still starts."""
+        template = core_template(self.settings) if template is None else template
+        problems = drop_misplaced_paths(template, self.places)
+        for view in views:
+            label = f"inbound {view['tag']}: streamSettings"
+            problems += drop_misplaced_paths(view.get("streamSettings"), self.places, label)
+        for problem in problems:
+            if problem not in self._reported:
+                self._reported.add(problem)
+                log.error("left out of the core config: %s", problem)
+        now_ms = int(time.time() * 1000)
+        return build_config(
+            template,
+            self.left_out.admitted(views, now_ms),
+            self.api_port,
+            flavor=self._flavor,
+            now_ms=now_ms,
+            access_log=self.access_log,
+        )
+
+    def template(self) -> dict:
+        return core_template(self.settings)
+
+    def default_template(self) -> dict:
+        """The built-in template, what `template()` gives while none is stored."""
+        return default_template()
+
+    def save_template(self, text, test_url) -> None:
+        """Store a new template after the core itself accepted the config built from it."""
+        if not isinstance(text, str) or not text.strip():
+            raise ServiceError("coreSetting must be the core config template as JSON text")
+        changes = {"coreTemplate": text}
+        if test_url not in (None, ""):
+            changes["outboundTestUrl"] = test_url
+        checked = self.settings.check(changes)
+        if self.api_port:
+            self.process.test(self.build(json.loads(text)))
+        self.settings.write(checked)
+        self.mark_dirty()
+
+    def outbound_traffic(self) -> list[dict]:
+        with db_session:
+            rows = self.store.rows("SELECT tag, up, down FROM outbound_traffic ORDER BY tag")
+        return [{"tag": tag, "up": up, "down": down, "total": up + down} for tag, up, down in rows]
+
+    def reset_outbound_traffic(self, tag: str) -> None:
+        with db_session:
+            if tag:
+                self.store.execute(
+                    "UPDATE outbound_traffic SET up = 0, down = 0 WHERE tag = ?", [tag]
+                )
+            else:
+                self.store.execute("UPDATE outbound_traffic SET up = 0, down = 0")
+
+    def running_config(self) -> dict:
+        """The config the core runs, as its config.json holds it (live changes included);
+        the config it would run when it does not."""
+        if self.running is not None:
+            try:
+                with open(self.process.config_path) as file:
+                    return json.load(file)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot read the running core's config: %s", exc)
+        return self.build()
+
+    def info(self) -> dict:
+        return {
+            "state": self.process.state,
+            "errorMsg": self.error or self.process.error or self.left_out.message(),
+            "version": self.process.version,
+            "failedInbounds": self.left_out.view(),
+        }
+
+    def held_sockets(self) -> list[Socket]:
+        """(listen, port, transports) of the inbounds the running core listens on."""
+        if self.process.state != "running" or self.running is None:
+            return []
+        return core_sockets(self.running.skeleton)
+
+    # ---- keeping the running core in step -------------------------------------------------
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def _sync_loop(self) -> None:
+        while True:
+            recheck = RECHECK_SECONDS if self.left_out.inbounds else None
+            if not self._dirty.wait(recheck) and not self.left_out.any_free():
+                continue
+            gevent.sleep(DEBOUNCE_SECONDS)
+            self._dirty.clear()
+            try:
+                self.sync()
+            except Exception:
+                log.exception("keeping the core in step failed; the next change retries")
+            finally:
+                return_freed_memory()
+
+    def sync(self) -> None:
+        """Bring the running core to the wanted config: live when possible, else once
+        restarted; a refused config leaves the running core as it is. A core that refused
+        its config at start starts once a change makes the config acceptable; the core
+        tests only configs that differ from the one it refused (at 100,000 clients the
+        test is a second of the core's CPU). A core that exited because another program
+        holds the port of one of its inbounds restarts at once without that inbound."""
+        failure = self.left_out.take_failure()
+        if failure is not None and self._leave_out(failure):
+            return
+        if self._refused is not None:
+            wanted = self.build()
+            attempt = running(wanted, pause=breathe)
+            if attempt == self._refused:
+                return
+            try:
+                self._launch(wanted, attempt)
+            except ServiceError as exc:
+                self.error = exc.msg
+                self._refused = attempt
+            return
+        if self.process.state != "running" or self.running is None:
+            return
+        wanted = self.build()
+        target = running(wanted, pause=breathe)
+        operations = live_changes(self.running, wanted, target)
+        if operations == []:
+            return
+        if operations is not None and self._apply_live(operations):
+            # A core that crashes later restarts from config.json: it must hold the
+            # users added and removed live, or they would come back as they were.
+            self.process.record(wanted)
+            self.running = target
+            return
+        self.tick()
+        try:
+            self.process.restart(wanted)
+        except ServiceError as exc:
+            self.error = exc.msg
+            self.hub.notify("Core config refused", exc.msg, "error")
+            return
+        self.running = target
+        self.error = ""
+        self._connect()
+        self._save_state()
+
+    def _leave_out(self, failure) -> bool:
+        """Restart the core without the inbound whose listener it could not open; False
+        when no inbound it runs matches (the core's own restarts go on as they would)."""
+        views = self.inbounds.for_core(self.core_clients)
+        absent = self.left_out.leave_out(failure, views, int(time.time() * 1000))
+        if absent is None:
+            return False
+        self.hub.notify("Inbound left out of the core", absent.reason, "error")
+        try:
+            self._launch(self._config(views))
+        except ServiceError as exc:
+            self.error = exc.msg
+        return True
+
+    def _apply_live(self, operations) -> bool:
+        try:
+            for op in operations:
+                if op.action == "remove":
+                    self.api.remove_user(op.inbound_tag, op.email)
+                else:
+                    self.api.add_user(op.inbound_tag, op.protocol, op.entry)
+        except CoreApiError as exc:
+            log.info("a live change failed (%s); restarting the core instead", exc)
+            return False
+        return True
+
+    # ---- traffic ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Count what moved, then disable clients that ran out (removed from the core by
+        the sync that follows)."""
+        if self.process.state != "running" or self.api is None:
+            return
+        generation = self.generation()
+        try:
+            counters = self.api.query_stats()
+        except CoreApiError as exc:
+            log.warning("could not read the core's counters: %s", exc)
+            return
+        if generation != self.generation():
+            # The core restarted while its counters were read: they may be the old
+            # process's, which under the new generation would all be added again.
+            return
+        moved = self.accounting.tick(counters, generation)
+        if moved:
+            self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
+        if self.sweep():
+            self.on_change("clients")
+        if self.client_ips is not None:
+            skeleton = self.running.skeleton if self.running is not None else None
+            # Xray lists who is online from where; other cores leave the access log.
+            online = self.api if self._flavor == "xray" else None
+            self.client_ips.collect(log_path(skeleton, "access"), online, self.generation())
+
+    # ---- surviving a crashed panel ---------------------------------------------------------
+
+    def _save_state(self) -> None:
+        state = {
+            "pid": self.process.pid,
+            "apiPort": self.api_port,
+            "generation": self.generation(),
+            "prefix": self._prefix,
+        }
+        path = os.path.join(self.workdir, STATE_FILE)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(state, fh)
+        os.replace(path + ".tmp", path)
+
+    def _forget_state(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.workdir, STATE_FILE))
+
+    def _collect_orphan(self) -> None:
+        path = os.path.join(self.workdir, STATE_FILE)
+        try:
+            with open(path) as fh:
+                state = json.load(fh)
+            pid, port = int(state["pid"]), int(state["apiPort"])
+            generation, prefix = int(state["generation"]), str(state["prefix"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        orphan = _core_of(pid, self.process.config_path)
+        if orphan is not None:
+            api = CoreApi(f"127.0.0.1:{port}", prefix)
+            try:
+                self.accounting.tick(api.query_stats(), generation)
+                log.info("counted the last traffic of the core left running by a crash")
+            except CoreApiError as exc:
+                log.warning("the core left running could not be read: %s", exc)
+            finally:
+                api.close()
+            _terminate(orphan)
+        self._forget_state()
+
+
+def _core_of(pid: int, config_path: str) -> psutil.Process | None:
+    """The process `pid` if it still is a core running on `config_path`, else None. After
+    a reboot the pid in a state file may belong to any process, which must be left alone."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE or config_path not in process.cmdline():
+            return None
+    except psutil.Error:
+        return None
+    return process
+
+
+def _terminate(process: psutil.Process) -> None:
+    """SIGTERM, then SIGKILL if the core is still there after the grace period."""
+    with contextlib.suppress(psutil.Error):
+        process.terminate()
+        for _ in range(ORPHAN_GRACE_STEPS):
+            if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                return
+            gevent.sleep(0.1)
+        process.kill()

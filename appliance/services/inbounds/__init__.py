@@ -1,0 +1,1 @@
+"""Inbounds: their records, fallbacks, hosts and the ports they listen on."""

@@ -1,0 +1,402 @@
+"""Inbounds: the listening proxy endpoints, stored once and shown in several shapes.
+
+Payloads are normalised by `inbound_rules` before anything is written; this module adds
+what needs the database or the disk: unique tags, port conflicts with other inbounds and
+with the panel's own ports, certificate files inside their directories
+(`file_paths`), and the derived parts of the returned record (`settings.clients`
+from client rows, `settings.fallbacks` from fallback rows, `clientStats`). An update keeps
+attached clients usable: the protocol must still take clients, and their secrets are
+re-fitted to a changed Shadowsocks cipher as on attach.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pony.orm import db_session, select
+
+from appliance.core.entries import client_entry
+from appliance.domain import inbound_rules
+from appliance.domain.client_rules import legacy_method
+from appliance.domain.parse import parse_id, parse_json_text
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces, check_paths
+from appliance.services.clients.records.records.query import (
+    client_api_view,
+    client_stat,
+    slim_entry,
+)
+from appliance.services.clients.records.records.records import refit
+from appliance.services.inbounds.records.records.fallbacks import Fallbacks, master_problem
+from appliance.services.inbounds.records.records.listeners import Socket, busy_transports, overlap
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+
+# (listen, port, what) of sockets the panel itself holds.
+ReservedPorts = Callable[[], list[tuple[str, int, str]]]
+# (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
+ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
+# inbound id -> its client views for the core, see ClientQuery.core_clients.
+CoreClientsOf = Callable[[int], Iterable[dict]]
+# The sockets the running core holds, see CoreService.held_sockets.
+HeldSockets = Callable[[], list[Socket]]
+
+# Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
+# the user sends), so a generated tag survives being sent back on update.
+TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]+")
+
+
+class Inbounds:
+    def __init__(
+        self,
+        store,
+        reserved_ports: ReservedPorts,
+        clients_of: ClientsOf,
+        clock=time.time,
+        held_sockets: HeldSockets = list,
+        *,
+        places: FilePlaces,
+    ):
+        self.store = store
+        # Where the certificate files of inbounds may be (services.file_paths).
+        self.places = places
+        self.reserved_ports = reserved_ports
+        self.clients_of = clients_of
+        self.held_sockets = held_sockets
+        self.clock = clock
+        self.fallbacks = Fallbacks(store)
+
+    # ---- reads -----------------------------------------------------------------------
+
+    def list(self, slim: bool = False) -> list[dict]:
+        """Every inbound with its clients. `slim` reduces each client entry to email,
+        enable and comment and leaves clientStats empty: what a page of inbounds needs."""
+        views = self._views(slim)
+        for view in views:
+            del view["clientRows"]
+        return views
+
+    def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
+        """Every inbound view with `clientRows`, the views of its attached clients as the
+        config builder reads them (`ClientQuery.core_clients`, read as the builder goes).
+        The builder renders the entries itself, so they and clientStats are left empty."""
+        with db_session:
+            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
+            fallbacks = self.fallbacks.by_master()
+        views = []
+        for row in rows:
+            view = self._view(row, fallbacks.get(row[0], []), [], slim=True)
+            view["settings"].pop("clients", None)
+            view["clientRows"] = core_clients(row[0])
+            views.append(view)
+        return views
+
+    def _views(self, slim: bool) -> list[dict]:
+        with db_session:
+            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
+            fallbacks = self.fallbacks.by_master()
+            clients = self.clients_of([row[0] for row in rows], slim)
+        return [
+            self._view(row, fallbacks.get(row[0], []), clients.get(row[0], []), slim)
+            for row in rows
+        ]
+
+    def options(self) -> list[dict]:
+        with db_session:
+            rows = select(i for i in self.store.Inbound).order_by(lambda i: i.id)[:]
+            options = []
+            for row in rows:
+                record = _record(row)
+                options.append(
+                    {
+                        "id": row.id,
+                        "remark": row.remark,
+                        "tag": row.tag,
+                        "protocol": row.protocol,
+                        "port": row.port,
+                        "tlsFlowCapable": inbound_rules.tls_flow_capable(record),
+                        "ssMethod": inbound_rules.ss_method(record),
+                    }
+                )
+            return options
+
+    def get(self, inbound_id) -> dict:
+        with db_session:
+            return self._view_of(self._row(inbound_id).id)
+
+    def _view_of(self, inbound_id: int) -> dict:
+        """The API view of one inbound, read fresh (the caller holds the db_session)."""
+        self.store.db.flush()
+        (row,) = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
+        clients = self.clients_of([inbound_id], False).get(inbound_id, [])
+        view = self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
+        del view["clientRows"]
+        return view
+
+    # ---- writes ----------------------------------------------------------------------
+
+    def add(self, payload) -> dict:
+        record = inbound_rules.normalize_inbound(_object(payload))
+        check_paths(record["streamSettings"], self.places, "streamSettings")
+        with db_session:
+            self._check_unique(record, None)
+            self._check_free(record)
+            now = int(self.clock() * 1000)
+            row = self.store.Inbound(
+                created_at=now,
+                **_columns(record, self._tag_for(record, None), now),
+            )
+            row.flush()
+            self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
+            return self._view_of(row.id)
+
+    def update(self, inbound_id, payload) -> dict:
+        with db_session:
+            row = self._row(inbound_id)
+            record = inbound_rules.normalize_inbound(_object(payload))
+            check_paths(record["streamSettings"], self.places, "streamSettings")
+            self._check_unique(record, row.id)
+            self._check_free(record)
+            self._check_still_master(row, record)
+            self._check_clients_fit(row, record)
+            now = int(self.clock() * 1000)
+            row.set(**_columns(record, self._tag_for(record, row), now))
+            for attachment in row.attachments:
+                client = attachment.client
+                try:
+                    refit(client, [a.inbound for a in client.attachments])
+                except ServiceError as exc:
+                    raise ServiceError(f"client '{client.email}': {exc.msg}") from None
+            return self._view_of(row.id)
+
+    def import_(self, data) -> dict:
+        """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
+        payload = parse_json_text(data, "data", dict, "an object (one inbound)")
+        payload = {k: v for k, v in payload.items() if k not in ("id", "up", "down")}
+        return self.add(payload)
+
+    def delete(self, inbound_id) -> None:
+        with db_session:
+            self._row(inbound_id).delete()
+
+    def bulk_delete(self, ids) -> dict:
+        if not isinstance(ids, list):
+            raise ServiceError("ids must be an array of inbound ids")
+        deleted, skipped = 0, []
+        for inbound_id in ids:
+            try:
+                self.delete(inbound_id)
+                deleted += 1
+            except ServiceError as exc:
+                skipped.append({"id": inbound_id, "reason": exc.msg})
+        return {"deleted": deleted, "skipped": skipped}
+
+    def set_enable(self, inbound_id, enable) -> None:
+        if not isinstance(enable, bool):
+            raise ServiceError("enable must be true or false")
+        with db_session:
+            row = self._row(inbound_id)
+            if enable and not row.enable:
+                self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
+            row.enable = enable
+            row.updated_at = int(self.clock() * 1000)
+
+    def reset_traffic(self, inbound_id) -> None:
+        with db_session:
+            row = self._row(inbound_id)
+            row.up = row.down = 0
+
+    def reset_all_traffics(self) -> None:
+        with db_session:
+            for row in select(i for i in self.store.Inbound if i.up > 0 or i.down > 0):
+                row.up = row.down = 0
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _row(self, inbound_id):
+        inbound_id = parse_id(inbound_id, "inbound id")
+        row = self.store.Inbound.get(id=inbound_id)
+        if row is None:
+            raise ServiceError(f"no inbound with id {inbound_id}")
+        return row
+
+    def _tag_for(self, record: dict, row) -> str:
+        if record["tag"]:
+            return record["tag"]
+        if row is not None and row.port == record["port"] and row.listen == record["listen"]:
+            return row.tag
+        if _is_socket(record["listen"]):
+            base = f"inbound-{_socket_path(record['listen'])}"
+        elif record["listen"]:
+            base = f"inbound-{record['listen']}:{record['port']}"
+        else:
+            base = f"inbound-{record['port']}"
+        base = TAG_UNSAFE.sub("_", base)[:60]
+        tag, n = base, 2
+        while self.store.Inbound.get(tag=tag) is not None:
+            tag, n = f"{base}-{n}", n + 1
+        return tag
+
+    def port_owner(self, port: int) -> str | None:
+        """Which local inbound listens on TCP `port`, for settings that move the panel."""
+        with db_session:
+            for other in select(
+                i for i in self.store.Inbound if i.port == port and i.node_id is None
+            ):
+                if "tcp" in inbound_rules.transports(_record(other)):
+                    return f"inbound {other.id} ({other.remark or other.tag})"
+        return None
+
+    def _check_unique(self, record: dict, own_id: int | None) -> None:
+        if record["nodeId"] is not None:
+            raise ServiceError(f"nodeId {record['nodeId']}: no node with that id")
+        if record["tag"]:
+            other = self.store.Inbound.get(tag=record["tag"])
+            if other is not None and other.id != own_id:
+                raise ServiceError(
+                    f"tag '{record['tag']}' is already used by inbound {other.id} "
+                    f"({other.remark or other.tag})"
+                )
+        if _is_socket(record["listen"]):
+            self._check_socket(record["listen"], own_id)
+            return
+        wanted = inbound_rules.transports(record)
+        port = record["port"]
+        if "tcp" in wanted:
+            for listen, reserved, what in self.reserved_ports():
+                if reserved == port and overlap(listen, record["listen"]):
+                    raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
+        same_port = select(i for i in self.store.Inbound if i.port == port and i.node_id is None)[:]
+        for other in same_port:
+            if other.id == own_id or not overlap(other.listen, record["listen"]):
+                continue
+            shared = wanted & inbound_rules.transports(_record(other))
+            if shared:
+                raise ServiceError(
+                    f"port {port}/{'+'.join(sorted(shared))} is already used by inbound "
+                    f"{other.id} ({other.remark or other.tag})"
+                )
+
+    def _check_free(self, record: dict) -> None:
+        """An inbound that runs in this host's core needs its port free of other programs:
+        the core would exit on it and take every other inbound offline too."""
+        if not record["enable"] or record["nodeId"] is not None or _is_socket(record["listen"]):
+            return
+        port = record["port"]
+        wanted = inbound_rules.transports(record)
+        busy = busy_transports(record["listen"], port, wanted, self.held_sockets())
+        if busy:
+            raise ServiceError(
+                f"port {port} is in use by another program on this host "
+                f"({'+'.join(busy)}); choose another port or stop that program first"
+            )
+
+    def _check_socket(self, listen: str, own_id: int | None) -> None:
+        path = _socket_path(listen)
+        sockets = select(
+            i
+            for i in self.store.Inbound
+            if i.node_id is None and (i.listen.startswith("/") or i.listen.startswith("@"))
+        )
+        for other in sockets:
+            if other.id != own_id and _socket_path(other.listen) == path:
+                raise ServiceError(
+                    f"socket {path} is already used by inbound {other.id} "
+                    f"({other.remark or other.tag})"
+                )
+
+    def _check_still_master(self, row, record: dict) -> None:
+        """An update may not turn a master into an inbound that cannot hold its rules:
+        the core would refuse the config at the next restart."""
+        if row.fallbacks.is_empty():
+            return
+        problem = master_problem(record["protocol"], record["streamSettings"])
+        if problem:
+            raise ServiceError(
+                f"inbound {row.id} has fallback rules and would no longer be able to hold "
+                f"them: {problem}; remove its fallbacks first"
+            )
+
+    def _check_clients_fit(self, row, record: dict) -> None:
+        """Attached clients stay attached through an update, so the new protocol must take
+        clients; their secrets are re-fitted to a new cipher afterwards, as on attach."""
+        if record["protocol"] in inbound_rules.CLIENT_PROTOCOLS:
+            return
+        count = row.attachments.count()
+        if count:
+            raise ServiceError(
+                f"inbound {row.id} has {count} client(s) attached and {record['protocol']} "
+                "takes no clients; detach them (or use delAllClients) before changing the "
+                "protocol"
+            )
+
+    def _view(self, row: tuple, fallbacks: list[dict], clients: list[tuple], slim: bool) -> dict:
+        record = inbound_record(row)
+        inbound_id, protocol = record["id"], record["protocol"]
+        settings, stream = record["settings"], record["streamSettings"]
+        stats, views = [], []
+        if protocol in inbound_rules.CLIENT_PROTOCOLS:
+            if slim:
+                settings["clients"] = [slim_entry(client) for client in clients]
+            else:
+                capable = inbound_rules.tls_flow_capable(
+                    {"protocol": protocol, "settings": settings, "streamSettings": stream}
+                )
+                method = legacy_method(settings.get("method")) if protocol == "shadowsocks" else ""
+                views = [client_api_view(client) for client in clients]
+                settings["clients"] = [client_entry(protocol, v, capable, method) for v in views]
+                stats = [client_stat(inbound_id, v, c) for v, c in zip(views, clients, strict=True)]
+        if fallbacks:
+            settings["fallbacks"] = fallbacks
+        return {**record, "clientStats": stats, "clientRows": views}
+
+
+def _object(payload) -> dict:
+    if not isinstance(payload, dict):
+        raise ServiceError("the inbound must be a JSON object")
+    return payload
+
+
+def _record(row) -> dict:
+    """A stored row in the normalised shape `inbound_rules` works on."""
+    return {
+        "protocol": row.protocol,
+        "listen": row.listen,
+        "port": row.port,
+        "settings": json.loads(row.settings),
+        "streamSettings": json.loads(row.stream_settings),
+    }
+
+
+def _columns(record: dict, tag: str, now: int) -> dict:
+    return {
+        "remark": record["remark"],
+        "tag": tag,
+        "protocol": record["protocol"],
+        "listen": record["listen"],
+        "port": record["port"],
+        "enable": record["enable"],
+        "expiry_time": record["expiryTime"],
+        "total": record["total"],
+        "settings": _dump(record["settings"]),
+        "stream_settings": _dump(record["streamSettings"]),
+        "sniffing": _dump(record["sniffing"]),
+        "node_id": record["nodeId"],
+        "updated_at": now,
+    }
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_socket(listen: str) -> bool:
+    return listen.startswith(("/", "@"))
+
+
+def _socket_path(listen: str) -> str:
+    """A unix socket listen address without the core's ",mode" suffix."""
+    return listen.split(",", 1)[0]

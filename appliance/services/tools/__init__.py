@@ -1,0 +1,1 @@
+"""Generators and checkers the forms call: keys, certificate hashes, mail settings."""
