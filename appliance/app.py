@@ -30,7 +30,12 @@ from appliance.runtime.jobs import breathe, every
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.backups import Backups
-from appliance.services.admin.settings import Settings, allowed_host_names, parse_trusted_proxies
+from appliance.services.admin.settings import (
+    Settings,
+    allowed_host_names,
+    parse_host_names,
+    parse_trusted_proxies,
+)
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.update import PanelUpdate
@@ -285,7 +290,7 @@ class Panel:
             return False
         if not host_allowed(environ, self.allowed_hosts()):
             return False
-        if websocket_refusal(environ, self.trusted_proxies(), self.settings.get("webDomain")):
+        if websocket_refusal(environ, self.trusted_proxies(), self.origin_names()):
             return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         morsel = cookies.get(self.auth.cookie_name)
@@ -371,6 +376,13 @@ class Panel:
                 names |= {_address_text(listen)}
             self._hosts = (key, names)
         return self._hosts[1]
+
+    def origin_names(self) -> frozenset[str]:
+        """Names a page of the panel may be served under besides the Host it was reached
+        at: the domain and the allowed hosts of the settings."""
+        names = set(parse_host_names(self.settings.get("webAllowedHosts"))) - {"*"}
+        domain = self.settings.get("webDomain").strip().lower().rstrip(".")
+        return frozenset(names | {domain} if domain else names)
 
     # ---- status ----------------------------------------------------------------------------
 

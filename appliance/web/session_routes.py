@@ -9,7 +9,6 @@ Origin and are unaffected.
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
 from bottle import request, response
 
@@ -23,7 +22,6 @@ from appliance.web.http import (
     is_panel_origin,
     is_tls,
     raw_header,
-    split_host,
 )
 from appliance.web.routes import RouteTable
 
@@ -43,7 +41,7 @@ def session_routes(panel) -> RouteTable:
         body={"username": "string", "password": "string", "twoFactorCode": "string"},
     )
     def login():
-        _check_sign_in_request(panel.allowed_hosts())
+        _check_sign_in_request(panel.trusted_proxies(), panel.origin_names())
         data = body(8192)
         if not isinstance(data, dict):
             raise ServiceError("send username and password as a JSON object")
@@ -94,7 +92,7 @@ def session_routes(panel) -> RouteTable:
         socket = request.environ.get("wsgi.websocket")
         if request.environ.get("HTTP_UPGRADE", "").lower() == "websocket":
             refusal = websocket_refusal(
-                request.environ, panel.trusted_proxies(), panel.settings.get("webDomain")
+                request.environ, panel.trusted_proxies(), panel.origin_names()
             )
             if refusal:
                 raise Forbidden(refusal)
@@ -117,7 +115,7 @@ def session_routes(panel) -> RouteTable:
     return table
 
 
-def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
+def websocket_refusal(environ: dict, trusted: list, names: frozenset[str]) -> str | None:
     """Why this WebSocket upgrade may not go ahead, or None when it may.
 
     The socket is opened with the session cookie, which the browser also sends when a page
@@ -131,7 +129,7 @@ def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
             "the WebSocket upgrade has no Origin header; browsers send one, and other "
             "clients must send the panel's own address as Origin"
         )
-    if not is_panel_origin(origin, environ, trusted, domain):
+    if not is_panel_origin(origin, environ, trusted, names):
         return (
             "the WebSocket may be opened only from the panel's own pages; the Origin header "
             "names another site (the panel's address or its webDomain setting is expected)"
@@ -139,10 +137,7 @@ def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
     return None
 
 
-DEFAULT_PORTS = {"http": "80", "https": "443"}
-
-
-def _check_sign_in_request(names: frozenset[str] | None) -> None:
+def _check_sign_in_request(trusted: list, names: frozenset[str]) -> None:
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise UnsupportedMediaType(
@@ -150,26 +145,8 @@ def _check_sign_in_request(names: frozenset[str] | None) -> None:
             f"(got {content_type or 'no Content-Type'})"
         )
     origin = raw_header("Origin")
-    if origin and not _own_origin(origin, names):
+    if origin and not is_panel_origin(origin, request.environ, trusted, names):
         raise Forbidden(
             "sign-in from a page of another site is refused: the Origin header names "
             "neither this request's Host nor the panel's domain"
         )
-
-
-def _own_origin(origin: str, names: frozenset[str] | None) -> bool:
-    """The Origin is the panel's own: the host and port the request was sent to (the port
-    defaults by the Origin's scheme, so a TLS proxy in front changes nothing), or a name
-    the settings give the panel (a proxy may rewrite Host)."""
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return False
-    own = split_host(raw_header("Host"))
-    theirs = split_host(parts.netloc)
-    if parts.scheme not in DEFAULT_PORTS or own is None or theirs is None:
-        return False
-    default = DEFAULT_PORTS[parts.scheme]
-    if (theirs[0], theirs[1] or default) == (own[0], own[1] or default):
-        return True
-    return names is not None and theirs[0] in names
