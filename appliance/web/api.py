@@ -17,13 +17,15 @@ import bottle
 from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.errors import ServiceError, TooManyRequests, Unauthorized
+from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
 log = logging.getLogger(__name__)
 
 SESSION_KEY = "appliance.session"
+# The one route a session signed in with credentials scanners try may call.
+CHANGE_CREDENTIALS = "/panel/api/setting/updateUser"
 
 
 class ApiPlugin:
@@ -100,6 +102,11 @@ class ApiPlugin:
                 raise CsrfError(
                     "missing or wrong X-CSRF-Token header; get the token from GET /csrf-token"
                 )
+        if session.must_change_credentials and spec.auth and spec.path != CHANGE_CREDENTIALS:
+            raise Forbidden(
+                "the username and password are among the first ones scanners try; change "
+                f"them first with POST {CHANGE_CREDENTIALS}"
+            )
         return session
 
 
