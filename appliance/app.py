@@ -30,12 +30,8 @@ from appliance.runtime.jobs import breathe, every
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.backups import Backups
-from appliance.services.admin.settings import (
-    Settings,
-    allowed_host_names,
-    parse_host_names,
-    parse_trusted_proxies,
-)
+from appliance.services.admin.settings import Settings, allowed_host_names
+from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.update import PanelUpdate
@@ -416,12 +412,7 @@ class Panel:
         """Validate every key first, then apply the two-factor part, then write the rest,
         so a rejected value leaves everything as it was."""
         two_factor = {key: body.pop(key) for key in TWO_FACTOR_KEYS if key in body}
-        changes = self.settings.check(body)
-        for key in ("webPort", "subPort"):
-            if key in changes:
-                owner = self.inbounds.port_owner(changes[key])
-                if owner:
-                    raise ServiceError(f"{key} {changes[key]} is already used by {owner}")
+        changes = self.settings.check(body, self.inbounds.port_owner)
         changed = list(changes)
         if "twoFactorEnable" in two_factor and self.auth.update_two_factor(
             session,
