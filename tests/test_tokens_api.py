@@ -13,7 +13,7 @@ from helpers import database_bytes, db_rows
 
 BASE = "/panel/api/setting/apiTokens"
 STATUS = "/panel/api/server/status"
-VIEW_KEYS = {"id", "name", "enabled", "createdAt"}
+VIEW_KEYS = {"id", "name", "enabled", "createdAt", "scope", "expiresAt"}
 
 
 def create(api, name) -> dict:

@@ -88,6 +88,13 @@ def body(max_bytes: int) -> Any:
     return value
 
 
+def body_read() -> Any:
+    """The body as a handler read it, or None when no handler read one: for the audit
+    log, which keeps its field names and must never read a body itself."""
+    value = request.environ.get("appliance.body", _MISSING)
+    return None if value is _MISSING else value
+
+
 def json_object(max_bytes: int) -> dict:
     data = body(max_bytes)
     if not isinstance(data, dict):

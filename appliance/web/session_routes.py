@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from bottle import request, response
 
 from appliance.errors import Forbidden, ServiceError, Unauthorized
-from appliance.web.api import current_session
+from appliance.web.api import current_session, note_sign_in_attempt
 from appliance.web.http import (
     Reply,
     UnsupportedMediaType,
@@ -47,6 +47,8 @@ def session_routes(panel) -> RouteTable:
         data = body(8192)
         if not isinstance(data, dict):
             raise ServiceError("send username and password as a JSON object")
+        if isinstance(data.get("username"), str):
+            note_sign_in_attempt(data["username"])
         address = client_address(panel.trusted_proxies())
         cookie = auth.login(
             data.get("username"), data.get("password"), data.get("twoFactorCode"), address
@@ -79,7 +81,11 @@ def session_routes(panel) -> RouteTable:
         return session.csrf_token
 
     @table.post(
-        "/getTwoFactorEnable", "Whether sign-in asks for a two-factor code", auth=False, csrf=False
+        "/getTwoFactorEnable",
+        "Whether sign-in asks for a two-factor code",
+        auth=False,
+        csrf=False,
+        reads=True,
     )
     def two_factor_enabled():
         return auth.two_factor_enabled()

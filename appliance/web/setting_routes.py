@@ -18,11 +18,13 @@ BOOL_BODY = {"enabled": "boolean"}
 def setting_routes(panel) -> RouteTable:
     table = RouteTable("/panel/api/setting", "settings")
 
-    @table.post("/all", "Every panel setting; secrets redacted")
+    @table.post("/all", "Every panel setting; secrets redacted", reads=True)
     def all_settings():
         return {**panel.settings.all(), **panel.two_factor_view()}
 
-    @table.post("/defaultSettings", "Default settings, with domains taken from this request")
+    @table.post(
+        "/defaultSettings", "Default settings, with domains taken from this request", reads=True
+    )
     def default_settings():
         host = request.urlparts.hostname or ""
         return {**DEFAULTS, "webDomain": host, "subDomain": host}

@@ -80,6 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "subYamlPath": "/yaml/",
     "coreTemplate": "",
     "trafficInterval": 10,  # seconds between traffic ticks
+    "auditRetentionDays": 90,  # audit log entries older than this are removed
     "outboundTestUrl": "https://www.google.com/generate_204",
     # Where installCore lists core releases (GitHub's releases API shape) and where
     # updateGeofile gets the geo files Xray's own release bundles.
@@ -108,6 +109,7 @@ RANGES = {
     "trafficDiff": (0, 1_000_000),
     "subUpdates": (1, 8760),
     "trafficInterval": (1, 3600),
+    "auditRetentionDays": (1, 3650),
 }
 PATH_SHAPE = re.compile(r"^/(?:[A-Za-z0-9._~-]+/)*$")
 # Links handed to client apps, which open them: web addresses only.
