@@ -82,20 +82,22 @@ def setting_routes(panel) -> RouteTable:
 
     tokens = RouteTable("/panel/api/setting/apiTokens", "api tokens")
 
-    @tokens.get("", "API tokens (never their values)")
+    @tokens.get("", "API tokens with their scope and expiry (never their values)")
     def list_tokens():
         return panel.tokens.list()
 
     @tokens.post(
         "/create",
-        "Create a token; its value is shown only in this response",
+        "Create a token (scope admin, read or node; expiresAt in Unix ms, 0 for never); "
+        "its value is shown only in this response",
         resource="apiTokens",
-        body={"name": "string"},
+        body={"name": "string", "scope": "string", "expiresAt": "integer"},
     )
     def create_token():
+        data = json_object(8192)
         return Reply(
             "API token created; copy it now, it is not shown again",
-            panel.tokens.create(json_object(8192).get("name")),
+            panel.tokens.create(data.get("name"), data.get("scope"), data.get("expiresAt")),
         )
 
     @tokens.post(

@@ -51,7 +51,7 @@ MAX_FIELDS = 50
 # Body fields whose values are secrets (passwords, tokens, TOTP secrets and codes,
 # subscription ids, client UUIDs and keys): cut out of any refusal message that quotes them.
 SECRET_FIELD = re.compile(r"pass|token|secret|uuid|subid|auth|key|psk|code|^id$", re.IGNORECASE)
-MIN_SECRET_CHARS = 4
+MIN_BARE_SECRET_CHARS = 8
 COLUMNS = (
     "id, at, actor, actor_kind, method, route, path, target, address, success, status, "
     "message, fields"
@@ -178,8 +178,14 @@ def field_names(body: Any) -> list[str]:
 
 
 def scrub(message: str, body: Any) -> str:
+    """`message` without the values the body gave secret-looking fields: quoted as the
+    refusals quote what they refuse, or anywhere when long enough not to be a word of the
+    message itself."""
     for secret in sorted(_secret_values(body), key=len, reverse=True):
-        message = message.replace(secret, REDACTED)
+        for quoted in (json.dumps(secret, ensure_ascii=False), repr(secret), f"'{secret}'"):
+            message = message.replace(quoted, REDACTED)
+        if len(secret) >= MIN_BARE_SECRET_CHARS:
+            message = message.replace(secret, REDACTED)
     return message
 
 
@@ -194,7 +200,7 @@ def _secret_values(value: Any, secret: bool = False) -> set[str]:
             found |= _secret_values(item, secret)
     elif secret and isinstance(value, str | int) and not isinstance(value, bool):
         text = value if isinstance(value, str) else str(value)
-        if len(text) >= MIN_SECRET_CHARS:
+        if text:
             found.add(text)
     return found
 
