@@ -179,14 +179,32 @@ def field_names(body: Any) -> list[str]:
 
 def scrub(message: str, body: Any) -> str:
     """`message` without the values the body gave secret-looking fields: quoted as the
-    refusals quote what they refuse, or anywhere when long enough not to be a word of the
-    message itself."""
+    refusals quote what they refuse, or, when long enough not to be a word of the message
+    itself, anywhere and in part (a refusal may quote a long value cut short)."""
     for secret in sorted(_secret_values(body), key=len, reverse=True):
         for quoted in (json.dumps(secret, ensure_ascii=False), repr(secret), f"'{secret}'"):
             message = message.replace(quoted, REDACTED)
         if len(secret) >= MIN_BARE_SECRET_CHARS:
-            message = message.replace(secret, REDACTED)
+            message = _cut_prefixes(message, secret)
     return message
+
+
+def _cut_prefixes(message: str, secret: str) -> str:
+    """Replace every run of the message that begins the secret (its first
+    MIN_BARE_SECRET_CHARS characters at least)."""
+    head = secret[:MIN_BARE_SECRET_CHARS]
+    kept, start = [], 0
+    while (found := message.find(head, start)) >= 0:
+        end = found + len(head)
+        while (
+            end < len(message)
+            and end - found < len(secret)
+            and (message[end] == secret[end - found])
+        ):
+            end += 1
+        kept += [message[start:found], REDACTED]
+        start = end
+    return "".join(kept) + message[start:]
 
 
 def _secret_values(value: Any, secret: bool = False) -> set[str]:
