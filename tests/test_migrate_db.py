@@ -187,7 +187,7 @@ def test_panel_on_the_copy_answers_like_the_source(source, target, tmp_path):
     assert block[1] == "1"
     assert " 9999 " in next(line for line in report.splitlines() if line.startswith("client "))
     audit = next(line.split() for line in report.splitlines() if line.startswith("audit_entry "))
-    assert int(audit[1]) > 100  # the audit log moves with the rest
+    assert int(audit[1]) > 20  # the audit log moves with the rest
     assert file_sha256(source["db"]) == before, "the source file was written"
 
     server = source["server"]
