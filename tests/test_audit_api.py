@@ -17,6 +17,8 @@ from conftest import start_panel, stop_and_drop
 from helpers import create_plain_vless, db_rows, free_port, ok, refused
 from test_openapi import BODIES, FORMS, NOT_CALLED, OWN_SESSION, STAGED, concrete
 
+from appliance.services.admin.audit import concrete_path, record_names
+
 AUDIT = "/panel/api/audit"
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 # POST routes that only read: no entry. Kept here by hand, apart from the route table,
@@ -315,3 +317,15 @@ def test_entries_older_than_the_retention_are_pruned(tmp_path):
         assert "young" in {e["actor"] for e in entries(api)["items"]}
     finally:
         stop_and_drop(server)
+
+
+# ---- what a path may show -------------------------------------------------------------------
+
+
+def test_path_parts_other_than_record_names_are_redacted():
+    params = {"subId": "s3cret-sub", "email": "a@example.com", "token": "apl_x"}
+    assert concrete_path("/panel/api/clients/subLinks/<subId>", params) == (
+        "/panel/api/clients/subLinks/<redacted>"
+    )
+    assert concrete_path("/x/<email>/<token:re:.+>", params) == "/x/a@example.com/<redacted>"
+    assert record_names(params) == "email=a@example.com"
