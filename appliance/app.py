@@ -29,6 +29,7 @@ from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
+from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
 from appliance.services.admin.settings import Settings, allowed_host_names
 from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
@@ -53,6 +54,7 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app
+from appliance.web.audit_routes import audit_routes
 from appliance.web.backup_routes import backup_routes
 from appliance.web.client_routes import client_routes
 from appliance.web.core_routes import core_routes
@@ -74,6 +76,7 @@ log = logging.getLogger(__name__)
 TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
+AUDIT_PRUNE_SECONDS = 3600
 
 
 class Panel:
@@ -85,6 +88,7 @@ class Panel:
         self.hub = Hub()
         self.auth = Auth(self.store, self.settings, on_sessions_ended=self.hub.close_sessions)
         self.tokens = Tokens(self.store)
+        self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
         self.clients = Clients(self.store)
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
@@ -180,6 +184,7 @@ class Panel:
             setting_routes(self),
             backup_routes(self),
             tool_routes(self),
+            audit_routes(self),
         ]
         routes = [route for table in tables for route in table.routes]
         # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
@@ -228,6 +233,7 @@ class Panel:
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics")
+        every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning")
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()

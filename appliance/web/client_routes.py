@@ -248,7 +248,9 @@ def client_routes(panel) -> RouteTable:
         clients.update_traffic(email, json_object(8192))
         return Reply("client traffic updated")
 
-    @table.post("/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'")
+    @table.post(
+        "/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'", reads=True
+    )
     def ips(email):
         return clients.ips(email)
 
@@ -257,23 +259,27 @@ def client_routes(panel) -> RouteTable:
         clients.clear_ips(email)
         return Reply("client addresses cleared")
 
-    @table.post("/onlines", "Emails connected within the heartbeat window")
+    @table.post("/onlines", "Emails connected within the heartbeat window", reads=True)
     def onlines():
         return query.online_emails()
 
-    @table.post("/onlinesByGuid", "Online emails per panel guid")
+    @table.post("/onlinesByGuid", "Online emails per panel guid", reads=True)
     def onlines_by_guid():
         return {panel.guid(): query.online_emails()}
 
-    @table.post("/clientIpsByGuid", "Client addresses per panel guid")
+    @table.post("/clientIpsByGuid", "Client addresses per panel guid", reads=True)
     def client_ips_by_guid():
         return {panel.guid(): query.ips_by_email()}
 
-    @table.post("/activeInbounds", "Inbound tags that carried traffic in the window, per guid")
+    @table.post(
+        "/activeInbounds",
+        "Inbound tags that carried traffic in the window, per guid",
+        reads=True,
+    )
     def active_inbounds():
         return {panel.guid(): panel.presence.active_inbounds()}
 
-    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)")
+    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)", reads=True)
     def last_online():
         return query.last_online()
 

@@ -15,7 +15,7 @@ def core_routes(panel) -> RouteTable:
     table = RouteTable("/panel/api/core", "core")
     core = panel.core
 
-    @table.post("/", "The core config template, inbound tags and reverse tags")
+    @table.post("/", "The core config template, inbound tags and reverse tags", reads=True)
     def core_settings():
         inbounds = panel.inbounds.list(slim=True)
         reverse = panel.client_query.reverse_tags()
@@ -94,6 +94,7 @@ def core_routes(panel) -> RouteTable:
         "/balancerStatus",
         "Override and preferred targets of balancers (form tags, comma-separated)",
         form=True,
+        reads=True,
         body={"tags": "string"},
     )
     def balancer_status():
@@ -114,6 +115,7 @@ def core_routes(panel) -> RouteTable:
         "/routeTest",
         "The outbound the core's router would pick for a destination; sends nothing",
         form=True,
+        reads=True,
         body={
             "domain": "string",
             "ip": "string",
@@ -147,6 +149,7 @@ def core_routes(panel) -> RouteTable:
         "/corelogs/<count>",
         "The core's last access and error lines, filtered (see services.core_logs)",
         form=True,
+        reads=True,
         body={
             "filter": "string",
             "showDirect": "string",

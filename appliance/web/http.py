@@ -85,7 +85,16 @@ def body(max_bytes: int) -> Any:
         return cached
     value = _read_body(max_bytes)
     request.environ["appliance.body"] = value
+    # Handlers may take fields out of the object they get; `body_read` gives them as sent.
+    request.environ[SENT_KEY] = dict(value) if isinstance(value, dict) else value
     return value
+
+
+def body_read() -> Any:
+    """The body a handler read, with its top-level fields as they were sent, or None when
+    no handler read one: for the audit log, which keeps its field names and must never
+    read a body itself."""
+    return request.environ.get(SENT_KEY)
 
 
 def json_object(max_bytes: int) -> dict:
@@ -96,6 +105,7 @@ def json_object(max_bytes: int) -> dict:
 
 
 _MISSING = object()
+SENT_KEY = "appliance.body.sent"
 JSON_TYPES = ("", "application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 READ_CHUNK = 64 * 1024

@@ -59,6 +59,7 @@ def server_routes(panel) -> RouteTable:
         "/logs/<count>",
         "The panel's own log, newest last",
         body={"level": "string", "syslog": "boolean"},
+        reads=True,
     )
     def logs(count):
         data = body(8192)

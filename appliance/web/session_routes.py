@@ -13,7 +13,7 @@ import logging
 from bottle import request, response
 
 from appliance.errors import Forbidden, ServiceError, Unauthorized
-from appliance.web.api import current_session
+from appliance.web.api import current_session, note_sign_in_attempt
 from appliance.web.http import (
     Reply,
     UnsupportedMediaType,
@@ -45,6 +45,8 @@ def session_routes(panel) -> RouteTable:
         data = body(8192)
         if not isinstance(data, dict):
             raise ServiceError("send username and password as a JSON object")
+        if isinstance(data.get("username"), str):
+            note_sign_in_attempt(data["username"])
         address = client_address(panel.trusted_proxies())
         cookie = auth.login(
             data.get("username"), data.get("password"), data.get("twoFactorCode"), address
@@ -77,7 +79,11 @@ def session_routes(panel) -> RouteTable:
         return session.csrf_token
 
     @table.post(
-        "/getTwoFactorEnable", "Whether sign-in asks for a two-factor code", auth=False, csrf=False
+        "/getTwoFactorEnable",
+        "Whether sign-in asks for a two-factor code",
+        auth=False,
+        csrf=False,
+        reads=True,
     )
     def two_factor_enabled():
         return auth.two_factor_enabled()

@@ -18,11 +18,13 @@ BOOL_BODY = {"enabled": "boolean"}
 def setting_routes(panel) -> RouteTable:
     table = RouteTable("/panel/api/setting", "settings")
 
-    @table.post("/all", "Every panel setting; secrets redacted")
+    @table.post("/all", "Every panel setting; secrets redacted", reads=True)
     def all_settings():
         return {**panel.settings.all(), **panel.two_factor_view()}
 
-    @table.post("/defaultSettings", "Default settings, with domains taken from this request")
+    @table.post(
+        "/defaultSettings", "Default settings, with domains taken from this request", reads=True
+    )
     def default_settings():
         host = request.urlparts.hostname or ""
         return {**DEFAULTS, "webDomain": host, "subDomain": host}
@@ -80,20 +82,22 @@ def setting_routes(panel) -> RouteTable:
 
     tokens = RouteTable("/panel/api/setting/apiTokens", "api tokens")
 
-    @tokens.get("", "API tokens (never their values)")
+    @tokens.get("", "API tokens with their scope and expiry (never their values)")
     def list_tokens():
         return panel.tokens.list()
 
     @tokens.post(
         "/create",
-        "Create a token; its value is shown only in this response",
+        "Create a token (scope admin, read or node; expiresAt in Unix ms, 0 for never); "
+        "its value is shown only in this response",
         resource="apiTokens",
-        body={"name": "string"},
+        body={"name": "string", "scope": "string", "expiresAt": "integer"},
     )
     def create_token():
+        data = json_object(8192)
         return Reply(
             "API token created; copy it now, it is not shown again",
-            panel.tokens.create(json_object(8192).get("name")),
+            panel.tokens.create(data.get("name"), data.get("scope"), data.get("expiresAt")),
         )
 
     @tokens.post(

@@ -31,6 +31,7 @@ def tool_routes(panel) -> RouteTable:
         "/getNewEchCert",
         "A new ECH key set and ECHConfigList for the SNI given",
         form=True,
+        reads=True,
         body={"sni": "string"},
     )
     def new_ech_cert():
@@ -40,6 +41,7 @@ def tool_routes(panel) -> RouteTable:
         "/getCertHash",
         "Hex SHA-256 of each certificate in a file (certificate directories only) or text",
         form=True,
+        reads=True,
         body={"certFile": "string", "certContent": "string"},
     )
     def cert_hash():

@@ -131,6 +131,13 @@ SETTINGS = (
         Range(1, 525_600),
     ),
     Setting(
+        "auditRetentionDays",
+        90,
+        "Days an audit log entry is kept before it is removed.",
+        "panel",
+        Range(1, 3650),
+    ),
+    Setting(
         "trustedProxies",
         "",
         "IP addresses or networks of reverse proxies, comma-separated, whose "

@@ -1,0 +1,46 @@
+"""Routes of /panel/api/audit: the audit log, a page at a time or as a download.
+
+Both only read, so they are not themselves written to the log; an API token of the
+`read` scope may call them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bottle import HTTPResponse, request
+
+from appliance.web.routes import RouteTable
+
+FILTERS = "?page=&pageSize=&actor= (exact) &route= (any part of the route's pattern)"
+
+
+def audit_routes(panel) -> RouteTable:
+    table = RouteTable("/panel/api/audit", "audit")
+
+    @table.get("/list", f"Audit entries, newest first: {{items, total, page, pageSize}}; {FILTERS}")
+    def audit_list():
+        return panel.audit.page(_query())
+
+    @table.get(
+        "/export",
+        "Every audit entry the filters select (actor, route), newest first, as JSON lines",
+        raw=True,
+    )
+    def audit_export():
+        lines = panel.audit.export_lines(_query())
+        filename = time.strftime("audit-%Y%m%d-%H%M%S.jsonl", time.gmtime())
+        return HTTPResponse(
+            (line.encode() for line in lines),
+            headers={
+                "Content-Type": "application/x-ndjson; charset=utf-8",
+                "Content-Disposition": f'attachment; filename="{filename}"',
+                "Cache-Control": "no-store",
+            },
+        )
+
+    return table
+
+
+def _query() -> dict:
+    return {key: request.query.getunicode(key) for key in ("page", "pageSize", "actor", "route")}
