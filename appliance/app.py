@@ -205,12 +205,13 @@ class Panel:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
-        every(STEP_SECONDS, self.sample_status, "status")
+        fault = self.store.unavailable
+        every(STEP_SECONDS, self.sample_status, "status", fault)
         os.makedirs(os.path.join(self.options.data_dir, "core"), exist_ok=True)
         self.core.start()
-        every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
-        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
-        every(STEP_SECONDS, self.core_metrics.collect, "core metrics")
+        every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
+        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
+        every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
