@@ -15,10 +15,17 @@ waiting in C, retrying with cooperative sleeps until `WRITE_LOCK_WAIT_SECONDS` a
 first asked; then it fails with "database is locked". Writers of this process still take
 turns through Pony's transaction lock, so waiting behind one of our own long writes is not
 bounded, only waiting for another program.
+
+Recovering is the other. SQLite opens a file it may not write read-only, and such a
+connection stays read-only after the file is writable again. A connection therefore notes
+at opening whether its files could be written (`Connection.opened_read_only`); a write
+transaction on one that could not reconnects first, so the first write after the fault
+is lifted succeeds, even on a connection that only read during it.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 
@@ -64,14 +71,45 @@ def fault_reason(exc: BaseException) -> str | None:
     return FAULTS.get(code & 0xFF)
 
 
+class Connection(sqlite3.Connection):
+    """A connection that knows whether SQLite had to open its files read-only."""
+
+    def __init__(self, database: str, *args, **kwargs):
+        # Looked at before opening: a fault that starts in between fails the first write
+        # (and that closes the connection), one that ends costs one needless reconnect.
+        self.opened_read_only = not all(
+            os.access(path, os.W_OK)
+            for path in (database, f"{database}-wal", f"{database}-shm")
+            if os.path.exists(path)
+        )
+        super().__init__(database, *args, **kwargs)
+
+
+class OpenedReadOnly(sqlite3.OperationalError):
+    """A write asked of a connection opened while its files could not be written."""
+
+    def __init__(self):
+        super().__init__("attempt to write a readonly database")
+        self.sqlite_errorcode = sqlite3.SQLITE_READONLY
+
+
 class CooperativeSQLiteProvider(SQLiteProvider):
-    """Pony's SQLite provider, waiting for another program's write lock with gevent-
-    friendly sleeps instead of inside SQLite."""
+    """Pony's SQLite provider on `Connection`s, waiting for another program's write lock
+    with gevent-friendly sleeps instead of inside SQLite."""
+
+    def __init__(self, database, filename: str, **kwargs):
+        super().__init__(database, filename, factory=Connection, **kwargs)
+
+    def should_reconnect(self, exc: BaseException) -> bool:
+        """Pony drops the connection and opens a new one when this says so."""
+        return isinstance(exc, OpenedReadOnly)
 
     def set_transaction_mode(self, connection, cache) -> None:
         if not cache.immediate:
             super().set_transaction_mode(connection, cache)
             return
+        if connection.opened_read_only:
+            raise OperationalError(OpenedReadOnly())
         deadline = time.monotonic() + WRITE_LOCK_WAIT_SECONDS
         connection.execute("PRAGMA busy_timeout = 0")
         try:
