@@ -225,15 +225,16 @@ class Panel:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
-        every(STEP_SECONDS, self.sample_status, "status")
-        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions")
+        fault = self.store.unavailable
+        every(STEP_SECONDS, self.sample_status, "status", fault)
+        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions", fault)
         os.makedirs(self.places.core_dir, exist_ok=True)
         os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
         self.core.start()
-        every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
-        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
-        every(STEP_SECONDS, self.core_metrics.collect, "core metrics")
-        every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning")
+        every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
+        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
+        every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
+        every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()

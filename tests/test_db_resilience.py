@@ -181,6 +181,30 @@ def test_an_outage_fails_requests_cleanly_and_the_panel_recovers(database, tmp_p
     assert "Traceback" not in server.output()
 
 
+def test_the_subscription_server_says_unavailable_during_an_outage(database, tmp_path):
+    kind, url = database
+    relay = Relay(NETWORKED[kind], free_port()).resume()
+    server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, relay.port)})
+    try:
+        api = server.client()
+        inbound_id = create_plain_vless(api, 32004)
+        sub_id = ok(add_client(api, inbound_id, "sub@outage"))["subId"]
+        address = f"{server.sub_url}/sub/{sub_id}"
+        assert requests.get(address, timeout=LOAD_TIMEOUT).status_code == 200
+        relay.cut()
+        during = requests.get(address, timeout=LOAD_TIMEOUT)
+        assert during.status_code == 503, during.text
+        assert during.text.startswith("the database is unavailable: ")
+        assert during.headers["Retry-After"].isdigit()
+        relay.resume()
+        after = requests.get(address, timeout=LOAD_TIMEOUT)
+        assert after.status_code == 200 and after.text
+    finally:
+        server.stop()
+        relay.cut()
+    assert "ERROR" not in server.output()
+
+
 class Load:
     """Workers that each send requests back to back over their own signed-in session
     (add a client, a page of clients, the inbound list, in turn) until stopped, recording

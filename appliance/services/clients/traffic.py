@@ -107,7 +107,10 @@ class TrafficAccounting:
                     "UPDATE client_traffic SET core_up = 0, core_down = 0 "
                     "WHERE core_up <> 0 OR core_down <> 0"
                 )
-            self._write(tick, moved_users, changed, last)
+            new_outbounds = self._write(tick, moved_users, changed, last)
+        # Only now that the transaction committed: a tick whose write failed leaves the
+        # kept values as they were, and the next tick adds the same bytes again.
+        self._outbounds.update(new_outbounds)
         if not same_core:
             last.update(dict.fromkeys(last, 0))
             users.clear()
@@ -137,7 +140,8 @@ class TrafficAccounting:
         moved_users: dict[str, list[int]],
         changed: dict[str, int],
         last: dict[str, int],
-    ) -> None:
+    ) -> list[str]:
+        """Writes the tick; returns the outbound tags it inserted rows for."""
         now = int(self.clock() * 1000)
         store = self.store
         if tick.clients:
@@ -175,7 +179,7 @@ class TrafficAccounting:
                 fresh.append((name, value))
         store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
         store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
-        self._outbounds.update(new_outbounds)
+        return new_outbounds
 
     def _start_clocks(self, moved: set[str], now: int) -> None:
         """Expiry "start on first use" (stored as minus the duration) begins with the
