@@ -34,21 +34,21 @@ from appliance.services.admin.settings import Settings, allowed_host_names, pars
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.update import PanelUpdate
-from appliance.services.clients.records.records.bulk import ClientBulk
-from appliance.services.clients.records.records.groups import Groups
-from appliance.services.clients.records.records.ips import ClientIps
-from appliance.services.clients.records.records.presence import Presence
-from appliance.services.clients.records.records.query import ClientQuery
-from appliance.services.clients.records.records.records import Clients
-from appliance.services.clients.records.records.subscriptions import Subscriptions
-from appliance.services.clients.records.records.traffic import TrafficAccounting
+from appliance.services.clients.bulk import ClientBulk
+from appliance.services.clients.groups import Groups
+from appliance.services.clients.ips import ClientIps
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.records import Clients
+from appliance.services.clients.subscriptions import Subscriptions
+from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.control.metrics import CoreMetrics
 from appliance.services.control.probe import OutboundProbe
 from appliance.services.control.releases import CoreReleases, installed_binary
 from appliance.services.control.routing import CoreRouting
 from appliance.services.control.supervisor import CoreService
-from appliance.services.inbounds.records.records.hosts import Hosts
-from appliance.services.inbounds.records.records.records import Inbounds
+from appliance.services.inbounds.hosts import Hosts
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app

@@ -17,9 +17,10 @@ from uuid import uuid4
 
 import clients_dataset
 import scenarios  # noqa: F401  (the first scenarios register, and so run, before these)
-from appliance.services.clients.records.query import SUMMARY_TTL
 from clients_dataset import CLIENT_COUNT, DATASET_NAME, INBOUND_COUNT
 from harness import Client, Context, Panel, latency, log, scenario, with_target
+
+from appliance.services.clients.query import SUMMARY_TTL
 
 DATASET = DATASET_NAME
 PAGED = "/panel/api/clients/list/paged"

@@ -23,7 +23,6 @@ import sqlite3
 import time
 from urllib.parse import quote
 
-from appliance.services.clients.records.records import columns_of
 from harness import (
     BenchError,
     Client,
@@ -35,6 +34,7 @@ from harness import (
 )
 
 from appliance.domain.client_rules import email_key, normalize_client
+from appliance.services.clients.records import columns_of
 
 DATASET_NAME = "clients_100k"
 CLIENT_COUNT = 100_000

@@ -24,10 +24,6 @@ import time
 import uuid
 from pathlib import Path
 
-from appliance.services.clients.records.presence import Presence
-from appliance.services.clients.records.query import ClientQuery
-from appliance.services.clients.records.traffic import TrafficAccounting
-from appliance.services.inbounds.records.records import Inbounds
 from clients_dataset import DATASET_NAME
 from harness import DATASETS, build_database
 
@@ -39,6 +35,10 @@ from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
 from appliance.errors import ServiceError
 from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.traffic import TrafficAccounting
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 API_PORT = 10085

@@ -24,15 +24,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.services.clients.records.presence import Presence
-from appliance.services.clients.records.query import FROM, ClientQuery
-from appliance.services.inbounds.records.records import Inbounds
 from clients_dataset import DATASET_NAME
 from harness import DATASETS, build_database
 from pony.orm import db_session
 
 from appliance.config import DB_FILE
 from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import FROM, ClientQuery
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.web.http import encode
 

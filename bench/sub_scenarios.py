@@ -30,7 +30,6 @@ import urllib.parse
 import urllib.request
 
 import scenarios  # noqa: F401  (the first scenarios register, and so run, before these)
-from appliance.services.clients.records.records import columns_of
 from harness import (
     BenchError,
     Client,
@@ -46,6 +45,7 @@ from harness import (
 )
 
 from appliance.domain.client_rules import email_key, normalize_client
+from appliance.services.clients.records import columns_of
 
 DATASET = "subs_10k"
 CLIENT_COUNT = 10_000

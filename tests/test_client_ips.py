@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-from appliance.services.clients.records.records.ips import ACTIVE_WINDOW, ClientIps, host_addresses
-from appliance.services.clients.records.records.presence import Presence
-from appliance.services.clients.records.records.query import ClientQuery
-from appliance.services.clients.records.records.records import Clients
-from appliance.services.inbounds.records.records.records import Inbounds
 from core_helpers import LOOPBACK, echo_server
 from core_panel import wait_until as poll_until
 from test_core_e2e import add_client, add_inbound, client_core, core_panel, ok, passes, route
 
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
+from appliance.services.clients.ips import ACTIVE_WINDOW, ClientIps, host_addresses
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.records import Clients
 from appliance.services.control.logs import ACCESS_LOG_KEEP, ACCESS_LOG_LIMIT
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 NOW = float(int(time.time()))

@@ -32,7 +32,7 @@ ALLOWED = {
 
 
 def layer_of(module: str) -> str:
-    """`appliance.services.clients.records.records` -> `services`; the root itself -> ``."""
+    """`appliance.services.clients.records` -> `services`; the root itself -> ``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -83,6 +83,6 @@ def test_imports_point_down_only():
 
 
 def test_the_check_sees_an_upward_import():
-    tree = ast.parse("from appliance.services.clients.records.records import Clients\n")
+    tree = ast.parse("from appliance.services.clients.records import Clients\n")
     assert [layer_of(m) for m in imported_modules(tree)] == ["services"]
     assert "services" not in ALLOWED["store"]

@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 import pytest
-from appliance.services.inbounds.records.records.records import Inbounds
 from conftest import start_panel
 from helpers import NETWORKED, fresh_database
 
 from appliance.runtime.file_paths import FilePlaces
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.store.migrations import LATEST, MIGRATIONS, migrate
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from appliance.services.clients.records.ips import ClientIps, pick_online
 from conftest import start_panel, stop_and_drop
 from fake_xray import FakeXray
 from helpers import ok
@@ -28,7 +27,8 @@ from test_client_ips import fail2ban_filter, ip_limited_store, wait_until, xray_
 
 from appliance.core import wire
 from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported
-from appliance.services.clients.records import ips as client_ips
+from appliance.services.clients import ips as client_ips
+from appliance.services.clients.ips import ClientIps, pick_online
 
 NOW = int(LOG_NOW)  # the time of the access-log lines `xray_line` writes
 FAKE_XRAY = Path(__file__).resolve().parent / "fake_xray.py"

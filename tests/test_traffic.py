@@ -4,15 +4,15 @@ across ticks, core restarts and panel restarts."""
 from __future__ import annotations
 
 import pytest
-from appliance.services.clients.records.records.presence import Presence
-from appliance.services.clients.records.records.query import ClientQuery
-from appliance.services.clients.records.records.records import Clients
-from appliance.services.clients.records.records.traffic import TrafficAccounting
-from appliance.services.inbounds.records.records.records import Inbounds
 from pony.orm import db_session
 
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
+from appliance.services.clients.presence import Presence
+from appliance.services.clients.query import ClientQuery
+from appliance.services.clients.records import Clients
+from appliance.services.clients.traffic import TrafficAccounting
+from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 NOW = 1_800_000_000.0

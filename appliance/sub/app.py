@@ -22,7 +22,7 @@ import re
 from urllib.parse import parse_qs, quote
 
 from appliance.runtime.wsgi import request_host
-from appliance.services.clients.records.subscriptions import Lookup, Subscriptions
+from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import info_page
 
 log = logging.getLogger(__name__)

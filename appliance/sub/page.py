@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import segno
 
-from appliance.services.clients.records.subscriptions import Usage
+from appliance.services.clients.subscriptions import Usage
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;background:#f4f5f7;color:#1d2330}

@@ -19,9 +19,9 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
-from appliance.services.clients.records.query import QUOTA_USED
-from appliance.services.clients.records.records import Clients, columns_of, inbound_ids_of
-from appliance.services.inbounds.records.views import record_of
+from appliance.services.clients.query import QUOTA_USED
+from appliance.services.clients.records import Clients, columns_of, inbound_ids_of
+from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000

@@ -24,8 +24,8 @@ from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
-from appliance.services.clients.records.groups import labels_of
-from appliance.services.clients.records.records import CLIENT_COLUMNS, client_view
+from appliance.services.clients.groups import labels_of
+from appliance.services.clients.records import CLIENT_COLUMNS, client_view
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
 SORTS = ("enable", "email", "inboundIds", "traffic", "remaining", "expiryTime")

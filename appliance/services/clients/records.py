@@ -22,7 +22,7 @@ from appliance.domain import client_rules, inbound_rules
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
-from appliance.services.inbounds.records.views import record_of
+from appliance.services.inbounds.views import record_of
 
 LINK_KINDS = ("link", "subscription")
 SHARE_SCHEMES = (

@@ -41,8 +41,8 @@ from appliance.links import (
     client_json_configs,
     client_links,
 )
-from appliance.services.clients.records.records import CLIENT_COLUMNS, client_view
-from appliance.services.inbounds.records.views import INBOUND_SELECT, inbound_record
+from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from appliance.runtime.memory import return_freed_memory
 from appliance.runtime.ports import free_loopback_port
 from appliance.services.admin.settings import core_template
 from appliance.services.control.logs import log_path
-from appliance.services.inbounds.records.records.listeners import (
+from appliance.services.inbounds.listeners import (
     RECHECK_SECONDS,
     LeftOut,
     Socket,

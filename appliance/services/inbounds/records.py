@@ -25,14 +25,14 @@ from appliance.domain.client_rules import legacy_method
 from appliance.domain.parse import parse_id, parse_json_text
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import FilePlaces, check_paths
-from appliance.services.clients.records.records.query import (
+from appliance.services.clients.query import (
     client_api_view,
     client_stat,
     slim_entry,
 )
-from appliance.services.clients.records.records.records import refit
-from appliance.services.inbounds.records.records.fallbacks import Fallbacks, master_problem
-from appliance.services.inbounds.records.records.listeners import Socket, busy_transports, overlap
+from appliance.services.clients.records import refit
+from appliance.services.inbounds.fallbacks import Fallbacks, master_problem
+from appliance.services.inbounds.listeners import Socket, busy_transports, overlap
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
 
 # (listen, port, what) of sockets the panel itself holds.
