@@ -52,20 +52,20 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app
-from appliance.web.backup_routes import backup_routes
+from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
 from appliance.web.client_routes import client_routes
 from appliance.web.core_routes import core_routes
-from appliance.web.host_routes import host_routes
+from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
-from appliance.web.inbound_routes import inbound_routes
+from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
 from appliance.web.openapi import openapi_routes
-from appliance.web.release_routes import release_routes
+from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
-from appliance.web.server_routes import server_routes
+from appliance.web.server_routes import ServerRouteNeeds, server_routes
 from appliance.web.session_routes import session_routes, websocket_refusal
 from appliance.web.setting_routes import setting_routes
-from appliance.web.tool_routes import tool_routes
+from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
 from appliance.web.ui import ui_routes
 
 log = logging.getLogger(__name__)
@@ -170,15 +170,19 @@ class Panel:
     def routes(self) -> list:
         tables = [
             session_routes(self),
-            inbound_routes(self),
+            inbound_routes(InboundRouteNeeds(self.inbounds, self.client_bulk)),
             client_routes(self),
-            host_routes(self),
+            host_routes(HostRouteNeeds(self.hosts)),
             core_routes(self),
-            release_routes(self),
-            server_routes(self),
+            release_routes(ReleaseRouteNeeds(self.core_releases)),
+            server_routes(
+                ServerRouteNeeds(self.status, self.history, self.core_metrics, self.settings)
+            ),
             setting_routes(self),
-            backup_routes(self),
-            tool_routes(self),
+            backup_routes(BackupRouteNeeds(self.backups, self.chat_bot)),
+            tool_routes(
+                ToolRouteNeeds(self.places, self.settings, self.panel_update, self.client_ips)
+            ),
         ]
         routes = [route for table in tables for route in table.routes]
         # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
