@@ -53,8 +53,9 @@ from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app
 from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
-from appliance.web.client_routes import client_routes
+from appliance.web.client_routes import ClientRouteNeeds, client_routes
 from appliance.web.core_routes import core_routes
+from appliance.web.group_routes import GroupRouteNeeds, group_routes
 from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
@@ -171,7 +172,18 @@ class Panel:
         tables = [
             session_routes(self),
             inbound_routes(InboundRouteNeeds(self.inbounds, self.client_bulk)),
-            client_routes(self),
+            client_routes(
+                ClientRouteNeeds(
+                    self.clients,
+                    self.client_query,
+                    self.client_bulk,
+                    self.presence,
+                    self.subscriptions,
+                    self.settings,
+                    self.guid,
+                )
+            ),
+            group_routes(GroupRouteNeeds(self.groups)),
             host_routes(HostRouteNeeds(self.hosts)),
             core_routes(self),
             release_routes(ReleaseRouteNeeds(self.core_releases)),
