@@ -54,7 +54,7 @@ from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, build_app
 from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
 from appliance.web.client_routes import ClientRouteNeeds, client_routes
-from appliance.web.core_routes import core_routes
+from appliance.web.core_routes import CoreRouteNeeds, core_routes
 from appliance.web.group_routes import GroupRouteNeeds, group_routes
 from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
@@ -185,7 +185,17 @@ class Panel:
             ),
             group_routes(GroupRouteNeeds(self.groups)),
             host_routes(HostRouteNeeds(self.hosts)),
-            core_routes(self),
+            core_routes(
+                CoreRouteNeeds(
+                    self.core,
+                    self.core_probe,
+                    self.core_routing,
+                    self.inbounds,
+                    self.client_query,
+                    self.settings,
+                    self.places,
+                )
+            ),
             release_routes(ReleaseRouteNeeds(self.core_releases)),
             server_routes(
                 ServerRouteNeeds(self.status, self.history, self.core_metrics, self.settings)
