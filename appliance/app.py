@@ -64,7 +64,7 @@ from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
 from appliance.web.server_routes import ServerRouteNeeds, server_routes
-from appliance.web.session_routes import session_routes, websocket_refusal
+from appliance.web.session_routes import SessionRouteNeeds, session_routes, websocket_refusal
 from appliance.web.setting_routes import setting_routes
 from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
 from appliance.web.ui import ui_routes
@@ -170,7 +170,17 @@ class Panel:
 
     def routes(self) -> list:
         tables = [
-            session_routes(self),
+            session_routes(
+                SessionRouteNeeds(
+                    self.auth,
+                    self.hub,
+                    self.settings,
+                    self.base_path,
+                    self.allowed_hosts,
+                    self.trusted_proxies,
+                    self.store.release,
+                )
+            ),
             inbound_routes(InboundRouteNeeds(self.inbounds, self.client_bulk)),
             client_routes(
                 ClientRouteNeeds(
