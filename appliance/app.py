@@ -65,7 +65,7 @@ from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
 from appliance.web.server_routes import ServerRouteNeeds, server_routes
 from appliance.web.session_routes import SessionRouteNeeds, session_routes, websocket_refusal
-from appliance.web.setting_routes import setting_routes
+from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
 from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
 from appliance.web.ui import ui_routes
 
@@ -210,7 +210,18 @@ class Panel:
             server_routes(
                 ServerRouteNeeds(self.status, self.history, self.core_metrics, self.settings)
             ),
-            setting_routes(self),
+            setting_routes(
+                SettingRouteNeeds(
+                    self.settings,
+                    self.two_factor_view,
+                    self.update_settings,
+                    self.auth,
+                    self.restart_later,
+                    self.chat_bot,
+                    self.core.default_template,
+                    self.tokens,
+                )
+            ),
             backup_routes(BackupRouteNeeds(self.backups, self.chat_bot)),
             tool_routes(
                 ToolRouteNeeds(self.places, self.settings, self.panel_update, self.client_ips)
