@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import bottle
 from bottle import HTTPError, HTTPResponse, request, response
@@ -21,17 +24,30 @@ from appliance.errors import ServiceError, TooManyRequests, Unauthorized
 from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
 from appliance.web.routes import UNSAFE_METHODS, Route
 
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth
+    from appliance.services.accounts.tokens import Tokens
+
 log = logging.getLogger(__name__)
 
 SESSION_KEY = "appliance.session"
+
+
+@dataclass(frozen=True)
+class ApiNeeds:
+    auth: Auth  # session cookies
+    tokens: Tokens  # bearer tokens
+    changed: Callable[[str], None]  # after a successful change to a resource
+    # The error to answer with when `exc` means the database cannot be reached, else None.
+    unavailable: Callable[[BaseException], ServiceError | None]
 
 
 class ApiPlugin:
     name = "appliance-api"
     api = 2
 
-    def __init__(self, panel):
-        self.panel = panel
+    def __init__(self, needs: ApiNeeds):
+        self.needs = needs
 
     def apply(self, callback, route):
         spec: Route = route.config["spec"]
@@ -48,7 +64,7 @@ class ApiPlugin:
             except HTTPResponse:
                 raise
             except Exception as exc:
-                unavailable = self.panel.store.unavailable(exc)
+                unavailable = self.needs.unavailable(exc)
                 if unavailable is not None:
                     # Rolled back by the db_session; the next request reconnects.
                     log.warning("%s %s: %s", request.method, request.path, unavailable.msg)
@@ -66,7 +82,7 @@ class ApiPlugin:
             if spec.resource and request.method in UNSAFE_METHODS:
                 resources = (spec.resource,) if isinstance(spec.resource, str) else spec.resource
                 for resource in resources:
-                    self.panel.changed(resource)
+                    self.needs.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
             if isinstance(result, Reply):
@@ -86,10 +102,10 @@ class ApiPlugin:
         if authorization[:7].lower() == "bearer ":
             if not spec.auth:
                 return None
-            if not self.panel.tokens.authenticate(authorization[7:].strip()):
+            if not self.needs.tokens.authenticate(authorization[7:].strip()):
                 raise Unauthorized("the API token is unknown or disabled")
             return None
-        session = self.panel.auth.session(request.get_cookie(self.panel.auth.cookie_name))
+        session = self.needs.auth.session(request.get_cookie(self.needs.auth.cookie_name))
         if session is None:
             if spec.auth:
                 raise Unauthorized("sign in first: no valid session cookie or API token")
@@ -119,9 +135,9 @@ def current_session():
     return request.environ.get(SESSION_KEY)
 
 
-def build_app(panel, routes: list[Route]) -> bottle.Bottle:
+def build_app(needs: ApiNeeds, routes: list[Route]) -> bottle.Bottle:
     app = bottle.Bottle(catchall=True, autojson=False)
-    app.install(ApiPlugin(panel))
+    app.install(ApiPlugin(needs))
     app.add_hook("after_request", _no_store_nosniff)
     for spec in routes:
         app.route(spec.path, spec.method, spec.handler, spec=spec)
