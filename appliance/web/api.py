@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import bottle
 import gevent
@@ -40,6 +43,11 @@ from appliance.web.http import (
 )
 from appliance.web.routes import UNSAFE_METHODS, Route, scope_allows
 
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth
+    from appliance.services.accounts.tokens import Tokens
+    from appliance.services.admin.audit import AuditLog
+
 log = logging.getLogger(__name__)
 
 SESSION_KEY = "appliance.session"
@@ -53,12 +61,23 @@ TOKEN_REFUSED = (
 INTERNAL_ERROR = "internal error; the panel log has the details"
 
 
+@dataclass(frozen=True)
+class ApiNeeds:
+    auth: Auth  # session cookies
+    tokens: Tokens  # bearer tokens
+    changed: Callable[[str], None]  # after a successful change to a resource
+    # The error to answer with when `exc` means the database cannot be reached, else None.
+    unavailable: Callable[[BaseException], ServiceError | None]
+    audit: AuditLog  # where every change and sign-in is written down
+    trusted_proxies: Callable[[], list]  # whose X-Forwarded-For names the caller
+
+
 class ApiPlugin:
     name = "appliance-api"
     api = 2
 
-    def __init__(self, panel):
-        self.panel = panel
+    def __init__(self, needs: ApiNeeds):
+        self.needs = needs
 
     def apply(self, callback, route):
         spec: Route = route.config["spec"]
@@ -89,7 +108,7 @@ class ApiPlugin:
             if spec.resource and request.method in UNSAFE_METHODS:
                 resources = (spec.resource,) if isinstance(spec.resource, str) else spec.resource
                 for resource in resources:
-                    self.panel.changed(resource)
+                    self.needs.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
             if isinstance(result, Reply):
@@ -102,7 +121,7 @@ class ApiPlugin:
 
     def failure(self, exc: Exception) -> tuple[str, int]:
         """The message and status of an unexpected exception, logged as it deserves."""
-        unavailable = self.panel.store.unavailable(exc)
+        unavailable = self.needs.unavailable(exc)
         if unavailable is not None:
             # Rolled back by the db_session; the next request reconnects.
             log.warning("%s %s: %s", request.method, request.path, unavailable.msg)
@@ -132,7 +151,7 @@ class ApiPlugin:
             method=request.method,
             route=spec.path,
             params={key: str(value) for key, value in params.items()},
-            address=client_address(self.panel.trusted_proxies()),
+            address=client_address(self.needs.trusted_proxies()),
             status=status,
             success=not refusal and status < 400,
             message=refusal,
@@ -147,9 +166,9 @@ class ApiPlugin:
         """Write an entry; a failure to write is logged and never changes the answer, since
         the call itself has already happened."""
         try:
-            self.panel.audit.record(action)
+            self.needs.audit.record(action)
         except Exception as exc:
-            unavailable = self.panel.store.unavailable(exc)
+            unavailable = self.needs.unavailable(exc)
             if unavailable is None:
                 log.exception(
                     "the audit entry of %s %s was not written", action.method, action.route
@@ -172,14 +191,14 @@ class ApiPlugin:
         if authorization[:7].lower() == "bearer ":
             if not spec.auth:
                 return None
-            caller = self.panel.tokens.authenticate(authorization[7:].strip())
+            caller = self.needs.tokens.authenticate(authorization[7:].strip())
             if caller is None:
                 raise Unauthorized(TOKEN_REFUSED)
             request.environ[ACTOR_KEY] = ("token", caller.name)
             if not scope_allows(caller.scope, spec):
                 raise Unauthorized(TOKEN_REFUSED)
             return None
-        session = self.panel.auth.session(request.get_cookie(self.panel.auth.cookie_name))
+        session = self.needs.auth.session(request.get_cookie(self.needs.auth.cookie_name))
         if session is None:
             if spec.auth:
                 raise Unauthorized("sign in first: no valid session cookie or API token")
@@ -221,9 +240,9 @@ def note_sign_in_attempt(username: str) -> None:
     request.environ[ACTOR_KEY] = ("admin", username)
 
 
-def build_app(panel, routes: list[Route]) -> bottle.Bottle:
+def build_app(needs: ApiNeeds, routes: list[Route]) -> bottle.Bottle:
     app = bottle.Bottle(catchall=True, autojson=False)
-    app.install(ApiPlugin(panel))
+    app.install(ApiPlugin(needs))
     app.add_hook("after_request", _no_store_nosniff)
     for spec in routes:
         app.route(spec.path, spec.method, spec.handler, spec=spec)

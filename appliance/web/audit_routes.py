@@ -7,20 +7,30 @@ Both only read, so they are not themselves written to the log; an API token of t
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bottle import HTTPResponse, request
 
 from appliance.web.routes import RouteTable
 
+if TYPE_CHECKING:
+    from appliance.services.admin.audit import AuditLog
+
 FILTERS = "?page=&pageSize=&actor= (exact) &route= (any part of the route's pattern)"
 
 
-def audit_routes(panel) -> RouteTable:
+@dataclass(frozen=True)
+class AuditRouteNeeds:
+    audit: AuditLog
+
+
+def audit_routes(needs: AuditRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/audit", "audit")
 
     @table.get("/list", f"Audit entries, newest first: {{items, total, page, pageSize}}; {FILTERS}")
     def audit_list():
-        return panel.audit.page(_query())
+        return needs.audit.page(_query())
 
     @table.get(
         "/export",
@@ -28,7 +38,7 @@ def audit_routes(panel) -> RouteTable:
         raw=True,
     )
     def audit_export():
-        lines = panel.audit.export_lines(_query())
+        lines = needs.audit.export_lines(_query())
         filename = time.strftime("audit-%Y%m%d-%H%M%S.jsonl", time.gmtime())
         return HTTPResponse(
             (line.encode() for line in lines),

@@ -9,6 +9,9 @@ Origin and are unaffected.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bottle import request, response
 
@@ -25,12 +28,28 @@ from appliance.web.http import (
 )
 from appliance.web.routes import RouteTable
 
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth
+    from appliance.web.hub import Hub
+
 log = logging.getLogger(__name__)
 
 
-def session_routes(panel) -> RouteTable:
+@dataclass(frozen=True)
+class SessionRouteNeeds:
+    auth: Auth
+    hub: Hub  # the WebSocket's subscriptions
+    base_path: str  # the session cookie's path
+    # Names the panel's pages may be served under: its domain and allowed hosts.
+    origin_names: Callable[[], frozenset[str]]
+    trusted_proxies: Callable[[], list]  # whose X-Forwarded-* headers count
+    # Gives back the database connection of a greenlet that lives on without it.
+    release_store: Callable[[], None]
+
+
+def session_routes(needs: SessionRouteNeeds) -> RouteTable:
     table = RouteTable(tag="session")
-    auth = panel.auth
+    auth = needs.auth
 
     @table.post(
         "/login",
@@ -41,13 +60,13 @@ def session_routes(panel) -> RouteTable:
         body={"username": "string", "password": "string", "twoFactorCode": "string"},
     )
     def login():
-        _check_sign_in_request(panel.trusted_proxies(), panel.origin_names())
+        _check_sign_in_request(needs.trusted_proxies(), needs.origin_names())
         data = body(8192)
         if not isinstance(data, dict):
             raise ServiceError("send username and password as a JSON object")
         if isinstance(data.get("username"), str):
             note_sign_in_attempt(data["username"])
-        address = client_address(panel.trusted_proxies())
+        address = client_address(needs.trusted_proxies())
         cookie = auth.login(
             data.get("username"), data.get("password"), data.get("twoFactorCode"), address
         )
@@ -55,18 +74,18 @@ def session_routes(panel) -> RouteTable:
         response.set_cookie(
             auth.cookie_name,
             cookie,
-            path=panel.base_path,
+            path=needs.base_path,
             max_age=auth.session_lifetime(),
             httponly=True,
             samesite="lax",
-            secure=is_tls(panel.trusted_proxies()),
+            secure=is_tls(needs.trusted_proxies()),
         )
         return Reply("signed in")
 
     @table.post("/logout", "End this session", auth=False)
     def logout():
         auth.logout(request.get_cookie(auth.cookie_name))
-        response.delete_cookie(auth.cookie_name, path=panel.base_path)
+        response.delete_cookie(auth.cookie_name, path=needs.base_path)
         return Reply("signed out")
 
     @table.get(
@@ -98,7 +117,7 @@ def session_routes(panel) -> RouteTable:
         socket = request.environ.get("wsgi.websocket")
         if request.environ.get("HTTP_UPGRADE", "").lower() == "websocket":
             refusal = websocket_refusal(
-                request.environ, panel.trusted_proxies(), panel.origin_names()
+                request.environ, needs.trusted_proxies(), needs.origin_names()
             )
             if refusal:
                 raise Forbidden(refusal)
@@ -107,8 +126,8 @@ def session_routes(panel) -> RouteTable:
             raise Unauthorized("the WebSocket needs a signed-in session cookie")
         if socket is None:
             raise ServiceError("this route expects a WebSocket upgrade request")
-        subscriber = panel.hub.subscribe(socket, session.id)
-        panel.store.release()
+        subscriber = needs.hub.subscribe(socket, session.id)
+        needs.release_store()
         try:
             while socket.receive() is not None:
                 pass
