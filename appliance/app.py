@@ -1,8 +1,9 @@
 """The composition root: builds the store, the services, the servers and the jobs.
 
-`Panel` is the one object that knows every part; routes receive it and call one service
-each. It also owns what spans services: the ports the panel holds (which inbounds must
-not take), settings changes that involve two-factor, and restarting the process.
+`Panel` is the one object that knows every part; each route table is handed only the
+parts it calls, as declared beside its routes (`ClientRouteNeeds` and the like). It also
+owns what spans services: the ports the panel holds (which inbounds must not take),
+settings changes that involve two-factor, and restarting the process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
@@ -29,8 +31,10 @@ from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
+from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
-from appliance.services.admin.settings import Settings, allowed_host_names, parse_trusted_proxies
+from appliance.services.admin.settings import Settings, allowed_host_names
+from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.update import PanelUpdate
@@ -51,28 +55,36 @@ from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
-from appliance.web.api import SESSION_KEY, build_app
-from appliance.web.backup_routes import backup_routes
-from appliance.web.client_routes import client_routes
-from appliance.web.core_routes import core_routes
-from appliance.web.host_routes import host_routes
+from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
+from appliance.web.audit_routes import AuditRouteNeeds, audit_routes
+from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
+from appliance.web.client_routes import ClientRouteNeeds, client_routes
+from appliance.web.core_routes import CoreRouteNeeds, core_routes
+from appliance.web.group_routes import GroupRouteNeeds, group_routes
+from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
-from appliance.web.inbound_routes import inbound_routes
+from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
 from appliance.web.openapi import openapi_routes
-from appliance.web.release_routes import release_routes
+from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
-from appliance.web.server_routes import server_routes
-from appliance.web.session_routes import session_routes, websocket_refusal
-from appliance.web.setting_routes import setting_routes
-from appliance.web.tool_routes import tool_routes
-from appliance.web.ui import ui_routes
+from appliance.web.server_routes import ServerRouteNeeds, server_routes
+from appliance.web.session_routes import SessionRouteNeeds, session_routes, websocket_refusal
+from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
+from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
+from appliance.web.ui import UiRouteNeeds, ui_routes
+
+if TYPE_CHECKING:
+    import bottle
+
+    from appliance.web.routes import Route
 
 log = logging.getLogger(__name__)
 
 TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
+AUDIT_PRUNE_SECONDS = 3600
 
 
 class Panel:
@@ -84,6 +96,7 @@ class Panel:
         self.hub = Hub()
         self.auth = Auth(self.store, self.settings, on_sessions_ended=self.hub.close_sessions)
         self.tokens = Tokens(self.store)
+        self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
         self.clients = Clients(self.store)
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
@@ -167,30 +180,98 @@ class Panel:
         self.store.open()
         self.settings.load()
 
-    def routes(self) -> list:
+    def routes(self) -> list[Route]:
+        """Every route of the panel port; each table is handed only the parts it calls."""
         tables = [
-            session_routes(self),
-            inbound_routes(self),
-            client_routes(self),
-            host_routes(self),
-            core_routes(self),
-            release_routes(self),
-            server_routes(self),
-            setting_routes(self),
-            backup_routes(self),
-            tool_routes(self),
+            session_routes(
+                SessionRouteNeeds(
+                    auth=self.auth,
+                    hub=self.hub,
+                    base_path=self.base_path,
+                    origin_names=self.origin_names,
+                    trusted_proxies=self.trusted_proxies,
+                    release_store=self.store.release,
+                )
+            ),
+            inbound_routes(InboundRouteNeeds(inbounds=self.inbounds, client_bulk=self.client_bulk)),
+            client_routes(
+                ClientRouteNeeds(
+                    clients=self.clients,
+                    query=self.client_query,
+                    bulk=self.client_bulk,
+                    presence=self.presence,
+                    subscriptions=self.subscriptions,
+                    settings=self.settings,
+                    panel_guid=self.guid,
+                )
+            ),
+            group_routes(GroupRouteNeeds(groups=self.groups)),
+            host_routes(HostRouteNeeds(hosts=self.hosts)),
+            core_routes(
+                CoreRouteNeeds(
+                    core=self.core,
+                    core_probe=self.core_probe,
+                    core_routing=self.core_routing,
+                    inbounds=self.inbounds,
+                    client_query=self.client_query,
+                    settings=self.settings,
+                    places=self.places,
+                )
+            ),
+            release_routes(ReleaseRouteNeeds(releases=self.core_releases)),
+            server_routes(
+                ServerRouteNeeds(
+                    status=self.status,
+                    history=self.history,
+                    core_metrics=self.core_metrics,
+                    settings=self.settings,
+                )
+            ),
+            setting_routes(
+                SettingRouteNeeds(
+                    settings=self.settings,
+                    two_factor_view=self.two_factor_view,
+                    update_settings=self.update_settings,
+                    auth=self.auth,
+                    restart_later=self.restart_later,
+                    chat_bot=self.chat_bot,
+                    default_core_template=self.core.default_template,
+                    tokens=self.tokens,
+                )
+            ),
+            backup_routes(BackupRouteNeeds(backups=self.backups, chat_bot=self.chat_bot)),
+            tool_routes(
+                ToolRouteNeeds(
+                    places=self.places,
+                    settings=self.settings,
+                    panel_update=self.panel_update,
+                    client_ips=self.client_ips,
+                )
+            ),
+            audit_routes(AuditRouteNeeds(audit=self.audit)),
         ]
         routes = [route for table in tables for route in table.routes]
         # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
-        return routes + openapi_routes(routes).routes + ui_routes(self).routes
+        ui = ui_routes(UiRouteNeeds(base_path=self.base_path))
+        return routes + openapi_routes(routes).routes + ui.routes
+
+    def web_app(self) -> bottle.Bottle:
+        """The panel port's app: the routes and the one plugin that wraps them all."""
+        needs = ApiNeeds(
+            auth=self.auth,
+            tokens=self.tokens,
+            changed=self.changed,
+            unavailable=self.store.unavailable,
+            audit=self.audit,
+            trusted_proxies=self.trusted_proxies,
+        )
+        return build_app(needs, self.routes())
 
     def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
         """Listen on both ports and run until stopped; never returns on restart.
         `on_listening` gets the panel's URL once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
-        panel_app = HostCheck(
-            BasePath(build_app(self, self.routes()), self.base_path), self.allowed_hosts
-        )
+        panel_app = HostCheck(BasePath(self.web_app(), self.base_path), self.allowed_hosts)
         web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
         sub_host = self.settings.get("subListen") or web_host
         web_sock = _listen_or_explain(web_host, self._web_port_wanted(), "the panel")
@@ -219,14 +300,16 @@ class Panel:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
             )
-        every(STEP_SECONDS, self.sample_status, "status")
-        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions")
+        fault = self.store.unavailable
+        every(STEP_SECONDS, self.sample_status, "status", fault)
+        every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions", fault)
         os.makedirs(self.places.core_dir, exist_ok=True)
         os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
         self.core.start()
-        every(self.settings.get("trafficInterval"), self.core.tick, "traffic")
-        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups")
-        every(STEP_SECONDS, self.core_metrics.collect, "core metrics")
+        every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
+        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
+        every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
+        every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
@@ -285,7 +368,7 @@ class Panel:
             return False
         if not host_allowed(environ, self.allowed_hosts()):
             return False
-        if websocket_refusal(environ, self.trusted_proxies(), self.settings.get("webDomain")):
+        if websocket_refusal(environ, self.trusted_proxies(), self.origin_names()):
             return False
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         morsel = cookies.get(self.auth.cookie_name)
@@ -372,6 +455,13 @@ class Panel:
             self._hosts = (key, names)
         return self._hosts[1]
 
+    def origin_names(self) -> frozenset[str]:
+        """Names a page of the panel may be served under besides the Host it was reached
+        at: the domain and the allowed hosts of the settings."""
+        names = set(parse_host_names(self.settings.get("webAllowedHosts"))) - {"*"}
+        domain = self.settings.get("webDomain").strip().lower().rstrip(".")
+        return frozenset(names | {domain} if domain else names)
+
     # ---- status ----------------------------------------------------------------------------
 
     def core_info(self) -> dict:
@@ -404,12 +494,7 @@ class Panel:
         """Validate every key first, then apply the two-factor part, then write the rest,
         so a rejected value leaves everything as it was."""
         two_factor = {key: body.pop(key) for key in TWO_FACTOR_KEYS if key in body}
-        changes = self.settings.check(body)
-        for key in ("webPort", "subPort"):
-            if key in changes:
-                owner = self.inbounds.port_owner(changes[key])
-                if owner:
-                    raise ServiceError(f"{key} {changes[key]} is already used by {owner}")
+        changes = self.settings.check(body, self.inbounds.port_owner)
         changed = list(changes)
         if "twoFactorEnable" in two_factor and self.auth.update_two_factor(
             session,

@@ -23,6 +23,7 @@ from appliance import __version__  # noqa: E402
 from appliance.config import DB_FILE, ENV, resolve  # noqa: E402
 from appliance.errors import ServiceError  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
+from appliance.services.admin.settings_table import BY_NAME  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _store_options(set_settings)
     _cert_dir_option(set_settings)
-    for flag, key, what in SETTING_FLAGS:
-        set_settings.add_argument(flag, dest=key, metavar="VALUE", help=f"{what} ({key})")
+    for flag, key in SETTING_FLAGS:
+        help_text = f"{key}: {BY_NAME[key].help}"
+        set_settings.add_argument(flag, dest=key, metavar="VALUE", help=help_text)
     set_settings.set_defaults(handler=cmd_setting_set)
 
     migrate_db = commands.add_parser(
@@ -131,16 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # `appliance setting set` flags: the settings that decide whether the panel can be reached.
 SETTING_FLAGS = (
-    ("--port", "webPort", "panel port, 1-65535"),
-    ("--base-path", "webBasePath", "panel URL path, like /panel/"),
-    ("--listen", "webListen", "panel listen address; empty for all addresses"),
-    (
-        "--allowed-hosts",
-        "webAllowedHosts",
-        "host names the panel answers to, comma-separated; * for any",
-    ),
-    ("--cert-file", "webCertFile", "TLS certificate file for HTTPS; empty for plain HTTP"),
-    ("--key-file", "webKeyFile", "TLS private key file matching --cert-file"),
+    ("--port", "webPort"),
+    ("--base-path", "webBasePath"),
+    ("--listen", "webListen"),
+    ("--allowed-hosts", "webAllowedHosts"),
+    ("--cert-file", "webCertFile"),
+    ("--key-file", "webKeyFile"),
 )
 
 
@@ -241,12 +239,12 @@ def cmd_setting_show(args) -> int:
 
 
 def cmd_setting_set(args) -> int:
-    changes = {key: getattr(args, key) for _, key, _ in SETTING_FLAGS}
+    changes = {key: getattr(args, key) for _, key in SETTING_FLAGS}
     changes = {key: value for key, value in changes.items() if value is not None}
     if not changes:
         raise ServiceError(
             "nothing to change; give at least one of "
-            + ", ".join(flag for flag, _, _ in SETTING_FLAGS)
+            + ", ".join(flag for flag, _ in SETTING_FLAGS)
         )
     with _offline_panel(args) as panel:
         changed = panel.update_settings(changes, None)

@@ -18,8 +18,10 @@ import itertools
 import os
 import random
 import re
+import shutil
 import socket
 import sqlite3
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -204,6 +206,34 @@ def database_bytes(server) -> bytes:
 def setting_rows(server) -> dict[str, str]:
     """The `setting` table as the panel stored it."""
     return dict(db_rows(server, "SELECT key, value FROM setting"))
+
+
+@contextlib.contextmanager
+def locked_externally(path: str) -> Iterator[None]:
+    """Another program holding the write lock of the SQLite file at `path`, the way a
+    `sqlite3` shell left in `BEGIN EXCLUSIVE` does, until the block ends."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        yield
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+
+
+@contextlib.contextmanager
+def write_protected(path: str) -> Iterator[None]:
+    """`path` refuses to be written, by root too (whom permission bits do not stop), until
+    the block ends: the immutable flag. Skips the test where it cannot be set."""
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    made = subprocess.run(["chattr", "+i", path], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this file system or user cannot set the immutable flag: {made.stderr}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", path], check=True)
 
 
 def create_database(kind: str) -> str:

@@ -470,6 +470,26 @@ def test_a_sql_dump_restores_and_the_panel_runs_on(tmp_path):
         server.stop()
 
 
+def test_a_backup_carries_the_audit_log_and_the_restore_is_written_after_it(tmp_path):
+    """The audit log is part of the data: a backup holds it, and a restore brings back the
+    backup's log like every other table; the restore itself is written after it."""
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        inbound = add_inbound(api, "audited")
+        backup = download(api, "getDb").content
+        ok(api.post(f"/panel/api/inbounds/del/{inbound['id']}"))
+        _, api = import_and_wait(server, api, backup)
+        items = ok(api.get("/panel/api/audit/list", params={"pageSize": 200}))["items"]
+        routes = [entry["route"] for entry in items]
+        restore = routes.index(f"{SERVER}/importDB")
+        assert items[restore]["success"] is True
+        assert restore < routes.index("/panel/api/inbounds/add")
+        assert "/panel/api/inbounds/del/<id>" not in routes
+    finally:
+        server.stop()
+
+
 def core_children(server, started_after: float = 0.0) -> list[int]:
     """Pids of the core processes the panel runs, or of those it started after a
     process's psutil `create_time()` (on the same clock, which time.time() is not)."""

@@ -16,6 +16,7 @@ import itertools
 import json
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -58,6 +59,7 @@ class Relay:
         self.listener: socket.socket | None = None
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
+        self.turn_away = 0  # connections to close at once, before relaying any
 
     def resume(self) -> Relay:
         listener = socket.socket()
@@ -89,6 +91,12 @@ class Relay:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.turn_away:
+                self.turn_away -= 1
+                # A reset, as from a server that is not there yet.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                continue
             server = socket.create_connection(self.target)
             with self.lock:
                 self.sockets += [client, server]
@@ -171,6 +179,30 @@ def test_an_outage_fails_requests_cleanly_and_the_panel_recovers(database, tmp_p
         relay.cut()
     assert "the database is unavailable" in server.output()
     assert "Traceback" not in server.output()
+
+
+def test_the_subscription_server_says_unavailable_during_an_outage(database, tmp_path):
+    kind, url = database
+    relay = Relay(NETWORKED[kind], free_port()).resume()
+    server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, relay.port)})
+    try:
+        api = server.client()
+        inbound_id = create_plain_vless(api, 32004)
+        sub_id = ok(add_client(api, inbound_id, "sub@outage"))["subId"]
+        address = f"{server.sub_url}/sub/{sub_id}"
+        assert requests.get(address, timeout=LOAD_TIMEOUT).status_code == 200
+        relay.cut()
+        during = requests.get(address, timeout=LOAD_TIMEOUT)
+        assert during.status_code == 503, during.text
+        assert during.text.startswith("the database is unavailable: ")
+        assert during.headers["Retry-After"].isdigit()
+        relay.resume()
+        after = requests.get(address, timeout=LOAD_TIMEOUT)
+        assert after.status_code == 200 and after.text
+    finally:
+        server.stop()
+        relay.cut()
+    assert "ERROR" not in server.output()
 
 
 class Load:
@@ -315,12 +347,14 @@ def test_a_connection_lost_inside_a_flush_or_commit_reads_as_unavailable(kind):
 def test_a_database_down_at_start_is_waited_for(database, tmp_path):
     kind, url = database
     port = free_port()
-    # The relay appears only after the panel has tried and logged at least once.
-    threading.Timer(3, lambda: Relay(NETWORKED[kind], port).resume()).start()
-    started = time.monotonic()
+    # The server turns the panel's first connection away, however long the panel takes
+    # to get there, and answers from then on.
+    relay = Relay(NETWORKED[kind], port)
+    relay.turn_away = 1
+    relay.resume()
     server = start_panel(tmp_path, env={"APPLIANCE_DB": via(url, port)})
     try:
-        assert time.monotonic() - started >= 3
+        assert relay.turn_away == 0
         scheme = "postgres" if kind == "postgres" else "mysql"
         user = "postgres" if kind == "postgres" else "root"
         name = url.rsplit("/", 1)[1]

@@ -125,6 +125,7 @@ def snapshot(api, emails: list[str]) -> dict:
         "inbounds": api.get("/panel/api/inbounds/list"),
         "settings": api.post("/panel/api/setting/all"),
         "tokens": api.get("/panel/api/setting/apiTokens"),
+        "audit": api.get("/panel/api/audit/list?pageSize=200&route=clients"),
         "groups": api.get(f"{CLIENTS}/groups"),
     }
     for query in (
@@ -179,12 +180,14 @@ def test_panel_on_the_copy_answers_like_the_source(source, target, tmp_path):
     assert result.returncode == 0, result.stderr
     report = result.stdout
     tables = ("client", "client_inbound", "client_traffic", "client_link", "api_token")
-    for table in (*tables, "login_block"):
+    for table in (*tables, "login_block", "audit_entry"):
         line = next(line for line in report.splitlines() if line.split()[:1] == [table])
         assert line.endswith("ok"), line
     block = next(line.split() for line in report.splitlines() if line.startswith("login_block "))
     assert block[1] == "1"
     assert " 9999 " in next(line for line in report.splitlines() if line.startswith("client "))
+    audit = next(line.split() for line in report.splitlines() if line.startswith("audit_entry "))
+    assert int(audit[1]) > 20  # the audit log moves with the rest
     assert file_sha256(source["db"]) == before, "the source file was written"
 
     server = source["server"]

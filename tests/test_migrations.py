@@ -103,6 +103,8 @@ def test_older_database_upgrades_on_start(tmp_path, version):
         tokens = server.client().get("/panel/api/setting/apiTokens")["obj"]
         if version >= 1:
             assert [t["name"] for t in tokens] == ["from-old-release"]
+            # A token of a release before scopes was a full admin one that never expired.
+            assert (tokens[0]["scope"], tokens[0]["expiresAt"]) == ("admin", 0)
     finally:
         server.stop()
     assert stored_versions(db) == list(range(1, LATEST + 1))

@@ -29,6 +29,8 @@ from helpers import (
     write_key,
 )
 
+from appliance.services.admin.settings_table import SETTINGS
+
 ALL = "/panel/api/setting/all"
 UPDATE = "/panel/api/setting/update"
 DEFAULTS = "/panel/api/setting/defaultSettings"
@@ -109,6 +111,29 @@ def test_all_returns_every_setting_with_its_default(api):
         "twoFactorEnable": False,
     }.items():
         assert settings[key] == value, key
+
+
+def test_all_and_defaults_answer_exactly_the_declared_settings(panel, api):
+    """The API's names are the table's, each value of its declared type, and every
+    declared secret leaves redacted once it is set."""
+    declared = {setting.name: setting for setting in SETTINGS}
+    defaults = api.post(DEFAULTS)["obj"]
+    assert set(defaults) == set(declared)
+    for name, setting in declared.items():
+        if name not in ("webDomain", "subDomain"):
+            assert defaults[name] == setting.default, name
+    secrets = {name: f"{name}-value" for name, setting in declared.items() if setting.secret}
+    try:
+        settings = saved(api, secrets)
+        assert set(settings) == set(declared) | {"twoFactorEnable", "twoFactorToken"}
+        for name, setting in declared.items():
+            assert type(settings[name]) is setting.kind, name
+            assert settings[name] == (REDACTED if setting.secret else setting.default), name
+        for value in secrets.values():
+            assert value not in json.dumps(settings)
+            assert json.dumps(value) in setting_rows(panel).values()
+    finally:
+        saved(api, dict.fromkeys(secrets, ""))
 
 
 def test_default_settings_take_domains_from_the_request_and_ignore_stored_values(panel, api):

@@ -6,6 +6,7 @@ as an `Authorization: Bearer` credential, over real HTTP.
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 import requests
@@ -13,7 +14,7 @@ from helpers import database_bytes, db_rows
 
 BASE = "/panel/api/setting/apiTokens"
 STATUS = "/panel/api/server/status"
-VIEW_KEYS = {"id", "name", "enabled", "createdAt"}
+VIEW_KEYS = {"id", "name", "enabled", "createdAt", "scope", "expiresAt"}
 
 
 def create(api, name) -> dict:
@@ -218,3 +219,128 @@ def test_a_token_does_not_open_the_websocket(panel, api):
     token = created(api, "no websocket")["token"]
     response = bearer(panel, "GET", "/ws", token)
     assert_unauthorized(response)
+
+
+# ---- scopes and expiry --------------------------------------------------------------------
+
+UNKNOWN = "apl_unknown0000000000000000000000000000000000"
+INBOUND = {"protocol": "socks", "settings": {"auth": "noauth"}}
+
+
+def scoped(api, name: str, scope: str, expires_at: int = 0) -> dict:
+    reply = api.post(BASE + "/create", json={"name": name, "scope": scope, "expiresAt": expires_at})
+    assert reply["success"] is True, reply
+    return reply["obj"]
+
+
+def refused_like_unknown(panel, method: str, path: str, token: str, **kwargs) -> None:
+    """The same answer, status and words, as a token that never existed gets."""
+    response = bearer(panel, method, path, token, **kwargs)
+    unknown = bearer(panel, method, path, UNKNOWN, **kwargs)
+    assert unknown.status_code == 401
+    assert (response.status_code, response.json()) == (unknown.status_code, unknown.json())
+
+
+def test_a_token_made_without_a_scope_is_admin_and_never_expires(api):
+    view = created(api, "plain")
+    assert (view["scope"], view["expiresAt"]) == ("admin", 0)
+
+
+def test_the_list_shows_scope_and_expiry(api):
+    later = int(time.time() * 1000) + 86_400_000
+    view = scoped(api, "listed reader", "read", later)
+    row = [r for r in api.get(BASE)["obj"] if r["id"] == view["id"]]
+    assert row == [{key: view[key] for key in VIEW_KEYS}]
+    assert (row[0]["scope"], row[0]["expiresAt"]) == ("read", later)
+
+
+def test_a_read_token_reads_and_is_refused_every_action(panel, api):
+    token = scoped(api, "monitor", "read")["token"]
+    for method, path in [
+        ("GET", STATUS),
+        ("GET", "/panel/api/inbounds/list"),
+        ("POST", "/panel/api/setting/all"),
+        ("POST", "/panel/api/clients/onlines"),
+        ("GET", "/panel/api/audit/list"),
+    ]:
+        response = bearer(panel, method, path, token)
+        assert response.status_code == 200 and response.json()["success"] is True, path
+    before = api.get("/panel/api/inbounds/list")["obj"]
+    inbound = {**INBOUND, "port": 23818}
+    refused_like_unknown(panel, "POST", "/panel/api/inbounds/add", token, json=inbound)
+    refused_like_unknown(panel, "POST", BASE + "/create", token, json={"name": "escalated"})
+    refused_like_unknown(panel, "POST", "/panel/api/setting/update", token, json={"pageSize": 9})
+    refused_like_unknown(panel, "GET", "/panel/api/server/getDb", token)
+    assert api.get("/panel/api/inbounds/list")["obj"] == before
+    assert "escalated" not in names(api)
+
+
+def test_a_node_token_drives_inbounds_and_clients_only(panel, api):
+    token = scoped(api, "managing panel", "node")["token"]
+    inbound = {
+        "protocol": "vless",
+        "port": 23819,
+        "settings": {"decryption": "none"},
+        "streamSettings": {"network": "tcp", "security": "none"},
+    }
+    added = bearer(panel, "POST", "/panel/api/inbounds/add", token, json=inbound).json()
+    assert added["success"] is True, added
+    client = {"client": {"email": "node-made@example.com"}, "inboundIds": [added["obj"]["id"]]}
+    assert bearer(panel, "POST", "/panel/api/clients/add", token, json=client).json()["success"]
+    assert bearer(panel, "GET", STATUS, token).json()["success"] is True
+    assert bearer(panel, "GET", "/panel/api/core/getOutboundsTraffic", token).status_code == 200
+    restart = bearer(panel, "POST", "/panel/api/server/restartCoreService", token)
+    assert restart.status_code == 200  # allowed; the panel runs without a core here
+    refused_like_unknown(panel, "POST", "/panel/api/setting/all", token)
+    refused_like_unknown(panel, "POST", BASE + "/create", token, json={"name": "node-made"})
+    refused_like_unknown(panel, "GET", "/panel/api/server/getDb", token)
+    emails = [c["email"] for c in api.get("/panel/api/clients/list")["obj"]]
+    assert "node-made@example.com" in emails
+
+
+def test_an_out_of_scope_call_is_audited_under_the_token_name(panel, api):
+    token = scoped(api, "audited reader", "read")["token"]
+    refused_like_unknown(panel, "POST", "/panel/api/inbounds/resetAllTraffics", token)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = api.get("/panel/api/audit/list", params={"actor": "audited reader"})["obj"]
+        if found["items"]:
+            break
+        time.sleep(0.1)
+    entry = found["items"][0]
+    assert (entry["actorKind"], entry["route"], entry["status"]) == (
+        "token",
+        "/panel/api/inbounds/resetAllTraffics",
+        401,
+    )
+    assert entry["success"] is False
+
+
+def test_an_expired_token_is_refused_like_an_unknown_one(panel, api):
+    view = scoped(api, "expiring", "admin", int(time.time() * 1000) + 3_600_000)
+    assert bearer(panel, "GET", STATUS, view["token"]).status_code == 200
+    past = int(time.time() * 1000) - 1
+    db_rows(panel, "UPDATE api_token SET expires_at = ? WHERE id = ?", (past, view["id"]))
+    refused_like_unknown(panel, "GET", STATUS, view["token"])
+    refused_like_unknown(panel, "POST", "/panel/api/inbounds/resetAllTraffics", view["token"])
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        ({"scope": "root"}, "scope must be one of admin, read, node"),
+        ({"scope": 1}, "scope must be one of admin, read, node"),
+        ({"expiresAt": "tomorrow"}, "expiresAt must be a Unix time in milliseconds"),
+        ({"expiresAt": 1.5}, "expiresAt must be a Unix time in milliseconds"),
+        ({"expiresAt": True}, "expiresAt must be a Unix time in milliseconds"),
+        ({"expiresAt": -1}, "expiresAt must be a time in the future"),
+        ({"expiresAt": 1_700_000_000_000}, "expiresAt must be a time in the future"),
+        ({"expiresAt": 10**16}, "expiresAt must be a time in the future"),
+    ],
+)
+def test_bad_scopes_and_expiries_are_refused_and_create_nothing(api, extra, msg):
+    before = api.get(BASE)["obj"]
+    reply = api.post(BASE + "/create", json={"name": "refused", **extra})
+    assert reply["success"] is False and reply["obj"] is None
+    assert msg in reply["msg"]
+    assert api.get(BASE)["obj"] == before

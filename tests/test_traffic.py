@@ -3,10 +3,15 @@ across ticks, core restarts and panel restarts."""
 
 from __future__ import annotations
 
+import time
+
+import gevent
 import pytest
+from helpers import locked_externally, write_protected
 from pony.orm import db_session
 
 from appliance.runtime.file_paths import FilePlaces
+from appliance.runtime.jobs import every
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
@@ -160,3 +165,52 @@ def test_unknown_names_and_deleted_clients_are_ignored(world):
     )
     assert traffic(clients, "Alice") == (3, 0)
     assert set(tick.clients) == {"alice", "ghost"}
+
+
+FAULTS = {
+    # Refused when the tick asks for the write lock.
+    "locked": (lambda path: locked_externally(path), "locked by another program"),
+    # Refused when the tick commits: its log cannot be written.
+    "wal-read-only": (lambda path: write_protected(f"{path}-wal"), "cannot be read or written"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_tick_the_database_refused_is_counted_on_the_next(world, caplog, fault):
+    """The SQLite file fails a tick of the background job: the job logs a warning with
+    the reason (no traceback), and the next tick adds every byte of both, a new
+    outbound's included."""
+    store, presence, inbounds, clients = world
+    counting = accounting(store, presence)
+    counting.tick({up("Alice"): 10}, generation=1)
+    refused = {
+        up("Alice"): 100,
+        "inbound>>>in-1>>>traffic>>>uplink": 100,
+        "outbound>>>direct>>>traffic>>>downlink": 7,
+    }
+    make_fault, reason = FAULTS[fault]
+    with make_fault(store.url.path):
+        job = every(3600, lambda: counting.tick(refused, 1), "traffic", store.unavailable)
+        deadline = time.monotonic() + 60
+        while not caplog.records and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        job.kill()
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and record.exc_info is None
+    message = record.getMessage()
+    assert message.startswith("background job traffic failed: the database is unavailable: ")
+    assert reason in message
+    assert traffic(clients, "Alice") == (10, 0)
+
+    counting.tick(
+        {
+            up("Alice"): 150,
+            "inbound>>>in-1>>>traffic>>>uplink": 150,
+            "outbound>>>direct>>>traffic>>>downlink": 9,
+        },
+        generation=1,
+    )
+    assert traffic(clients, "Alice") == (150, 0)
+    assert inbounds.get(1)["up"] == 150
+    with db_session:
+        assert store.rows("SELECT tag, up, down FROM outbound_traffic") == [("direct", 0, 9)]

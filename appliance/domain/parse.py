@@ -26,6 +26,23 @@ def parse_id(value: Any, what: str) -> int:
     return value
 
 
+ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def parse_int(value: Any, name: str, lo: int, hi: int, default: int) -> int:
+    """A whole number from a query string or a body, from `lo` to `hi`; absent or empty
+    is `default`."""
+    if value in (None, ""):
+        return default
+    if isinstance(value, str) and ASCII_DIGITS.fullmatch(value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServiceError(f"{name} must be a whole number (got {value!r})")
+    if not lo <= value <= hi:
+        raise ServiceError(f"{name} must be from {lo} to {hi} (got {value})")
+    return value
+
+
 def parse_emails(body: Any) -> list[str]:
     """`{emails: [...]}` of a bulk call, deduplicated in order."""
     if not isinstance(body, dict) or not isinstance(body.get("emails"), list):

@@ -1,7 +1,9 @@
 """Background work as small greenlets, each with its interval in one place.
 
 A job that raises is logged and runs again at its next tick: one bad sample or one
-failed write must not stop status pushes or traffic accounting for good.
+failed write must not stop status pushes or traffic accounting for good. A failure the
+job's `expected` callback explains (the database unavailable for a while) is a warning
+line with that sentence; anything else is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -11,18 +13,34 @@ from collections.abc import Callable
 
 import gevent
 
+from appliance.errors import ServiceError
+
 log = logging.getLogger(__name__)
 
 BREATH_SECONDS = 0.001
 
 
-def every(seconds: float, job: Callable[[], None], name: str) -> gevent.Greenlet:
+def every(
+    seconds: float,
+    job: Callable[[], None],
+    name: str,
+    expected: Callable[[Exception], ServiceError | None] = lambda exc: None,
+) -> gevent.Greenlet:
     def loop() -> None:
         while True:
             try:
                 job()
-            except Exception:
-                log.exception("background job %s failed; it runs again in %ss", name, seconds)
+            except Exception as exc:
+                known = expected(exc)
+                if known is not None:
+                    log.warning(
+                        "background job %s failed: %s; it runs again in %ss",
+                        name,
+                        known.msg,
+                        seconds,
+                    )
+                else:
+                    log.exception("background job %s failed; it runs again in %ss", name, seconds)
             gevent.sleep(seconds)
 
     return gevent.spawn(loop)

@@ -1,27 +1,34 @@
 """What a request's WSGI environment says about where it was sent.
 
-Both doors, the panel and the subscription server, build addresses for the person who
-asked (a subscription URL, a link's host) from the host the request came to; one parser
-keeps them agreeing on what a Host header may be.
+Both doors, the panel and the subscription server, read the Host header: to build
+addresses for the person who asked (a subscription URL, a link's host), to answer only to
+the names the panel is configured for, and to tell the panel's own pages from another
+site's. One parser keeps them agreeing on what a Host header may be.
 """
 
 from __future__ import annotations
 
 import re
 
-HOST_HEADER = re.compile(
-    r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253})(?::(?P<port>\d{1,5}))?$"
-)
+HOST_HEADER = re.compile(r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._-]{1,253})(?::(?P<port>\d{1,5}))?$")
+
+
+def split_host(value: str) -> tuple[str, str] | None:
+    """(host name, port or "") of a Host header or URL authority, lower-case, without the
+    brackets of an IPv6 address or a final dot; None when it is not one."""
+    match = HOST_HEADER.match(value.strip().lower())
+    if match is None:
+        return None
+    return match.group("name").strip("[]").rstrip("."), match.group("port") or ""
 
 
 def request_host(environ: dict) -> tuple[str, str]:
     """(host name without port, host with port) the request came to. A Host header that
     is not a host name (anything could be sent) gives way to the listening address."""
-    match = HOST_HEADER.match(environ.get("HTTP_HOST", ""))
-    if match:
-        name = match.group("name").lower()
-        return name.strip("[]"), match.group(0).lower()
-    name = environ.get("SERVER_NAME", "127.0.0.1")
-    port = environ.get("SERVER_PORT", "")
+    parsed = split_host(environ.get("HTTP_HOST", ""))
+    if parsed is None:
+        name, port = environ.get("SERVER_NAME", "127.0.0.1"), environ.get("SERVER_PORT", "")
+    else:
+        name, port = parsed
     bracketed = f"[{name}]" if ":" in name else name
     return name, f"{bracketed}:{port}" if port else bracketed

@@ -9,7 +9,9 @@ panel waits for it (`wait_for_server`, with a log line per attempt) rather than 
 run with nothing. A connection that breaks later fails only the request using it: Pony
 rolls the transaction back and drops the connection, the API answers "the database is
 unavailable" (`unavailable()`), and the next statement on a fresh transaction connects
-anew, so the panel recovers by itself once the server is back.
+anew, so the panel recovers by itself once the server is back. The SQLite file fails
+in its own ways (another program holding its lock, a file or folder made read-only) and
+gets the same answer and recovery (`sqlite_faults`).
 
 Connections held: Pony keeps one connection per greenlet that has used the database, for
 the greenlet's life, and closes it when the greenlet ends. That is one per open HTTP
@@ -29,12 +31,13 @@ import sqlite3
 import time
 
 from pony.orm import Database
-from pony.orm.core import ConnectionClosedError, TransactionError
+from pony.orm.core import ConnectionClosedError, TransactionError, local
 from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
 from appliance.errors import ServiceError
 from appliance.store.migrations import LATEST, current_version, migrate
 from appliance.store.models import define_entities
+from appliance.store.sqlite_faults import C_BUSY_SECONDS, CooperativeSQLiteProvider, fault_reason
 from appliance.store.urls import DbUrl, parse_db_url
 
 log = logging.getLogger(__name__)
@@ -141,10 +144,10 @@ class Store:
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailable | None:
         """`exc` as "the database is unavailable", when it is a networked server's lost or
-        refused connection; None for anything else (a bug stays a bug)."""
-        if self.url.kind == "sqlite":
-            return None
-        if isinstance(exc, ConnectionClosedError):
+        refused connection, or the SQLite file locked by another program, read-only or
+        failing; None for anything else (a bug stays a bug). Called after the db_session
+        ended: on SQLite it also closes this greenlet's connection (see below)."""
+        if isinstance(exc, ConnectionClosedError) and self.url.kind != "sqlite":
             return DatabaseUnavailable("the database is unavailable: the connection was lost")
         if isinstance(exc, TransactionError):
             # The connection broke while Pony flushed, committed or rolled back: it wraps
@@ -152,6 +155,8 @@ class Store:
             wrapped = [info[1] for info in getattr(exc, "exceptions", ())]
             wrapped.append(getattr(exc, "original_exc", None))
             return next(filter(None, map(self.unavailable, filter(None, wrapped))), None)
+        if self.url.kind == "sqlite":
+            return self._sqlite_fault(exc)
         if isinstance(exc, (OperationalError, InterfaceError, *self._driver_errors())):
             reason = _first_line(exc)
             if not any(char.isalpha() for char in reason):
@@ -159,6 +164,17 @@ class Store:
                 reason = "the connection was lost"
             return DatabaseUnavailable(f"the database is unavailable: {reason}")
         return None
+
+    def _sqlite_fault(self, exc: BaseException) -> DatabaseUnavailable | None:
+        reason = fault_reason(exc)
+        if reason is None:
+            return None
+        # A connection opened while the file could not be written stays read-only for
+        # good, though the file is writable again: the greenlet's next statement opens
+        # the file anew instead.
+        if not local.db_context_counter:
+            self.db.disconnect()
+        return DatabaseUnavailable(f"the database is unavailable: {reason}")
 
     def _driver_errors(self) -> tuple[type[BaseException], ...]:
         if self.url.kind == "postgres":
@@ -215,7 +231,11 @@ class Store:
     def _bind_args(self) -> dict:
         url = self.url
         if url.kind == "sqlite":
-            return {"provider": "sqlite", "filename": url.path}
+            return {
+                "provider": CooperativeSQLiteProvider,
+                "filename": url.path,
+                "timeout": C_BUSY_SECONDS,
+            }
         if url.kind == "postgres":
             return {
                 "provider": "postgres",

@@ -281,6 +281,36 @@ def _v9_login_blocks(dialect: str) -> list[str]:
     return table.create(dialect)
 
 
+def _v10_audit_and_token_scopes(dialect: str) -> list[str]:
+    """The audit log of admin actions (newest first by id; pruned by age, hence the
+    index on `at`, milliseconds), and API tokens with a scope and an expiry. Tokens an
+    older release made were full admin credentials that never expired: the defaults keep
+    them so."""
+    table = Table(
+        "audit_entry",
+        (
+            Column("at", "bigint"),
+            Column("actor", "str", 64, default=""),
+            Column("actor_kind", "str", 8, default=""),
+            Column("method", "str", 8),
+            Column("route", "str", 255),
+            Column("path", "str", 1024),
+            Column("target", "str", 1024, default=""),
+            Column("address", "str", 64, default=""),
+            Column("success", "bool", default=False),
+            Column("status", "int", default=200),
+            Column("message", "str", 1024, default=""),
+            Column("fields", "str", 1024, default=""),
+        ),
+        (Index(("at",)), Index(("actor",)), Index(("route",))),
+    )
+    return [
+        *table.create(dialect),
+        add_column("api_token", Column("scope", "str", 16, default="admin"), dialect),
+        add_column("api_token", Column("expires_at", "bigint", default=0), dialect),
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -291,6 +321,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (7, "attachments indexed in client order per inbound", _v7_attachments_in_client_order),
     (8, "an index for searching clients", _v8_search_index),
     (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
+    (10, "the audit log; API token scopes and expiry", _v10_audit_and_token_scopes),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -53,6 +53,8 @@ def define_entities(db: Database) -> SimpleNamespace:
         token_hash = Required(str, 64, unique=True)
         enabled = Required(bool, default=True)
         created_at = Required(int, size=64)
+        scope = Required(str, 16, default="admin")
+        expires_at = Required(int, size=64, default=0)  # Unix ms; 0: never
 
     class Inbound(db.Entity):
         _table_ = "inbound"
@@ -180,6 +182,21 @@ def define_entities(db: Database) -> SimpleNamespace:
         pair_hash = Required(str, 64, unique=True)
         blocked_until = Required(int, size=64)
 
+    class AuditEntry(db.Entity):
+        _table_ = "audit_entry"
+        at = Required(int, size=64, index="ix_audit_entry_at")
+        actor = Optional(str, 64, autostrip=False, index="ix_audit_entry_actor")
+        actor_kind = Optional(str, 8)
+        method = Required(str, 8)
+        route = Required(str, 255, autostrip=False, index="ix_audit_entry_route")
+        path = Required(str, 1024, autostrip=False)
+        target = Optional(str, 1024, autostrip=False)
+        address = Optional(str, 64)
+        success = Required(bool, default=False)
+        status = Required(int, default=200)
+        message = Optional(str, 1024, autostrip=False)
+        fields = Optional(str, 1024)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -197,4 +214,5 @@ def define_entities(db: Database) -> SimpleNamespace:
         OutboundTraffic=OutboundTraffic,
         Host=Host,
         LoginBlock=LoginBlock,
+        AuditEntry=AuditEntry,
     )

@@ -12,6 +12,10 @@ unknown path: the answer tells nothing about which ids exist.
 Links point at the `subDomain` setting when it is set (the server still answers under
 any name it is reached by), else at the host name the request came to; a Host header
 that is not a host name is replaced by the address the server listens on.
+
+A database that is unavailable for a while (a networked server gone, the SQLite file
+locked or read-only) gets 503 with the reason and a Retry-After: client apps keep the
+configuration they have and ask again.
 """
 
 from __future__ import annotations
@@ -62,9 +66,16 @@ class SubscriptionApp:
     def __call__(self, environ, start_response):
         try:
             status, headers, body = self.respond(environ)
-        except Exception:
-            log.exception("subscription request %s failed", environ.get("PATH_INFO"))
-            status, headers, body = "500 Internal Server Error", [], b"internal error\n"
+        except Exception as exc:
+            unavailable = self.subscriptions.store.unavailable(exc)
+            if unavailable is not None:
+                # Client apps keep what they have and ask again later.
+                log.warning("subscription request: %s", unavailable.msg)
+                status, headers = "503 Service Unavailable", [("Retry-After", "30")]
+                body = f"{unavailable.msg}\n".encode()
+            else:
+                log.exception("subscription request %s failed", environ.get("PATH_INFO"))
+                status, headers, body = "500 Internal Server Error", [], b"internal error\n"
         headers.append(("Content-Length", str(len(body))))
         headers.append(("X-Content-Type-Options", "nosniff"))
         if not any(name == "Content-Type" for name, _ in headers):

@@ -1,42 +1,89 @@
 """The Bottle app of the panel port, built from the route table.
 
 One plugin does what every route needs, so no handler repeats it: authenticate (session
-cookie or `Authorization: Bearer`), enforce CSRF for cookie sessions on unsafe methods,
-turn the handler's result or `ServiceError` into the envelope, push `invalidate` after a
-successful change, and turn anything unexpected into an envelope error with the details
-in the panel log only. A hook marks every answer of the app `nosniff` and, unless the
-route chose its own caching (the UI's files do), `no-store`: answers carry secrets.
+cookie or `Authorization: Bearer`, within the token's scope), enforce CSRF for cookie
+sessions on unsafe methods, turn the handler's result or `ServiceError` into the
+envelope, push `invalidate` after a successful change, write the audit log entry of every
+call that may change something, and turn anything unexpected into an envelope error with
+the details in the panel log only. A hook marks every answer of the app `nosniff` and,
+unless the route chose its own caching (the UI's files do), `no-store`: answers carry
+secrets.
+
+A bearer token that is unknown, disabled, expired or outside its scope gets one and the
+same refusal after the same single lookup, so the answer tells a caller nothing about
+which it was. The audit entry of an out-of-scope call is written once the answer has
+gone, for the same reason.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import bottle
+import gevent
 from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.errors import ServiceError, TooManyRequests, Unauthorized
-from appliance.web.http import BodyTooLarge, JsonStream, Reply, encode, envelope, fail, raw_header
-from appliance.web.routes import UNSAFE_METHODS, Route
+from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized
+from appliance.services.admin.audit import Action
+from appliance.web.http import (
+    BodyTooLarge,
+    JsonStream,
+    Reply,
+    body_read,
+    client_address,
+    encode,
+    envelope,
+    fail,
+    raw_header,
+)
+from appliance.web.routes import UNSAFE_METHODS, Route, scope_allows
+
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth
+    from appliance.services.accounts.tokens import Tokens
+    from appliance.services.admin.audit import AuditLog
 
 log = logging.getLogger(__name__)
 
 SESSION_KEY = "appliance.session"
+# The one route a session signed in with credentials scanners try may call.
+CHANGE_CREDENTIALS = "/panel/api/setting/updateUser"
+# (kind, name) of who is calling, once known: ("admin", username) or ("token", name).
+ACTOR_KEY = "appliance.actor"
+TOKEN_REFUSED = (
+    "the API token is unknown, disabled or expired, or its scope does not cover this route"
+)
+INTERNAL_ERROR = "internal error; the panel log has the details"
+
+
+@dataclass(frozen=True)
+class ApiNeeds:
+    auth: Auth  # session cookies
+    tokens: Tokens  # bearer tokens
+    changed: Callable[[str], None]  # after a successful change to a resource
+    # The error to answer with when `exc` means the database cannot be reached, else None.
+    unavailable: Callable[[BaseException], ServiceError | None]
+    audit: AuditLog  # where every change and sign-in is written down
+    trusted_proxies: Callable[[], list]  # whose X-Forwarded-For names the caller
 
 
 class ApiPlugin:
     name = "appliance-api"
     api = 2
 
-    def __init__(self, panel):
-        self.panel = panel
+    def __init__(self, needs: ApiNeeds):
+        self.needs = needs
 
     def apply(self, callback, route):
         spec: Route = route.config["spec"]
 
         def wrapper(*args, **kwargs):
+            request.environ[ACTOR_KEY] = None
             try:
                 request.environ[SESSION_KEY] = self.identify(spec)
                 _check_declared_length(spec.max_body)
@@ -44,29 +91,24 @@ class ApiPlugin:
             except ServiceError as exc:
                 if isinstance(exc, TooManyRequests):
                     response.set_header("Retry-After", str(exc.retry_after))
+                self.audit(spec, kwargs, exc.status, exc.msg)
                 return fail(exc.msg, exc.status)
-            except HTTPResponse:
+            except HTTPResponse as exc:
+                refusal = exc.status_line if exc.status_code >= 400 else ""
+                self.audit(spec, kwargs, exc.status_code, refusal)
                 raise
             except Exception as exc:
-                unavailable = self.panel.store.unavailable(exc)
-                if unavailable is not None:
-                    # Rolled back by the db_session; the next request reconnects.
-                    log.warning("%s %s: %s", request.method, request.path, unavailable.msg)
-                    return fail(unavailable.msg, unavailable.status)
-                if isinstance(exc, TransactionIntegrityError):
-                    # Two requests passed a uniqueness check together (the networked
-                    # databases let them); the index refused the second one.
-                    log.info("%s %s: %s", request.method, request.path, exc)
-                    return fail(
-                        "this change collides with one saved at the same moment (a name or "
-                        "email that must be unique); nothing was changed, try again"
-                    )
-                log.exception("%s %s failed", request.method, request.path)
-                return fail("internal error; the panel log has the details", 500)
+                msg, status = self.failure(exc)
+                self.audit(spec, kwargs, status, msg)
+                return fail(msg, status)
+            status = (
+                result.status_code if isinstance(result, HTTPResponse) else response.status_code
+            )
+            self.audit(spec, kwargs, status, "")
             if spec.resource and request.method in UNSAFE_METHODS:
                 resources = (spec.resource,) if isinstance(spec.resource, str) else spec.resource
                 for resource in resources:
-                    self.panel.changed(resource)
+                    self.needs.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
             if isinstance(result, Reply):
@@ -77,29 +119,102 @@ class ApiPlugin:
 
         return wrapper
 
+    def failure(self, exc: Exception) -> tuple[str, int]:
+        """The message and status of an unexpected exception, logged as it deserves."""
+        unavailable = self.needs.unavailable(exc)
+        if unavailable is not None:
+            # Rolled back by the db_session; the next request reconnects.
+            log.warning("%s %s: %s", request.method, request.path, unavailable.msg)
+            return unavailable.msg, unavailable.status
+        if isinstance(exc, TransactionIntegrityError):
+            # Two requests passed a uniqueness check together (the networked
+            # databases let them); the index refused the second one.
+            log.info("%s %s: %s", request.method, request.path, exc)
+            return (
+                "this change collides with one saved at the same moment (a name or "
+                "email that must be unique); nothing was changed, try again"
+            ), 200
+        log.exception("%s %s failed", request.method, request.path)
+        return INTERNAL_ERROR, 500
+
+    def audit(self, spec: Route, params: dict, status: int, refusal: str) -> None:
+        """The audit entry of a call that may change something, when the caller is known
+        (a session, a token, or the username a sign-in names): a caller who proved
+        nothing is not written down, so nobody can fill the log from outside."""
+        actor = request.environ.get(ACTOR_KEY)
+        if not spec.acts or actor is None:
+            return
+        kind, name = actor
+        action = Action(
+            actor=name,
+            actor_kind=kind,
+            method=request.method,
+            route=spec.path,
+            params={key: str(value) for key, value in params.items()},
+            address=client_address(self.needs.trusted_proxies()),
+            status=status,
+            success=not refusal and status < 400,
+            message=refusal,
+            body=body_read(),
+        )
+        if kind == "token" and status == 401:
+            gevent.spawn(self._write, action)  # after the answer, as fast as any refusal
+        else:
+            self._write(action)
+
+    def _write(self, action: Action) -> None:
+        """Write an entry; a failure to write is logged and never changes the answer, since
+        the call itself has already happened."""
+        try:
+            self.needs.audit.record(action)
+        except Exception as exc:
+            unavailable = self.needs.unavailable(exc)
+            if unavailable is None:
+                log.exception(
+                    "the audit entry of %s %s was not written", action.method, action.route
+                )
+            else:
+                log.warning(
+                    "the audit entry of %s %s was not written: %s",
+                    action.method,
+                    action.route,
+                    unavailable.msg,
+                )
+
     def identify(self, spec: Route):
         """The caller's session (None for bearer tokens and public routes); for a
-        WebSocket, the one its upgrade was allowed for."""
+        WebSocket, the one its upgrade was allowed for. Notes who is calling for the
+        audit log as soon as that is known."""
         if SESSION_KEY in request.environ:
             return request.environ[SESSION_KEY]
         authorization = raw_header("Authorization")
         if authorization[:7].lower() == "bearer ":
             if not spec.auth:
                 return None
-            if not self.panel.tokens.authenticate(authorization[7:].strip()):
-                raise Unauthorized("the API token is unknown or disabled")
+            caller = self.needs.tokens.authenticate(authorization[7:].strip())
+            if caller is None:
+                raise Unauthorized(TOKEN_REFUSED)
+            request.environ[ACTOR_KEY] = ("token", caller.name)
+            if not scope_allows(caller.scope, spec):
+                raise Unauthorized(TOKEN_REFUSED)
             return None
-        session = self.panel.auth.session(request.get_cookie(self.panel.auth.cookie_name))
+        session = self.needs.auth.session(request.get_cookie(self.needs.auth.cookie_name))
         if session is None:
             if spec.auth:
                 raise Unauthorized("sign in first: no valid session cookie or API token")
             return None
+        request.environ[ACTOR_KEY] = ("admin", session.username)
         if spec.csrf and request.method in UNSAFE_METHODS:
             sent = raw_header("X-CSRF-Token")
             if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
                 raise CsrfError(
                     "missing or wrong X-CSRF-Token header; get the token from GET /csrf-token"
                 )
+        if session.must_change_credentials and spec.auth and spec.path != CHANGE_CREDENTIALS:
+            raise Forbidden(
+                "the username and password are among the first ones scanners try; change "
+                f"them first with POST {CHANGE_CREDENTIALS}"
+            )
         return session
 
 
@@ -119,9 +234,15 @@ def current_session():
     return request.environ.get(SESSION_KEY)
 
 
-def build_app(panel, routes: list[Route]) -> bottle.Bottle:
+def note_sign_in_attempt(username: str) -> None:
+    """The sign-in route names who is signing in, for the audit log: the username sent,
+    whether or not it turns out to be right."""
+    request.environ[ACTOR_KEY] = ("admin", username)
+
+
+def build_app(needs: ApiNeeds, routes: list[Route]) -> bottle.Bottle:
     app = bottle.Bottle(catchall=True, autojson=False)
-    app.install(ApiPlugin(panel))
+    app.install(ApiPlugin(needs))
     app.add_hook("after_request", _no_store_nosniff)
     for spec in routes:
         app.route(spec.path, spec.method, spec.handler, spec=spec)
@@ -146,7 +267,7 @@ def _error_page(error: HTTPError) -> str:
     elif error.status_code >= 500:
         if error.exception is not None:
             log.error("unhandled error on %s %s: %r", request.method, request.path, error.exception)
-        msg = "internal error; the panel log has the details"
+        msg = INTERNAL_ERROR
     else:
         msg = str(error.body or error.status_line)
     return encode(False, msg)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from bottle import HTTPResponse, request
 
 from appliance.services.admin.backups import MAX_UPLOAD_BYTES, BackupFile
@@ -12,8 +15,18 @@ from appliance.web.upload import save_file_field
 # The upload route checks the size itself, with a message that speaks of the database.
 UPLOAD_ROUTE_MAX_BODY = 1 << 62
 
+if TYPE_CHECKING:
+    from appliance.services.admin.backups import Backups
+    from appliance.services.admin.tgbot import ChatBot
 
-def backup_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class BackupRouteNeeds:
+    backups: Backups
+    chat_bot: ChatBot  # sends a backup to the admin chats
+
+
+def backup_routes(needs: BackupRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/server", "backup")
 
     @table.get(
@@ -22,7 +35,7 @@ def backup_routes(panel) -> RouteTable:
         raw=True,
     )
     def get_db():
-        return _attachment(panel.backups.database_file())
+        return _attachment(needs.backups.database_file())
 
     @table.get(
         "/getMigration",
@@ -30,7 +43,7 @@ def backup_routes(panel) -> RouteTable:
         raw=True,
     )
     def get_migration():
-        return _attachment(panel.backups.migration_file())
+        return _attachment(needs.backups.migration_file())
 
     @table.post(
         "/importDB",
@@ -40,7 +53,7 @@ def backup_routes(panel) -> RouteTable:
         max_body=UPLOAD_ROUTE_MAX_BODY,
     )
     def import_db():
-        path = panel.backups.scratch_path(".upload")
+        path = needs.backups.scratch_path(".upload")
         save_file_field(
             request.environ.get("wsgi.input"),
             request.content_type,
@@ -49,13 +62,13 @@ def backup_routes(panel) -> RouteTable:
             path,
             MAX_UPLOAD_BYTES,
         )
-        return Reply(panel.backups.restore(path))
+        return Reply(needs.backups.restore(path))
 
     bot = RouteTable("/panel/api", "backup")
 
     @bot.post("/backuptotgbot", "Send a fresh database backup to every chat-bot admin chat")
     def backup_to_bot():
-        return Reply(panel.chat_bot.send_backup())
+        return Reply(needs.chat_bot.send_backup())
 
     table.routes.extend(bot.routes)
     return table

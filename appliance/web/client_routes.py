@@ -1,6 +1,11 @@
-"""Routes of /panel/api/clients."""
+"""Routes of /panel/api/clients: client records, their traffic, addresses and links, and
+changes to many clients at once. Groups have their own routes (group_routes)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bottle import request
 
@@ -14,15 +19,29 @@ EMAILS = {"emails": "string[]"}
 EMAILS_INBOUNDS = {"emails": "string[]", "inboundIds": "integer[]"}
 CLIENT_AND_INBOUNDS = {"client": "object", "inboundIds": "integer[]"}
 
+if TYPE_CHECKING:
+    from appliance.services.admin.settings import Settings
+    from appliance.services.clients.bulk import ClientBulk
+    from appliance.services.clients.presence import Presence
+    from appliance.services.clients.query import ClientQuery
+    from appliance.services.clients.records import Clients
+    from appliance.services.clients.subscriptions import Subscriptions
 
-def client_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class ClientRouteNeeds:
+    clients: Clients
+    query: ClientQuery
+    bulk: ClientBulk
+    presence: Presence  # the inbounds that carried traffic lately
+    subscriptions: Subscriptions  # share links
+    settings: Settings  # the subscription domain the links point to
+    panel_guid: Callable[[], str]  # this panel's key in the per-guid answers
+
+
+def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/clients", "clients")
-    clients, query, bulk, groups = (
-        panel.clients,
-        panel.client_query,
-        panel.client_bulk,
-        panel.groups,
-    )
+    clients, query, bulk = needs.clients, needs.query, needs.bulk
 
     @table.get("/list", "Every client with inboundIds and traffic")
     def list_clients():
@@ -149,58 +168,6 @@ def client_routes(panel) -> RouteTable:
     def bulk_create():
         return bulk.bulk_create(body(BULK_BODY))
 
-    @table.get("/groups", "Groups with client counts")
-    def list_groups():
-        return groups.list()
-
-    @table.get("/groups/<name>/emails", "Emails of a group's clients")
-    def group_emails(name):
-        return groups.emails(name)
-
-    @table.post(
-        "/groups/create", "Create an empty group", resource="clients", body={"name": "string"}
-    )
-    def create_group():
-        return groups.create(json_object(8192))
-
-    @table.post(
-        "/groups/rename",
-        "Rename a group on every client",
-        resource="clients",
-        body={"oldName": "string", "newName": "string"},
-    )
-    def rename_group():
-        return groups.rename(json_object(8192))
-
-    @table.post(
-        "/groups/delete",
-        "Delete a group; its clients stay, ungrouped",
-        resource="clients",
-        body={"name": "string"},
-    )
-    def delete_group():
-        return groups.delete(json_object(8192))
-
-    @table.post(
-        "/groups/bulkAdd",
-        "Put clients in a group (created if unknown)",
-        resource="clients",
-        max_body=BULK_BODY,
-        body={"emails": "string[]", "group": "string"},
-    )
-    def group_bulk_add():
-        return groups.bulk_add(json_object(BULK_BODY))
-
-    @table.post(
-        "/groups/bulkRemove",
-        "Take clients out of their group",
-        resource="clients",
-        max_body=BULK_BODY,
-        body=EMAILS,
-    )
-    def group_bulk_remove():
-        return groups.bulk_remove(json_object(BULK_BODY))
-
     @table.post(
         "/bulkAttach",
         "Attach many clients to inbounds",
@@ -248,7 +215,9 @@ def client_routes(panel) -> RouteTable:
         clients.update_traffic(email, json_object(8192))
         return Reply("client traffic updated")
 
-    @table.post("/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'")
+    @table.post(
+        "/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'", reads=True
+    )
     def ips(email):
         return clients.ips(email)
 
@@ -257,23 +226,27 @@ def client_routes(panel) -> RouteTable:
         clients.clear_ips(email)
         return Reply("client addresses cleared")
 
-    @table.post("/onlines", "Emails connected within the heartbeat window")
+    @table.post("/onlines", "Emails connected within the heartbeat window", reads=True)
     def onlines():
         return query.online_emails()
 
-    @table.post("/onlinesByGuid", "Online emails per panel guid")
+    @table.post("/onlinesByGuid", "Online emails per panel guid", reads=True)
     def onlines_by_guid():
-        return {panel.guid(): query.online_emails()}
+        return {needs.panel_guid(): query.online_emails()}
 
-    @table.post("/clientIpsByGuid", "Client addresses per panel guid")
+    @table.post("/clientIpsByGuid", "Client addresses per panel guid", reads=True)
     def client_ips_by_guid():
-        return {panel.guid(): query.ips_by_email()}
+        return {needs.panel_guid(): query.ips_by_email()}
 
-    @table.post("/activeInbounds", "Inbound tags that carried traffic in the window, per guid")
+    @table.post(
+        "/activeInbounds",
+        "Inbound tags that carried traffic in the window, per guid",
+        reads=True,
+    )
     def active_inbounds():
-        return {panel.guid(): panel.presence.active_inbounds()}
+        return {needs.panel_guid(): needs.presence.active_inbounds()}
 
-    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)")
+    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)", reads=True)
     def last_online():
         return query.last_online()
 
@@ -283,19 +256,19 @@ def client_routes(panel) -> RouteTable:
 
     @table.get("/subLinks/<subId>", "Share links a subscription id serves (not base64)")
     def sub_links(subId):
-        return panel.subscriptions.sub_links(subId, link_address(panel))
+        return needs.subscriptions.sub_links(subId, link_address(needs.settings))
 
     @table.get("/links/<email>", "Share links of one client on every attached inbound")
     def links(email):
-        return panel.subscriptions.email_links(email, link_address(panel))
+        return needs.subscriptions.email_links(email, link_address(needs.settings))
 
     return table
 
 
-def link_address(panel) -> str:
+def link_address(settings: Settings) -> str:
     """Where links made in the panel point: the subscription domain when set, else the
     host name the panel was reached by (as a subscription does with its own)."""
-    domain = panel.settings.get("subDomain")
+    domain = settings.get("subDomain")
     if domain:
         return domain
     return request_host(request.environ)[0]

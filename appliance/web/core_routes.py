@@ -4,26 +4,50 @@ traffic, and the server routes that start and stop it."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from appliance.errors import ServiceError
 from appliance.services.control import logs as core_logs
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 
+if TYPE_CHECKING:
+    from appliance.runtime.file_paths import FilePlaces
+    from appliance.services.admin.settings import Settings
+    from appliance.services.clients.query import ClientQuery
+    from appliance.services.control.probe import OutboundProbe
+    from appliance.services.control.routing import CoreRouting
+    from appliance.services.control.supervisor import CoreService
+    from appliance.services.inbounds.records import Inbounds
 
-def core_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class CoreRouteNeeds:
+    core: CoreService
+    core_probe: OutboundProbe
+    core_routing: CoreRouting
+    # What the template editor offers besides the template: the inbound and reverse tags
+    # a rule may name, and the URL outbounds are tested against.
+    inbounds: Inbounds
+    client_query: ClientQuery
+    settings: Settings
+    places: FilePlaces  # which log files the log view may read
+
+
+def core_routes(needs: CoreRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/core", "core")
-    core = panel.core
+    core = needs.core
 
-    @table.post("/", "The core config template, inbound tags and reverse tags")
+    @table.post("/", "The core config template, inbound tags and reverse tags", reads=True)
     def core_settings():
-        inbounds = panel.inbounds.list(slim=True)
-        reverse = panel.client_query.reverse_tags()
+        inbounds = needs.inbounds.list(slim=True)
+        reverse = needs.client_query.reverse_tags()
         return {
             "coreSetting": json.dumps(core.template(), indent=2),
             "inboundTags": json.dumps([inbound["tag"] for inbound in inbounds]),
             "clientReverseTags": json.dumps(reverse),
-            "outboundTestUrl": panel.settings.get("outboundTestUrl"),
+            "outboundTestUrl": needs.settings.get("outboundTestUrl"),
         }
 
     @table.get("/getDefaultJsonConfig", "The built-in core config template")
@@ -73,7 +97,7 @@ def core_routes(panel) -> RouteTable:
     )
     def test_outbound():
         form = json_object(4 << 20)
-        return panel.core_probe.test_one(
+        return needs.core_probe.test_one(
             form.get("outbound"), form.get("allOutbounds"), form.get("mode")
         )
 
@@ -86,7 +110,7 @@ def core_routes(panel) -> RouteTable:
     )
     def test_outbounds():
         form = json_object(4 << 20)
-        return panel.core_probe.test_many(
+        return needs.core_probe.test_many(
             form.get("outbounds"), form.get("allOutbounds"), form.get("mode")
         )
 
@@ -94,10 +118,11 @@ def core_routes(panel) -> RouteTable:
         "/balancerStatus",
         "Override and preferred targets of balancers (form tags, comma-separated)",
         form=True,
+        reads=True,
         body={"tags": "string"},
     )
     def balancer_status():
-        return panel.core_routing.balancer_status(json_object(8192).get("tags"))
+        return needs.core_routing.balancer_status(json_object(8192).get("tags"))
 
     @table.post(
         "/balancerOverride",
@@ -108,12 +133,13 @@ def core_routes(panel) -> RouteTable:
     )
     def balancer_override():
         form = json_object(8192)
-        return Reply(panel.core_routing.override_balancer(form.get("tag"), form.get("target")))
+        return Reply(needs.core_routing.override_balancer(form.get("tag"), form.get("target")))
 
     @table.post(
         "/routeTest",
         "The outbound the core's router would pick for a destination; sends nothing",
         form=True,
+        reads=True,
         body={
             "domain": "string",
             "ip": "string",
@@ -125,7 +151,7 @@ def core_routes(panel) -> RouteTable:
         },
     )
     def route_test():
-        return panel.core_routing.route_test(json_object(8192))
+        return needs.core_routing.route_test(json_object(8192))
 
     server = RouteTable("/panel/api/server", "server")
 
@@ -147,6 +173,7 @@ def core_routes(panel) -> RouteTable:
         "/corelogs/<count>",
         "The core's last access and error lines, filtered (see services.core_logs)",
         form=True,
+        reads=True,
         body={
             "filter": "string",
             "showDirect": "string",
@@ -158,7 +185,7 @@ def core_routes(panel) -> RouteTable:
         form = json_object(8192)
         config = core.running_config()
         output = core.process.output(500)
-        return core_logs.recent_core_logs(config, output, count, form, panel.places)
+        return core_logs.recent_core_logs(config, output, count, form, needs.places)
 
     table.routes.extend(server.routes)
     return table

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 
@@ -17,10 +20,18 @@ HOST_BODY = {
 }
 IDS = {"ids": "integer[]"}
 
+if TYPE_CHECKING:
+    from appliance.services.inbounds.hosts import Hosts
 
-def host_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class HostRouteNeeds:
+    hosts: Hosts
+
+
+def host_routes(needs: HostRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/hosts", "hosts")
-    hosts = panel.hosts
+    hosts = needs.hosts
 
     @table.get("/list", "Every host, by inbound, then sort order")
     def list_hosts():

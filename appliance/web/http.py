@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
@@ -22,6 +21,7 @@ from bottle import request, response
 
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
+from appliance.runtime.wsgi import split_host
 
 
 @dataclass
@@ -85,7 +85,16 @@ def body(max_bytes: int) -> Any:
         return cached
     value = _read_body(max_bytes)
     request.environ["appliance.body"] = value
+    # Handlers may take fields out of the object they get; `body_read` gives them as sent.
+    request.environ[SENT_KEY] = dict(value) if isinstance(value, dict) else value
     return value
+
+
+def body_read() -> Any:
+    """The body a handler read, with its top-level fields as they were sent, or None when
+    no handler read one: for the audit log, which keeps its field names and must never
+    read a body itself."""
+    return request.environ.get(SENT_KEY)
 
 
 def json_object(max_bytes: int) -> dict:
@@ -96,6 +105,7 @@ def json_object(max_bytes: int) -> dict:
 
 
 _MISSING = object()
+SENT_KEY = "appliance.body.sent"
 JSON_TYPES = ("", "application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 READ_CHUNK = 64 * 1024
@@ -236,38 +246,34 @@ def _scheme(environ: dict, trusted: list) -> str:
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def is_panel_origin(origin: str, environ: dict, trusted: list, domain: str) -> bool:
-    """Whether `origin` (an `Origin` header) is the panel's own: the scheme this request
-    came by (see `is_tls`) with the host and port of its `Host` header, or the panel's
-    configured domain (`webDomain`).
+def is_panel_origin(origin: str, environ: dict, trusted: list, names: frozenset[str]) -> bool:
+    """Whether `origin` (an `Origin` header) is the panel's own: the host and port of this
+    request's `Host` header, or one of the panel's configured `names` (its domain and
+    allowed hosts) on their default port or the port the panel listens on.
 
     Browsers share cookies between every port of a host, so a page served on another port
-    of the same machine carries the admin's cookie; only the origin tells them apart.
-    The domain matches on its default port or the port the panel listens on (a reverse
-    proxy in front, or none), by https, or by http when the panel itself is plain HTTP:
-    never another port of that domain."""
+    of the same machine carries the admin's cookie; only the origin tells them apart. A
+    missing port counts as the Origin's scheme's default on both sides. The scheme itself
+    is compared only when the panel knows the browser used https (TLS here, or a trusted
+    proxy's word): a TLS proxy in front that nobody declared still works, and no other
+    site can serve a page of another scheme on the panel's own host and port."""
     theirs = _origin(origin)
     if theirs is None:
         return False
-    scheme = _scheme(environ, trusted)
-    host = environ.get("HTTP_HOST", "")
-    if host and _origin(f"{scheme}://{host}") == theirs:
+    scheme, host, port = theirs
+    if _scheme(environ, trusted) == "https" and scheme != "https":
+        return False
+    own = split_host(environ.get("HTTP_HOST", ""))
+    if own is not None and (own[0], int(own[1]) if own[1] else DEFAULT_PORTS[scheme]) == (
+        host,
+        port,
+    ):
         return True
-    return _domain_matches(theirs, domain, scheme, environ.get("SERVER_PORT", ""))
-
-
-def _domain_matches(origin: tuple[str, str, int], domain: str, scheme: str, port: str) -> bool:
-    if not domain:
-        return False
-    origin_scheme, origin_host, origin_port = origin
-    named = _split_origin(domain if "://" in domain else f"{origin_scheme}://{domain}")
-    if named is None or named[:2] != (origin_scheme, origin_host):
-        return False
-    if origin_scheme not in ("https", scheme):
-        return False
-    if named[2] is not None:
-        return named[2] == origin_port
-    return origin_port in (DEFAULT_PORTS[origin_scheme], int(port) if port.isdigit() else None)
+    listening = environ.get("SERVER_PORT", "")
+    return host in names and port in (
+        DEFAULT_PORTS[scheme],
+        int(listening) if listening.isdigit() else None,
+    )
 
 
 def _origin(text: str) -> tuple[str, str, int] | None:
@@ -297,18 +303,6 @@ def _split_origin(text: str) -> tuple[str, str, int | None] | None:
     ):
         return None
     return scheme, parts.hostname.lower(), port
-
-
-HOST_HEADER = re.compile(r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._-]{1,253})(?::(?P<port>\d{1,5}))?$")
-
-
-def split_host(value: str) -> tuple[str, str] | None:
-    """(host name, port or "") of a Host header or URL authority, lower-case, without the
-    brackets of an IPv6 address; None when it is not one."""
-    match = HOST_HEADER.match(value.strip().lower())
-    if match is None:
-        return None
-    return match.group("name").strip("[]").rstrip("."), match.group("port") or ""
 
 
 def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from appliance.web.http import Reply, body, json_object
 from appliance.web.routes import RouteTable
 
@@ -23,10 +26,20 @@ INBOUND_BODY = {
     "sniffing": "object",
 }
 
+if TYPE_CHECKING:
+    from appliance.services.clients.bulk import ClientBulk
+    from appliance.services.inbounds.records import Inbounds
 
-def inbound_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class InboundRouteNeeds:
+    inbounds: Inbounds
+    client_bulk: ClientBulk  # deleting an inbound's clients
+
+
+def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/inbounds", "inbounds")
-    inbounds = panel.inbounds
+    inbounds = needs.inbounds
 
     @table.get("/list", "Every inbound with its client stats")
     def list_inbounds():
@@ -87,7 +100,7 @@ def inbound_routes(panel) -> RouteTable:
 
     @table.post("/<id>/delAllClients", "Delete every client attached to an inbound", resource=BOTH)
     def delete_all_clients(id):
-        return {"deleted": panel.client_bulk.delete_of_inbound(id)}
+        return {"deleted": needs.client_bulk.delete_of_inbound(id)}
 
     @table.post("/resetAllTraffics", "Zero every inbound's counters", resource="inbounds")
     def reset_all_traffics():

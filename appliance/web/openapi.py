@@ -2,7 +2,9 @@
 
 Nothing here is written by hand per route: paths, methods, summaries, path parameters,
 request bodies and the security requirement all come from `Route` entries, so a route
-that is served is a route that is described.
+that is served is a route that is described. Two extensions say what the table decides
+for each operation: `x-token-scopes`, the API token scopes that may call it, and
+`x-audited`, whether a call is written to the audit log.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import re
 from bottle import HTTPResponse
 
 from appliance import __version__
-from appliance.web.routes import Route, RouteTable
+from appliance.services.accounts.tokens import SCOPES
+from appliance.web.routes import Route, RouteTable, scope_allows
 
 PARAM = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)(?::[^>]*)?>")
 ENVELOPE = {
@@ -57,6 +60,9 @@ def openapi_document(routes: list[Route]) -> dict:
             operation["requestBody"] = {"content": {media: {"schema": _schema(route.body)}}}
         if not route.auth:
             operation["security"] = []
+        else:
+            operation["x-token-scopes"] = [s for s in SCOPES if scope_allows(s, route)]
+        operation["x-audited"] = route.acts
         paths.setdefault(path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.0.3",

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from appliance.errors import ServiceError
 from appliance.web.http import Reply, json_object
 from appliance.web.routes import RouteTable
 
+if TYPE_CHECKING:
+    from appliance.services.control.releases import CoreReleases
 
-def release_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class ReleaseRouteNeeds:
+    releases: CoreReleases
+
+
+def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/server", "server")
-    releases = panel.core_releases
+    releases = needs.releases
 
     @table.get("/getCoreVersion", "Installable core versions (release list cached 15 minutes)")
     def core_versions():

@@ -4,6 +4,11 @@ Each route names its method, path, a one-line summary, whether it needs a signed
 caller, and which resource a successful call changes (pushed to browsers as
 `invalidate`). The Bottle app and the OpenAPI document are both generated from this
 table, so the published description cannot drift from what is served.
+
+Whether a route changes anything is said here too: GET routes only read, and a POST
+route that only reads says `reads=True`. Every other route is an action: it is written to
+the audit log, and API tokens of the `read` scope may not call it. What each token scope
+may call is decided below (`scope_allows`), from the table alone.
 """
 
 from __future__ import annotations
@@ -29,6 +34,38 @@ class Route:
     form: bool = False  # the body is a form rather than JSON
     raw: bool = False  # the handler builds its own response (files, upgrades)
     tags: tuple[str, ...] = ()
+    reads: bool = False  # a POST that changes nothing (queries with a body, generators)
+
+    @property
+    def acts(self) -> bool:
+        """Whether a call may change something: audited, refused to `read` tokens."""
+        return self.method in UNSAFE_METHODS and not self.reads
+
+
+# What a managing panel needs to drive this panel as a node: its inbounds and clients
+# (with their traffic), the core's status and restart, and outbound traffic.
+NODE_PREFIXES = ("/panel/api/inbounds/", "/panel/api/clients/")
+NODE_ROUTES = frozenset(
+    {
+        ("GET", "/panel/api/server/status"),
+        ("POST", "/panel/api/server/restartCoreService"),
+        ("GET", "/panel/api/core/getOutboundsTraffic"),
+    }
+)
+# Reads that hand out every secret the panel holds (password hashes, the TOTP secret, the
+# chat-bot token): a whole-database download is for admin tokens only.
+SECRET_READS = frozenset({"/panel/api/server/getDb", "/panel/api/server/getMigration"})
+
+
+def scope_allows(scope: str, route: Route) -> bool:
+    """Whether an API token of `scope` may call `route`."""
+    if scope == "admin":
+        return True
+    if scope == "read":
+        return not route.acts and route.path not in SECRET_READS
+    if scope == "node":
+        return route.path.startswith(NODE_PREFIXES) or (route.method, route.path) in NODE_ROUTES
+    return False
 
 
 @dataclass

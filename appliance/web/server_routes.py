@@ -2,43 +2,60 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from appliance.errors import ServiceError
 from appliance.runtime import logbuffer
 from appliance.services.tools import keys
 from appliance.web.http import body
 from appliance.web.routes import RouteTable
 
+if TYPE_CHECKING:
+    from appliance.services.admin.settings import Settings
+    from appliance.services.admin.status import History
+    from appliance.services.control.metrics import CoreMetrics
 
-def server_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class ServerRouteNeeds:
+    status: Callable[[], dict]  # the latest sample, with the core's state as it is now
+    history: History
+    core_metrics: CoreMetrics
+    settings: Settings  # the panel's certificate file paths
+
+
+def server_routes(needs: ServerRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/server", "server")
 
     @table.get("/status", "Host and panel status, refreshed every 2 s")
     def status():
-        return panel.status()
+        return needs.status()
 
     @table.get("/cpuHistory/<bucket>", "CPU history (legacy; use history/cpu)")
     def cpu_history(bucket):
-        return panel.history.series("cpu", bucket)
+        return needs.history.series("cpu", bucket)
 
     @table.get("/history/<metric>/<bucket>", "A metric's history over about 6 hours")
     def history(metric, bucket):
-        return panel.history.series(metric, bucket)
+        return needs.history.series(metric, bucket)
 
     @table.get("/coreMetricsState", "The core's runtime metrics; empty when not configured")
     def core_metrics_state():
-        return panel.core_metrics.state()
+        return needs.core_metrics.state()
 
     @table.get("/coreMetricsHistory/<metric>/<bucket>", "A core runtime metric's history")
     def core_metrics_history(metric, bucket):
-        return panel.core_metrics.series(metric, bucket)
+        return needs.core_metrics.series(metric, bucket)
 
     @table.get("/coreObservatory", "The core observatory's latest probe of each outbound")
     def core_observatory():
-        return panel.core_metrics.observatory()
+        return needs.core_metrics.observatory()
 
     @table.get("/coreObservatoryHistory/<tag>/<bucket>", "An outbound's observed delay history")
     def core_observatory_history(tag, bucket):
-        return panel.core_metrics.observatory_series(tag, bucket)
+        return needs.core_metrics.observatory_series(tag, bucket)
 
     @table.get("/getNewUUID", "A random UUID v4")
     def new_uuid():
@@ -51,14 +68,15 @@ def server_routes(panel) -> RouteTable:
     @table.get("/getWebCertFiles", "The panel's certificate and key file paths")
     def web_cert_files():
         return {
-            "webCertFile": panel.settings.get("webCertFile"),
-            "webKeyFile": panel.settings.get("webKeyFile"),
+            "webCertFile": needs.settings.get("webCertFile"),
+            "webKeyFile": needs.settings.get("webKeyFile"),
         }
 
     @table.post(
         "/logs/<count>",
         "The panel's own log, newest last",
         body={"level": "string", "syslog": "boolean"},
+        reads=True,
     )
     def logs(count):
         data = body(8192)

@@ -9,12 +9,14 @@ Origin and are unaffected.
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bottle import request, response
 
 from appliance.errors import Forbidden, ServiceError, Unauthorized
-from appliance.web.api import current_session
+from appliance.web.api import current_session, note_sign_in_attempt
 from appliance.web.http import (
     Reply,
     UnsupportedMediaType,
@@ -23,16 +25,31 @@ from appliance.web.http import (
     is_panel_origin,
     is_tls,
     raw_header,
-    split_host,
 )
 from appliance.web.routes import RouteTable
+
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth
+    from appliance.web.hub import Hub
 
 log = logging.getLogger(__name__)
 
 
-def session_routes(panel) -> RouteTable:
+@dataclass(frozen=True)
+class SessionRouteNeeds:
+    auth: Auth
+    hub: Hub  # the WebSocket's subscriptions
+    base_path: str  # the session cookie's path
+    # Names the panel's pages may be served under: its domain and allowed hosts.
+    origin_names: Callable[[], frozenset[str]]
+    trusted_proxies: Callable[[], list]  # whose X-Forwarded-* headers count
+    # Gives back the database connection of a greenlet that lives on without it.
+    release_store: Callable[[], None]
+
+
+def session_routes(needs: SessionRouteNeeds) -> RouteTable:
     table = RouteTable(tag="session")
-    auth = panel.auth
+    auth = needs.auth
 
     @table.post(
         "/login",
@@ -43,11 +60,13 @@ def session_routes(panel) -> RouteTable:
         body={"username": "string", "password": "string", "twoFactorCode": "string"},
     )
     def login():
-        _check_sign_in_request(panel.allowed_hosts())
+        _check_sign_in_request(needs.trusted_proxies(), needs.origin_names())
         data = body(8192)
         if not isinstance(data, dict):
             raise ServiceError("send username and password as a JSON object")
-        address = client_address(panel.trusted_proxies())
+        if isinstance(data.get("username"), str):
+            note_sign_in_attempt(data["username"])
+        address = client_address(needs.trusted_proxies())
         cookie = auth.login(
             data.get("username"), data.get("password"), data.get("twoFactorCode"), address
         )
@@ -55,18 +74,18 @@ def session_routes(panel) -> RouteTable:
         response.set_cookie(
             auth.cookie_name,
             cookie,
-            path=panel.base_path,
+            path=needs.base_path,
             max_age=auth.session_lifetime(),
             httponly=True,
             samesite="lax",
-            secure=is_tls(panel.trusted_proxies()),
+            secure=is_tls(needs.trusted_proxies()),
         )
         return Reply("signed in")
 
     @table.post("/logout", "End this session", auth=False)
     def logout():
         auth.logout(request.get_cookie(auth.cookie_name))
-        response.delete_cookie(auth.cookie_name, path=panel.base_path)
+        response.delete_cookie(auth.cookie_name, path=needs.base_path)
         return Reply("signed out")
 
     @table.get(
@@ -79,7 +98,11 @@ def session_routes(panel) -> RouteTable:
         return session.csrf_token
 
     @table.post(
-        "/getTwoFactorEnable", "Whether sign-in asks for a two-factor code", auth=False, csrf=False
+        "/getTwoFactorEnable",
+        "Whether sign-in asks for a two-factor code",
+        auth=False,
+        csrf=False,
+        reads=True,
     )
     def two_factor_enabled():
         return auth.two_factor_enabled()
@@ -94,7 +117,7 @@ def session_routes(panel) -> RouteTable:
         socket = request.environ.get("wsgi.websocket")
         if request.environ.get("HTTP_UPGRADE", "").lower() == "websocket":
             refusal = websocket_refusal(
-                request.environ, panel.trusted_proxies(), panel.settings.get("webDomain")
+                request.environ, needs.trusted_proxies(), needs.origin_names()
             )
             if refusal:
                 raise Forbidden(refusal)
@@ -103,8 +126,8 @@ def session_routes(panel) -> RouteTable:
             raise Unauthorized("the WebSocket needs a signed-in session cookie")
         if socket is None:
             raise ServiceError("this route expects a WebSocket upgrade request")
-        subscriber = panel.hub.subscribe(socket, session.id)
-        panel.store.release()
+        subscriber = needs.hub.subscribe(socket, session.id)
+        needs.release_store()
         try:
             while socket.receive() is not None:
                 pass
@@ -117,7 +140,7 @@ def session_routes(panel) -> RouteTable:
     return table
 
 
-def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
+def websocket_refusal(environ: dict, trusted: list, names: frozenset[str]) -> str | None:
     """Why this WebSocket upgrade may not go ahead, or None when it may.
 
     The socket is opened with the session cookie, which the browser also sends when a page
@@ -131,7 +154,7 @@ def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
             "the WebSocket upgrade has no Origin header; browsers send one, and other "
             "clients must send the panel's own address as Origin"
         )
-    if not is_panel_origin(origin, environ, trusted, domain):
+    if not is_panel_origin(origin, environ, trusted, names):
         return (
             "the WebSocket may be opened only from the panel's own pages; the Origin header "
             "names another site (the panel's address or its webDomain setting is expected)"
@@ -139,10 +162,7 @@ def websocket_refusal(environ: dict, trusted: list, domain: str) -> str | None:
     return None
 
 
-DEFAULT_PORTS = {"http": "80", "https": "443"}
-
-
-def _check_sign_in_request(names: frozenset[str] | None) -> None:
+def _check_sign_in_request(trusted: list, names: frozenset[str]) -> None:
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise UnsupportedMediaType(
@@ -150,26 +170,8 @@ def _check_sign_in_request(names: frozenset[str] | None) -> None:
             f"(got {content_type or 'no Content-Type'})"
         )
     origin = raw_header("Origin")
-    if origin and not _own_origin(origin, names):
+    if origin and not is_panel_origin(origin, request.environ, trusted, names):
         raise Forbidden(
             "sign-in from a page of another site is refused: the Origin header names "
             "neither this request's Host nor the panel's domain"
         )
-
-
-def _own_origin(origin: str, names: frozenset[str] | None) -> bool:
-    """The Origin is the panel's own: the host and port the request was sent to (the port
-    defaults by the Origin's scheme, so a TLS proxy in front changes nothing), or a name
-    the settings give the panel (a proxy may rewrite Host)."""
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return False
-    own = split_host(raw_header("Host"))
-    theirs = split_host(parts.netloc)
-    if parts.scheme not in DEFAULT_PORTS or own is None or theirs is None:
-        return False
-    default = DEFAULT_PORTS[parts.scheme]
-    if (theirs[0], theirs[1] or default) == (own[0], own[1] or default):
-        return True
-    return names is not None and theirs[0] in names

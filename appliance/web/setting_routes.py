@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from bottle import request, response
 
@@ -14,15 +17,42 @@ from appliance.web.routes import RouteTable
 
 BOOL_BODY = {"enabled": "boolean"}
 
+if TYPE_CHECKING:
+    from appliance.services.accounts.auth import Auth, SessionInfo
+    from appliance.services.accounts.tokens import Tokens
+    from appliance.services.admin.settings import Settings
+    from appliance.services.admin.tgbot import ChatBot
 
-def setting_routes(panel) -> RouteTable:
+
+class SettingsUpdate(Protocol):
+    """Validates every key, then saves; returns the keys that changed. Two-factor keys
+    change the admin account of `session`."""
+
+    def __call__(self, body: dict, session: SessionInfo | None) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class SettingRouteNeeds:
+    settings: Settings
+    two_factor_view: Callable[[], dict]  # the two-factor keys as the settings show them
+    update_settings: SettingsUpdate
+    auth: Auth
+    restart_later: Callable[[float], None]  # restarts the panel after that many seconds
+    chat_bot: ChatBot
+    default_core_template: Callable[[], dict]
+    tokens: Tokens
+
+
+def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/setting", "settings")
 
-    @table.post("/all", "Every panel setting; secrets redacted")
+    @table.post("/all", "Every panel setting; secrets redacted", reads=True)
     def all_settings():
-        return {**panel.settings.all(), **panel.two_factor_view()}
+        return {**needs.settings.all(), **needs.two_factor_view()}
 
-    @table.post("/defaultSettings", "Default settings, with domains taken from this request")
+    @table.post(
+        "/defaultSettings", "Default settings, with domains taken from this request", reads=True
+    )
     def default_settings():
         host = request.urlparts.hostname or ""
         return {**DEFAULTS, "webDomain": host, "subDomain": host}
@@ -34,7 +64,7 @@ def setting_routes(panel) -> RouteTable:
         body={"<setting>": "value"},
     )
     def update():
-        changed = panel.update_settings(json_object(1 << 20), current_session())
+        changed = needs.update_settings(json_object(1 << 20), current_session())
         if not changed:
             return Reply("nothing changed")
         return Reply("settings saved", changed)
@@ -52,12 +82,12 @@ def setting_routes(panel) -> RouteTable:
         },
     )
     def update_user():
-        panel.auth.update_user(current_session(), json_object(8192))
+        needs.auth.update_user(current_session(), json_object(8192))
         return Reply("username and password changed; other sessions were signed out")
 
     @table.post("/restartPanel", "Restart the panel process after a 3 s grace")
     def restart_panel():
-        panel.restart_later(3)
+        needs.restart_later(3)
         return Reply("the panel restarts in 3 seconds")
 
     @table.post(
@@ -68,46 +98,48 @@ def setting_routes(panel) -> RouteTable:
     def test_smtp():
         # The envelope plus `stage`, which names where a failure happened.
         response.content_type = "application/json; charset=utf-8"
-        return json.dumps({"obj": None, **check_smtp(panel.settings)}, ensure_ascii=False)
+        return json.dumps({"obj": None, **check_smtp(needs.settings)}, ensure_ascii=False)
 
     @table.post("/testTgBot", "Check the chat-bot token (getMe) and every admin chat (getChat)")
     def test_chat_bot():
-        return Reply(panel.chat_bot.test())
+        return Reply(needs.chat_bot.test())
 
     @table.get("/getDefaultJsonConfig", "The built-in core config template")
     def default_json_config():
-        return panel.core.default_template()
+        return needs.default_core_template()
 
     tokens = RouteTable("/panel/api/setting/apiTokens", "api tokens")
 
-    @tokens.get("", "API tokens (never their values)")
+    @tokens.get("", "API tokens with their scope and expiry (never their values)")
     def list_tokens():
-        return panel.tokens.list()
+        return needs.tokens.list()
 
     @tokens.post(
         "/create",
-        "Create a token; its value is shown only in this response",
+        "Create a token (scope admin, read or node; expiresAt in Unix ms, 0 for never); "
+        "its value is shown only in this response",
         resource="apiTokens",
-        body={"name": "string"},
+        body={"name": "string", "scope": "string", "expiresAt": "integer"},
     )
     def create_token():
+        data = json_object(8192)
         return Reply(
             "API token created; copy it now, it is not shown again",
-            panel.tokens.create(json_object(8192).get("name")),
+            needs.tokens.create(data.get("name"), data.get("scope"), data.get("expiresAt")),
         )
 
     @tokens.post(
         "/delete/<id>", "Delete a token; callers using it are refused at once", resource="apiTokens"
     )
     def delete_token(id):
-        panel.tokens.delete(id)
+        needs.tokens.delete(id)
         return Reply("API token deleted")
 
     @tokens.post(
         "/setEnabled/<id>", "Enable or disable a token", resource="apiTokens", body=BOOL_BODY
     )
     def set_token_enabled(id):
-        panel.tokens.set_enabled(id, json_object(8192).get("enabled"))
+        needs.tokens.set_enabled(id, json_object(8192).get("enabled"))
         return Reply("API token updated")
 
     table.routes.extend(tokens.routes)

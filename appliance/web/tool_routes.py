@@ -3,6 +3,9 @@ hashes, the panel's own updates, and the client address table."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from appliance.errors import ServiceError
 from appliance.services.tools import keygen
 from appliance.services.tools.cert_hash import cert_hashes, remote_cert_hashes
@@ -11,8 +14,22 @@ from appliance.web.routes import RouteTable
 
 CLIENT_IPS_BODY_LIMIT = 16 << 20  # a backup of a large panel's address table
 
+if TYPE_CHECKING:
+    from appliance.runtime.file_paths import FilePlaces
+    from appliance.services.admin.settings import Settings
+    from appliance.services.admin.update import PanelUpdate
+    from appliance.services.clients.ips import ClientIps
 
-def tool_routes(panel) -> RouteTable:
+
+@dataclass(frozen=True)
+class ToolRouteNeeds:
+    places: FilePlaces  # where certificate files may be read
+    settings: Settings  # whether a remote certificate may be fetched from a private address
+    panel_update: PanelUpdate
+    client_ips: ClientIps
+
+
+def tool_routes(needs: ToolRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/server", "server")
 
     @table.get("/getNewmldsa65", "A new ML-DSA-65 key (seed and public key) for REALITY")
@@ -31,6 +48,7 @@ def tool_routes(panel) -> RouteTable:
         "/getNewEchCert",
         "A new ECH key set and ECHConfigList for the SNI given",
         form=True,
+        reads=True,
         body={"sni": "string"},
     )
     def new_ech_cert():
@@ -40,11 +58,12 @@ def tool_routes(panel) -> RouteTable:
         "/getCertHash",
         "Hex SHA-256 of each certificate in a file (certificate directories only) or text",
         form=True,
+        reads=True,
         body={"certFile": "string", "certContent": "string"},
     )
     def cert_hash():
         data = json_object(1 << 20)
-        return cert_hashes(data.get("certFile"), data.get("certContent"), panel.places)
+        return cert_hashes(data.get("certFile"), data.get("certContent"), needs.places)
 
     @table.post(
         "/getRemoteCertHash",
@@ -53,22 +72,22 @@ def tool_routes(panel) -> RouteTable:
         body={"server": "string"},
     )
     def remote_cert_hash():
-        return remote_cert_hashes(json_object(8192).get("server"), panel.settings)
+        return remote_cert_hashes(json_object(8192).get("server"), needs.settings)
 
     @table.get("/getPanelUpdateInfo", "The newest panel release and whether it is newer")
     def panel_update_info():
-        return panel.panel_update.info()
+        return needs.panel_update.info()
 
     @table.post(
         "/updatePanel",
         "Install the newest panel release (binary installs only) and restart",
     )
     def update_panel():
-        return Reply(panel.panel_update.update())
+        return Reply(needs.panel_update.update())
 
     @table.get("/clientIps", "Every client's recorded addresses")
     def client_ips():
-        return panel.client_ips.table()
+        return needs.client_ips.table()
 
     @table.post(
         "/clientIps",
@@ -81,7 +100,7 @@ def tool_routes(panel) -> RouteTable:
         data = json_object(CLIENT_IPS_BODY_LIMIT)
         if "ips" not in data:
             raise ServiceError("send {ips: [{email, ips: [{ip, timestamp}]}]}")
-        result = panel.client_ips.merge(data["ips"])
+        result = needs.client_ips.merge(data["ips"])
         return Reply(
             f"{result['addresses']} address(es) of {result['clients']} client(s) merged", result
         )

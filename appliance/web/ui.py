@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from dataclasses import dataclass
 
 from bottle import HTTPResponse, request, static_file
 
@@ -97,7 +98,12 @@ def _host() -> str:
     return request.environ.get("HTTP_HOST", "")
 
 
-def ui_routes(panel) -> RouteTable:
+@dataclass(frozen=True)
+class UiRouteNeeds:
+    base_path: str  # written into the page's <base href>
+
+
+def ui_routes(needs: UiRouteNeeds) -> RouteTable:
     """GET routes for the page and its files; kept out of the API's OpenAPI document."""
     table = RouteTable(tag="ui")
     root = assets_dir()
@@ -106,7 +112,7 @@ def ui_routes(panel) -> RouteTable:
     def page() -> HTTPResponse:
         with open(os.path.join(root, "index.html"), encoding="utf-8") as fh:
             text = fh.read()
-        text = text.replace("{{BASE_PATH}}", html.escape(panel.base_path, quote=True))
+        text = text.replace("{{BASE_PATH}}", html.escape(needs.base_path, quote=True))
         text = text.replace("{{MODULE_PRELOADS}}", preloads)
         # Whether the cookie is a live session: the page then skips asking the API, which
         # would answer a signed-out browser with a 401 in its console on every visit.

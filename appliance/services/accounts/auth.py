@@ -47,6 +47,8 @@ class SessionInfo:
     admin_id: int
     username: str
     csrf_token: str
+    # Signed in with credentials scanners try first: nothing but changing them is allowed.
+    must_change_credentials: bool = False
 
 
 class LoginThrottle:
@@ -206,12 +208,22 @@ class Auth:
             # tells whether the password alone was right.
             if ok and (not admin.totp_enabled or self._consume_code(admin, code)):
                 self.throttle.succeeded(address, username)
+                self._upgrade_stored_password(admin, password)
                 return self._new_session(admin, address)
             two_factor = select(a for a in self.store.Admin if a.totp_enabled).exists()
         self._record_failure(address, username)
         if two_factor:
             raise ServiceError("wrong username, password or two-factor code")
         raise ServiceError("wrong username or password")
+
+    def _upgrade_stored_password(self, admin, password: str) -> None:
+        """A password kept as plain text or bcrypt is stored as scrypt from now on, unless
+        it must be changed anyway: then it stays recognisable as such."""
+        stored = admin.password_hash
+        if passwords.needs_rehash(stored) and not passwords.must_change_credentials(
+            admin.username, stored
+        ):
+            admin.password_hash = passwords.hash_password(password)
 
     def _record_failure(self, address: str, username: str) -> None:
         if not self.throttle.failed(address, username):
@@ -262,7 +274,14 @@ class Auth:
             row = self.store.Session.get(token_hash=passwords.digest(session_id))
             if row is None or row.expires_at < self.clock():
                 return None
-            return SessionInfo(row.id, row.admin.id, row.admin.username, row.csrf_token)
+            admin = row.admin
+            return SessionInfo(
+                row.id,
+                admin.id,
+                admin.username,
+                row.csrf_token,
+                passwords.must_change_credentials(admin.username, admin.password_hash),
+            )
 
     def live_sessions(self, ids: Iterable[int]) -> set[int]:
         """Those of these session ids whose sessions still exist and have not expired."""

@@ -11,7 +11,6 @@ limit only bounds how late a client whose expiry passes unattended moves to "dep
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pony.orm import db_session
 
 from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
+from appliance.domain.parse import parse_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
 from appliance.services.clients.groups import labels_of
@@ -70,7 +70,6 @@ ON_PROTOCOL = (
 # A substring search cannot seek an index, but it can scan the narrow search index
 # (migration 8) instead of every client row, then fetch only the matches by id.
 SEARCH = "c.id IN (SELECT id FROM client WHERE search_key LIKE ? ESCAPE '!')"
-ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
 
@@ -135,8 +134,8 @@ class ClientQuery:
 
     @db_session
     def paged(self, query: dict) -> dict:
-        page = _int_param(query.get("page"), "page", 1, 10**9, 1)
-        size = _int_param(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
+        page = parse_int(query.get("page"), "page", 1, 10**9, 1)
+        size = parse_int(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
         where, params = self._conditions(query)
         sort = query.get("sort") or "email"
         if sort not in SORTS:
@@ -576,15 +575,3 @@ def _flag(value: Any) -> bool:
 def _contains(text: str) -> str:
     """A LIKE pattern (with ESCAPE '!') matching `text` literally anywhere."""
     return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
-
-
-def _int_param(value: Any, name: str, lo: int, hi: int, default: int) -> int:
-    if value in (None, ""):
-        return default
-    if isinstance(value, str) and ASCII_DIGITS.fullmatch(value.strip()):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ServiceError(f"{name} must be a whole number (got {value!r})")
-    if not lo <= value <= hi:
-        raise ServiceError(f"{name} must be from {lo} to {hi} (got {value})")
-    return value

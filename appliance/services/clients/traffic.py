@@ -24,12 +24,19 @@ from dataclasses import dataclass, field
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
+from appliance.domain.protocols import INT64_MAX
 from appliance.store.batches import chunks
 
 GENERATION = "#generation"
 SEPARATOR = ">>>"
 KINDS = frozenset({"user", "inbound", "outbound"})
 DIRECTIONS = {"uplink": 0, "downlink": 1}
+# Totals stop at the largest value their 64-bit columns hold: past it SQLite would store a
+# floating-point number and the networked servers would refuse the whole tick.
+ADD_UP_DOWN = (
+    "up = CASE WHEN up > ? THEN ? ELSE up + ? END, "
+    "down = CASE WHEN down > ? THEN ? ELSE down + ? END"
+)
 
 
 @dataclass
@@ -100,7 +107,10 @@ class TrafficAccounting:
                     "UPDATE client_traffic SET core_up = 0, core_down = 0 "
                     "WHERE core_up <> 0 OR core_down <> 0"
                 )
-            self._write(tick, moved_users, changed, last)
+            new_outbounds = self._write(tick, moved_users, changed, last)
+        # Only now that the transaction committed: a tick whose write failed leaves the
+        # kept values as they were, and the next tick adds the same bytes again.
+        self._outbounds.update(new_outbounds)
         if not same_core:
             last.update(dict.fromkeys(last, 0))
             users.clear()
@@ -130,25 +140,26 @@ class TrafficAccounting:
         moved_users: dict[str, list[int]],
         changed: dict[str, int],
         last: dict[str, int],
-    ) -> None:
+    ) -> list[str]:
+        """Writes the tick; returns the outbound tags it inserted rows for."""
         now = int(self.clock() * 1000)
         store = self.store
         if tick.clients:
             # One statement per client that moved: its counters and, with them, the
             # core's values they were measured against, in the same transaction.
             store.execute_many(
-                "UPDATE client_traffic SET up = up + ?, down = down + ?, core_up = ?, "
+                f"UPDATE client_traffic SET {ADD_UP_DOWN}, core_up = ?, "
                 "core_down = ?, last_online = ? WHERE email_key = ?",
                 [
-                    (up, down, *moved_users[key], now, key)
+                    (*_added(up, down), *moved_users[key], now, key)
                     for key, (up, down) in tick.clients.items()
                 ],
             )
             self._start_clocks(set(tick.clients), now)
         if tick.inbounds:
             store.execute_many(
-                "UPDATE inbound SET up = up + ?, down = down + ? WHERE tag = ?",
-                [(up, down, tag) for tag, (up, down) in tick.inbounds.items()],
+                f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ?",
+                [(*_added(up, down), tag) for tag, (up, down) in tick.inbounds.items()],
             )
         new_outbounds = [tag for tag in tick.outbounds if tag not in self._outbounds]
         store.execute_many(
@@ -156,8 +167,8 @@ class TrafficAccounting:
             [(tag,) for tag in new_outbounds],
         )
         store.execute_many(
-            "UPDATE outbound_traffic SET up = up + ?, down = down + ? WHERE tag = ?",
-            [(up, down, tag) for tag, (up, down) in tick.outbounds.items()],
+            f"UPDATE outbound_traffic SET {ADD_UP_DOWN} WHERE tag = ?",
+            [(*_added(up, down), tag) for tag, (up, down) in tick.outbounds.items()],
         )
         known: list[tuple[int, str]] = []
         fresh: list[tuple[str, int]] = []
@@ -168,7 +179,7 @@ class TrafficAccounting:
                 fresh.append((name, value))
         store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
         store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
-        self._outbounds.update(new_outbounds)
+        return new_outbounds
 
     def _start_clocks(self, moved: set[str], now: int) -> None:
         """Expiry "start on first use" (stored as minus the duration) begins with the
@@ -187,6 +198,11 @@ class TrafficAccounting:
 
 
 @functools.lru_cache(maxsize=1 << 19)
+def _added(up: int, down: int) -> tuple[int, ...]:
+    """The parameters of ADD_UP_DOWN that add `up` and `down`, stopping at the maximum."""
+    return (INT64_MAX - up, INT64_MAX, up, INT64_MAX - down, INT64_MAX, down)
+
+
 def _counter(name: str) -> tuple[str, str, int] | None:
     """(kind, owner, 0 for uplink or 1 for downlink) of a counter name such as
     `user>>>EMAIL>>>traffic>>>uplink`, with a user's email as its key; None for names

@@ -1,16 +1,18 @@
 // Settings: the panel settings form (only changed keys are sent, so redacted secrets are
 // never written back) with its subscription, chat-bot and mail sections and their test
-// buttons, the admin account, two-factor setup with a QR code, API tokens (whose value is
-// shown once, right after creation), backups and the key and certificate tools.
+// buttons, the admin account, two-factor setup with a QR code, API tokens with their scope
+// and expiry (whose value is shown once, right after creation), the audit log, backups and
+// the key and certificate tools.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { checkbox, field, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
+import { checkbox, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
+import { AuditCard } from "./settings-audit.js";
 
 const SECTIONS = {
-  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation"],
+  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgBotAPIServer"],
@@ -125,10 +127,24 @@ const TwoFactor = {
   },
 };
 
+// What each token scope may do is the route table's to say; these are its names.
+const TOKEN_SCOPES = [
+  ["admin", () => t("tokens.scopeAdmin")],
+  ["read", () => t("tokens.scopeRead")],
+  ["node", () => t("tokens.scopeNode")],
+];
+
+function scopeLabel(scope) {
+  const entry = TOKEN_SCOPES.find(([value]) => value === scope);
+  return entry ? entry[1]() : scope;
+}
+
 const ApiTokens = {
   setup() {
     const tokens = Vue.ref([]);
     const name = Vue.ref("");
+    const scope = Vue.ref("admin");
+    const expires = Vue.ref("");
     const created = Vue.ref(null);
     const load = async () => {
       tokens.value = await api.get("panel/api/setting/apiTokens");
@@ -138,8 +154,11 @@ const ApiTokens = {
     async function create(event) {
       event.preventDefault();
       try {
-        created.value = await api.post("panel/api/setting/apiTokens/create", { name: name.value });
+        // A date means the end of that day, here; none means the token never expires.
+        const expiresAt = expires.value ? new Date(`${expires.value}T23:59:59.999`).getTime() : 0;
+        created.value = await api.post("panel/api/setting/apiTokens/create", { name: name.value, scope: scope.value, expiresAt });
         name.value = "";
+        expires.value = "";
       } catch (error) {
         // the toast says why
       }
@@ -163,11 +182,17 @@ const ApiTokens = {
       <form class="toolbar" onSubmit=${create}>
         <input aria-label=${t("settings.tokenName")} placeholder=${t("settings.tokenName")} maxlength="64" required
           value=${name.value} onInput=${(e) => (name.value = e.target.value)} />
+        <select aria-label=${t("tokens.scope")} name="tokenScope" value=${scope.value} onChange=${(e) => (scope.value = e.target.value)}>
+          ${TOKEN_SCOPES.map(([value, label]) => html`<option value=${value} selected=${scope.value === value}>${label()}</option>`)}</select>
+        <input type="date" aria-label=${t("tokens.expires")} title=${t("tokens.expiresHint")} name="tokenExpires"
+          value=${expires.value} onInput=${(e) => (expires.value = e.target.value)} />
         <button class="primary" type="submit">${t("settings.createToken")}</button></form>
       ${tokens.value.length === 0 ? html`<p class="empty">${t("settings.noTokens")}</p>`
         : html`<ul class="plain">${tokens.value.map((token) => html`<li class="row" key=${token.id}>
             <strong>${token.name}</strong>
             <span class="muted small">${new Date(token.createdAt * 1000).toLocaleDateString()}</span>
+            <span class="badge" data-testid="token-scope">${scopeLabel(token.scope)}</span>
+            <span class="muted small">${token.expiresAt ? t("tokens.expiresOn", { date: formatDate(token.expiresAt) }) : t("tokens.noExpiry")}</span>
             <span class="spacer"></span>
             ${toggle(token.enabled, (value) => act(`panel/api/setting/apiTokens/setEnabled/${token.id}`, { enabled: value },
               t("settings.tokenUpdated")), t("settings.enableToken", { name: token.name }))}
@@ -252,6 +277,7 @@ export const SettingsPage = {
         </div>
         <button class="primary" type="submit">${t("settings.changeAccount")}</button></form>
       <${ApiTokens} />
+      <${AuditCard} />
       <${BackupsCard} />
       <${ToolsCard} />
     </section>`;

@@ -1,0 +1,207 @@
+"""Sign-in cases of the release checklist (docs/security-cases.md) that no other module
+proves: credentials scanners try force a change, passwords stored as plain text or bcrypt
+still sign in, every kind of bad token gets one answer, two-factor codes are good within
+30 seconds of drift and no further, and an emptied session secret is replaced.
+
+Tests that change the admin row put it back afterwards, so they share one panel; the
+ones that restart the panel or turn on two-factor get their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import uuid
+
+import bcrypt
+import pyotp
+import pytest
+import requests
+from helpers import db_rows, ok, setting_rows
+from test_auth_api import code_at, current_step, enable_two_factor, login, refused, signed_in
+
+STATUS = "/panel/api/server/status"
+INBOUNDS = "/panel/api/inbounds/list"
+UPDATE_USER = "/panel/api/setting/updateUser"
+TOKENS = "/panel/api/setting/apiTokens"
+STRONG = "Correct-Horse-Battery-7"
+MUST_CHANGE = "among the first ones scanners try; change them first"
+
+
+@pytest.fixture
+def stored_admin(panel):
+    """Lets a test store the admin's username and password hash as another tool would;
+    the panel's own credentials are put back afterwards."""
+    [(admin_id, username, password_hash)] = db_rows(
+        panel, "SELECT id, username, password_hash FROM admin"
+    )
+
+    def store(new_username: str, new_hash: str) -> None:
+        db_rows(
+            panel,
+            "UPDATE admin SET username = ?, password_hash = ? WHERE id = ?",
+            (new_username, new_hash, admin_id),
+        )
+
+    yield store
+    store(username, password_hash)
+
+
+def stored_hash(panel) -> str:
+    return db_rows(panel, "SELECT password_hash FROM admin")[0][0]
+
+
+def bcrypt_hash(password: str) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+
+
+# ---- case 3: credentials scanners try force a change -------------------------------------
+
+
+@pytest.mark.parametrize("form", ["plain text", "bcrypt"])
+def test_admin_admin_signs_in_but_must_change_the_credentials_first(panel, stored_admin, form):
+    stored_admin("admin", "admin" if form == "plain text" else bcrypt_hash("admin"))
+    client = signed_in(panel, "admin", "admin")
+    for path in (STATUS, INBOUNDS, "/panel/api/setting/all", TOKENS):
+        response = client.raw("POST" if path.endswith("all") else "GET", path)
+        assert response.status_code == 403, (path, response.text)
+        assert MUST_CHANGE in response.json()["msg"]
+    # Nothing else was let through: an inbound add is refused the same way.
+    response = client.raw("POST", "/panel/api/inbounds/add", json={"protocol": "vless"})
+    assert response.status_code == 403 and MUST_CHANGE in response.json()["msg"]
+    # The weak password is still refused as a new one; a strong one is taken.
+    weak = {"oldUsername": "admin", "oldPassword": "admin", "newUsername": "admin"}
+    reply = client.post(UPDATE_USER, json={**weak, "newPassword": "admin"})
+    assert reply["success"] is False and "at least 8 characters" in reply["msg"]
+    reply = client.post(UPDATE_USER, json={**weak, "newUsername": "owner", "newPassword": STRONG})
+    assert reply["success"] is True, reply
+    assert stored_hash(panel).startswith("scrypt$")
+    assert ok(client.get(STATUS))
+    assert login(panel, "admin", "admin").json()["success"] is False
+
+
+# ---- case 17: passwords stored as plain text or bcrypt ---------------------------------
+
+
+@pytest.mark.parametrize("form", ["plain text", "bcrypt $2b$", "bcrypt $2y$"])
+def test_a_password_stored_by_another_tool_still_signs_in_and_becomes_scrypt(
+    panel, stored_admin, form
+):
+    stored = {
+        "plain text": STRONG,
+        "bcrypt $2b$": bcrypt_hash(STRONG),
+        "bcrypt $2y$": "$2y$" + bcrypt_hash(STRONG)[4:],
+    }[form]
+    username = f"legacy-{uuid.uuid4().hex[:8]}"  # the failed try counts for this name only
+    stored_admin(username, stored)
+    assert login(panel, username, STRONG + "x").json()["success"] is False
+    client = signed_in(panel, username, STRONG)
+    assert ok(client.get(STATUS))
+    upgraded = stored_hash(panel)
+    assert upgraded.startswith("scrypt$") and STRONG not in upgraded
+    assert login(panel, username, STRONG).json()["success"] is True
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo",
+        "$2b$04$truncated",
+        "scrypt$broken",
+    ],
+)
+def test_a_hash_the_panel_cannot_read_never_signs_in_with_its_own_text(panel, stored_admin, stored):
+    username = f"unreadable-{uuid.uuid4().hex[:8]}"
+    stored_admin(username, stored)
+    reply = login(panel, username, stored).json()
+    assert reply == {"success": False, "msg": "wrong username or password", "obj": None}
+    assert stored_hash(panel) == stored
+
+
+# ---- case 4: every bad token gets the same answer --------------------------------------
+
+
+def test_wrong_prefix_disabled_and_deleted_tokens_get_the_same_answer(panel, api):
+    kept = ok(api.post(f"{TOKENS}/create", json={"name": "security kept"}))
+    disabled = ok(api.post(f"{TOKENS}/create", json={"name": "security disabled"}))
+    deleted = ok(api.post(f"{TOKENS}/create", json={"name": "security deleted"}))
+    ok(api.post(f"{TOKENS}/setEnabled/{disabled['id']}", json={"enabled": False}))
+    ok(api.post(f"{TOKENS}/delete/{deleted['id']}"))
+    good = kept["token"]
+    bad = {
+        "wrong": "apl_" + "0" * (len(good) - 4),
+        "prefix": good[: len(good) // 2],
+        "one character short": good[:-1],
+        "one character more": good + "0",
+        "disabled": disabled["token"],
+        "deleted": deleted["token"],
+    }
+    answers = {}
+    for kind, token in bad.items():
+        response = requests.get(
+            panel.url + STATUS, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        answers[kind] = (response.status_code, response.content)
+    assert len(set(answers.values())) == 1, answers
+    status, body = answers["wrong"]
+    assert status == 401 and b'"success": false' in body
+    response = requests.get(
+        panel.url + STATUS, headers={"Authorization": f"Bearer {good}"}, timeout=10
+    )
+    assert response.status_code == 200
+
+
+# ---- case 6: two-factor drift ------------------------------------------------------------
+
+
+def test_two_factor_codes_30_seconds_off_pass_and_90_seconds_off_fail(fresh_panel):
+    admin = signed_in(fresh_panel)
+    secret = pyotp.random_base32()
+    step = current_step(margin=12)
+    assert enable_two_factor(admin, secret, code_at(secret, step))["success"] is True
+    user, password = fresh_panel.username, fresh_panel.password
+    near = {code_at(secret, s) for s in (step - 1, step, step + 1)}
+
+    def forget_used_codes() -> None:
+        db_rows(fresh_panel, "UPDATE admin SET totp_last_step = 0")
+
+    forget_used_codes()
+    for far in (step - 3, step + 3):
+        code = code_at(secret, far)
+        if code not in near:  # one in a million: the far code equals a near one
+            refused(login(fresh_panel, user, password, code), 200, "two-factor code")
+    for skew in (step + 1, step - 1):
+        forget_used_codes()
+        signed = login(fresh_panel, user, password, code_at(secret, skew))
+        assert signed.json()["success"] is True, skew
+        # Replayed, the same code is refused.
+        refused(login(fresh_panel, user, password, code_at(secret, skew)), 200, "two-factor")
+
+
+# ---- case 8: an empty session secret is replaced by a random one -----------------------
+
+
+def forged_cookie(cookie: str, key: bytes) -> str:
+    session_id = cookie.split(".")[0]
+    mac = hmac.new(key, session_id.encode(), hashlib.sha256).digest()
+    return f"{session_id}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+def test_an_empty_session_secret_row_is_replaced_by_a_random_key(fresh_panel):
+    client = signed_in(fresh_panel)
+    cookie = client.http.cookies["appliance_session"]
+    before = setting_rows(fresh_panel)["sessionSecret"]
+    fresh_panel.stop()
+    db_rows(fresh_panel, "UPDATE setting SET value = '' WHERE key = 'sessionSecret'")
+    fresh_panel.start()
+    secret = setting_rows(fresh_panel)["sessionSecret"]
+    assert len(secret) >= 32 and secret != before
+    # Neither the cookie signed with the old key nor one signed with an empty key opens
+    # the panel: every cookie is signed with the new random key.
+    for value in (cookie, forged_cookie(cookie, b"")):
+        response = requests.get(
+            fresh_panel.url + STATUS, cookies={"appliance_session": value}, timeout=10
+        )
+        assert response.status_code == 401, response.text
+    assert ok(signed_in(fresh_panel).get(STATUS))
