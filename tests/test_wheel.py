@@ -87,10 +87,11 @@ def venv(wheel, tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("venv")
     run([sys.executable, "-m", "venv", "--without-pip", str(home)])
     python = str(home / "bin" / "python")
-    # The wheel goes in first, into a venv that sees nothing else: pip then has no other
-    # installation of the package to weigh it against.
+    # The wheel goes in first, into a venv that sees nothing else (not even the checkout
+    # through PYTHONPATH): pip then has no other installation of the package to weigh it
+    # against, and would skip a wheel of the same version as one it found.
     install = ["install", "--no-deps", "--no-index", "--quiet", str(wheel)]
-    run([*PIP, "--python", python, *install])
+    run([*PIP, "--python", python, *install], env=outside_env())
     site = run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
     lent = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     (Path(site.strip()) / "dependencies.pth").write_text("\n".join(sorted(lent)) + "\n")
