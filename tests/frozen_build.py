@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DIST_BINARY = ROOT / "dist" / "appliance"
 TEST_DIST = ROOT / "build" / "test-dist"
 BUILD_SCRIPT = ROOT / "scripts" / "build-binary"
-# Everything the binary is made of: the package, the UI, and how they are put together.
-SOURCE_DIRS = ("appliance", "assets")
+# Everything the binary is made of: the package (its UI included) and how it is put together.
+SOURCE_DIRS = ("appliance",)
 SOURCE_FILES = ("build.spec", "pyproject.toml", "scripts/build-binary")
 BUILD_TIMEOUT = 900
 OUTPUT_TAIL = 4000

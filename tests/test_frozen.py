@@ -204,7 +204,7 @@ def test_subscription_served_from_the_sub_port(first_panel, subscriber):
 
 
 def test_browser_ui_is_served_from_inside_the_binary(first_panel):
-    """build.spec bundles assets/: every file the page links must be the checkout's."""
+    """build.spec bundles appliance/assets/: every file the page links must be the checkout's."""
     page = requests.get(first_panel.url + "/", timeout=10)
     if page.status_code == 404:
         pytest.skip("the panel serves no UI page yet")
@@ -214,7 +214,7 @@ def test_browser_ui_is_served_from_inside_the_binary(first_panel):
     for path in linked:
         served = requests.get(f"{first_panel.url}/assets/{path}", timeout=10)
         assert served.status_code == 200, path
-        assert served.content == (ROOT / "assets" / path).read_bytes(), path
+        assert served.content == (ROOT / "appliance" / "assets" / path).read_bytes(), path
 
 
 @pytest.mark.skipif(V2RAY is None, reason="no core here: apt-get install v2ray")

@@ -186,7 +186,7 @@ def test_static_files_are_cached_by_kind(panel):
     assert own.headers["Cache-Control"] == "no-cache"
     again = api.raw("GET", "/assets/js/main.js", headers={"If-None-Match": own.headers["ETag"]})
     assert again.status_code == 304
-    missing = api.raw("GET", "/assets/js/../../pyproject.toml")
+    missing = api.raw("GET", "/assets/js/../../app.py")
     assert missing.status_code in (403, 404)
     assert "appliance" not in missing.text
 

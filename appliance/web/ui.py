@@ -1,8 +1,9 @@
-"""The browser UI: the single page and its static files, served from `assets/`.
+"""The browser UI: the single page and its static files, served from `appliance/assets/`.
 
 The UI has no build step (plain ES modules and vendored libraries with their versions in
-their file names), so serving it is serving files. `assets/` sits at the repository root
-in a source checkout and at the unpack folder (`sys._MEIPASS`) in a PyInstaller bundle.
+their file names), so serving it is serving files. They are package data, found beside
+the package's modules wherever it lives: a checkout, an installed wheel, or the unpack
+folder of the PyInstaller bundle (build.spec puts them at the same place in it).
 
 The page is `index.html` with the panel's base path written into its `<base href>`, so
 every relative URL the scripts build (API calls, the WebSocket, assets) stays under the
@@ -22,7 +23,6 @@ from __future__ import annotations
 import html
 import os
 import re
-import sys
 from dataclasses import dataclass
 
 from bottle import HTTPResponse, request, static_file
@@ -46,11 +46,8 @@ REVALIDATE = "no-cache"
 
 
 def assets_dir() -> str:
-    """Where `assets/` is: beside the package in a checkout, in the bundle when frozen."""
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle:
-        return os.path.join(bundle, "assets")
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "assets")
+    """Where the UI's files are: the package's `assets` folder."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 
 
 def module_preloads(root: str) -> str:
