@@ -13,7 +13,7 @@ export function subscriptionUrl(url) {
   return html`<div class="sub-url" data-testid="sub-url">
     <span class="field-label">${t("clients.subUrl")}</span>
     <${QrCode} text=${url} />
-    <div class="copy-row"><code class="link-text">${url}</code>${copyButton(url, t("clients.subUrl"))}</div></div>`;
+    <div class="copy-row"><code>${url}</code>${copyButton(url, t("clients.subUrl"))}</div></div>`;
 }
 
 async function clientRecord(email) {
