@@ -24,7 +24,7 @@ import gevent
 from gevent.event import Event
 
 from appliance import __version__
-from appliance.config import Options
+from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
@@ -44,6 +44,7 @@ from appliance.services.clients.ips import ClientIps
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
+from appliance.services.clients.sub_address import SubscriptionAddress
 from appliance.services.clients.subscriptions import Subscriptions
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.control.metrics import CoreMetrics
@@ -111,6 +112,7 @@ class Panel:
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
+        self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
         core_dir = self.places.core_dir
         # Built before the core starts: it begins reading at the access log's end.
@@ -202,6 +204,7 @@ class Panel:
                     presence=self.presence,
                     subscriptions=self.subscriptions,
                     settings=self.settings,
+                    sub_address=self.sub_address,
                     panel_guid=self.guid,
                 )
             ),
@@ -237,6 +240,7 @@ class Panel:
                     chat_bot=self.chat_bot,
                     default_core_template=self.core.default_template,
                     tokens=self.tokens,
+                    overrides=self.overrides,
                 )
             ),
             backup_routes(BackupRouteNeeds(backups=self.backups, chat_bot=self.chat_bot)),
@@ -427,6 +431,24 @@ class Panel:
         if self.options.sub_port is not None:
             return self.options.sub_port
         return self.settings.get("subPort")
+
+    def sub_port(self) -> int:
+        """The subscription server's port: the bound one once it listens."""
+        return self.bound["sub"][1] if "sub" in self.bound else self._sub_port_wanted()
+
+    def overrides(self) -> dict[str, dict]:
+        """Settings a flag or environment variable of this run overrides: the flag, the
+        variable and the value in effect (the port bound, for a port given as 0)."""
+        bound = {"webPort": self.bound.get("web"), "subPort": self.bound.get("sub")}
+        found = {}
+        for option, flag, setting in SETTING_OVERRIDES:
+            value = getattr(self.options, option)
+            if value is None:
+                continue
+            if bound.get(setting):
+                value = bound[setting][1]
+            found[setting] = {"flag": flag, "env": ENV[option], "value": value}
+        return found
 
     def reserved_ports(self) -> list[tuple[str, int, str]]:
         """Ports inbounds must not take: the panel's and the subscription server's."""

@@ -22,6 +22,12 @@ ENV = {
     "cert_dirs": "APPLIANCE_CERT_DIRS",
 }
 DB_FILE = "appliance.db"
+# (option, its flag, the setting it overrides for the run): the Settings page says so.
+SETTING_OVERRIDES = (
+    ("listen", "--listen", "webListen"),
+    ("port", "--port", "webPort"),
+    ("sub_port", "--sub-port", "subPort"),
+)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,14 @@ from urllib.parse import quote
 
 import pytest
 import requests
+import segno
 import yaml
 from conftest import start_panel
 from cryptography import x509
 from helpers import TLS, certs_dir, create_inbound, ok, write_self_signed
 
 from appliance.links import LinkContext, client_links
+from appliance.sub.page import COPY_SCRIPT, SCRIPT_HASH
 
 CLIENTS = "/panel/api/clients"
 SETTINGS = "/panel/api/setting/update"
@@ -416,14 +418,21 @@ def test_info_page_by_accept_or_query(api, panel):
         page = response.text
         link = expected_links(api, client, [inbound["id"]])[0]
         assert html.escape(link) in page
-        assert page.count("<svg") == 1
+        # One code for the link and one for the subscription URL itself.
+        assert page.count("<svg") == 2
+        assert segno.make(panel.sub_url + url, error="m").svg_inline(scale=3) in page
         assert "2.00 GiB" in page
         sub_url = quote(panel.sub_url + url, safe="")
         assert f"v2rayng://install-config?url={sub_url}" in page
         assert f"sing-box://import-remote-profile?url={sub_url}" in page
         assert f"hiddify://import/{panel.sub_url}{url}" in page
         assert "clash://install-config?url=" + quote(panel.sub_url + "/yaml/", safe="") in page
-        assert "script-src" not in response.headers["Content-Security-Policy"]
+        # The one script, the copy buttons', runs by its hash; nothing inline else would.
+        directives = [d.strip() for d in response.headers["Content-Security-Policy"].split(";")]
+        assert f"script-src '{SCRIPT_HASH}'" in directives
+        assert f"<script>{COPY_SCRIPT}</script>" in page
+        assert f'data-copy="{html.escape(panel.sub_url + url)}"' in page
+        assert f'data-copy="{html.escape(link)}"' in page
         assert "default-src 'none'" in response.headers["Content-Security-Policy"]
         assert not re.search(r"(src|href)=\"https?://", page), "nothing is loaded from elsewhere"
 
@@ -444,7 +453,7 @@ def test_info_page_escapes_what_it_shows(api, panel, restore):
     client = add_client(api, [inbound["id"]], email="<script>alert(1)<b>@x")
     settings(api, subTitle='"><script>alert(2)</script>')
     page = fetch(panel, f"/sub/{client['subId']}?html=1").text
-    assert "<script>" not in page
+    assert page.count("<script>") == 1 and f"<script>{COPY_SCRIPT}</script>" in page
     assert "<img" not in page
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
 

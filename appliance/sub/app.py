@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, quote
 
 from appliance.runtime.wsgi import request_host
 from appliance.services.clients.subscriptions import Lookup, Subscriptions
-from appliance.sub.page import info_page
+from appliance.sub.page import SCRIPT_HASH, info_page
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,13 @@ CONTENT_TYPES = {
     "html": "text/html; charset=utf-8",
 }
 PAGE_SECURITY = [
-    # The page runs no script and loads nothing: styles inline, QR codes inline SVG. No
-    # other site may frame it (its links are credentials a framing page could dress up).
+    # The page loads nothing: styles inline, QR codes inline SVG, and the one script it
+    # runs is its copy buttons', allowed by hash. No other site may frame it (its links
+    # are credentials a framing page could dress up).
     (
         "Content-Security-Policy",
-        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+        f"default-src 'none'; style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'; "
+        "frame-ancestors 'none'",
     ),
     ("X-Frame-Options", "DENY"),
     # A subscription URL is a credential: it must not leave in a Referer.

@@ -1,17 +1,25 @@
 """The subscription's info page: what a person sees opening the subscription URL in a browser.
 
-It shows the usage and expiry, every link with a QR code to scan from a phone, and
-buttons that hand the subscription to the common client apps by their import deep links.
-The page is one self-contained document: styles inline, QR codes drawn here as inline
-SVG (by `segno`), no script, nothing loaded from elsewhere, so it works offline and
-leaks the subscription URL to no third party. Every value from the database or the
-request is HTML-escaped; the server also sends a Content-Security-Policy that forbids
-scripts, should anything slip through.
+It shows the usage and expiry, the subscription URL and every link with a QR code to
+scan from a phone and a copy button, and buttons that hand the subscription to the common
+client apps by their import deep links. The page is one self-contained document: styles
+inline, QR codes drawn here as inline SVG (by `segno`), nothing loaded from elsewhere, so
+it works offline and leaks the subscription URL to no third party. Its one script is the
+fixed `COPY_SCRIPT`, which the server's Content-Security-Policy allows by its hash
+(`SCRIPT_HASH`) and nothing else: every value from the database or the request is
+HTML-escaped, and a script that slipped through anyway would not run.
+
+The copy buttons work where the browser offers no clipboard API (a page on plain HTTP at
+an address other than localhost): they fall back to selecting the text and the browser's
+copy command, and when that fails too they leave the text selected and say to press
+Ctrl+C.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 from html import escape
 from urllib.parse import quote
 
@@ -34,7 +42,44 @@ background:#2f6fed;color:#fff;text-decoration:none}
 .link code{word-break:break-all;font-size:.85rem}
 .link svg{flex:none;background:#fff}
 input{width:100%;box-sizing:border-box;padding:6px;font-family:monospace}
+.copy{display:flex;gap:8px;align-items:center}
+.copy button{flex:none;padding:6px 12px;border:1px solid #c6cbd6;border-radius:6px;background:#fff}
+.sub-qr{display:flex;gap:16px;align-items:center;flex-wrap:wrap}
 """
+# Copies the text of the button's data-copy attribute: by the clipboard API where there is
+# one, else by selecting it in a hidden text area; if both fail, the text stays selected in
+# its field for Ctrl+C. The button's label says which happened.
+COPY_SCRIPT = """
+document.addEventListener("click", function (event) {
+  var button = event.target.closest("button[data-copy]");
+  if (!button) return;
+  var text = button.getAttribute("data-copy");
+  var say = function (words) { button.textContent = words; };
+  var bySelection = function () {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    var done = false;
+    try { done = document.execCommand("copy"); } catch (error) { done = false; }
+    area.remove();
+    if (done) return say("Copied");
+    var field = button.parentNode.querySelector("input, code");
+    if (field && field.select) field.select();
+    else if (field) window.getSelection().selectAllChildren(field);
+    say("Press Ctrl+C");
+  };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(text).then(function () { say("Copied"); }, bySelection);
+  } else {
+    bySelection();
+  }
+});
+"""
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(COPY_SCRIPT.encode()).digest()).decode()
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
@@ -61,15 +106,21 @@ def info_page(
     usage_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
     urls = [("Subscription", sub_url), ("JSON", json_url), ("Mihomo (YAML)", yaml_url)]
     url_html = "".join(
-        f'<p><label>{escape(label)}<input readonly value="{escape(url)}"></label></p>'
+        f'<p>{escape(label)}<span class="copy"><input readonly aria-label="{escape(label)}" '
+        f'value="{escape(url)}">{_copy_button(label, url)}</span></p>'
         for label, url in urls
         if url
+    )
+    sub_qr = (
+        f'<div class="sub-qr">{segno.make(sub_url, error="m").svg_inline(scale=3)}'
+        "<p>Scan this code in a client app to add the subscription.</p></div>"
     )
     links_html = (
         "".join(
             f'<div class="link">{segno.make(link, error="m").svg_inline(scale=3)}'
-            f"<code>{escape(link)}</code></div>"
-            for link in links
+            f'<span class="copy"><code>{escape(link)}</code>'
+            f"{_copy_button(f'link {number}', link)}</span></div>"
+            for number, link in enumerate(links, 1)
         )
         or "<p>No links.</p>"
     )
@@ -85,9 +136,9 @@ def info_page(
         f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
         f"<body><main><h1>{escape(title)}</h1>"
         f"<section><dl>{usage_html}</dl></section>"
-        f'<section class="apps"><h2>Import</h2>{apps_html}{url_html}</section>'
+        f'<section class="apps"><h2>Import</h2>{apps_html}{url_html}{sub_qr}</section>'
         f"<section><h2>Links</h2>{links_html}</section>"
-        "</main></body></html>"
+        f"</main><script>{COPY_SCRIPT}</script></body></html>"
     ).encode()
 
 
@@ -106,6 +157,13 @@ def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str
     if yaml_url:
         apps.append(("Clash / Mihomo", f"clash://install-config?url={quote(yaml_url, safe='')}"))
     return apps
+
+
+def _copy_button(label: str, text: str) -> str:
+    return (
+        f'<button type="button" data-copy="{escape(text)}" aria-label="Copy {escape(label)}">'
+        "Copy</button>"
+    )
 
 
 def human_bytes(count: int) -> str:

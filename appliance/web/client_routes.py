@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.presence import Presence
     from appliance.services.clients.query import ClientQuery
     from appliance.services.clients.records import Clients
+    from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
 
 
@@ -36,6 +37,7 @@ class ClientRouteNeeds:
     presence: Presence  # the inbounds that carried traffic lately
     subscriptions: Subscriptions  # share links
     settings: Settings  # the subscription domain the links point to
+    sub_address: SubscriptionAddress  # each client's subscription URL
     panel_guid: Callable[[], str]  # this panel's key in the per-guid answers
 
 
@@ -51,9 +53,14 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     def paged():
         return JsonText(query.paged_json(query_text()))
 
-    @table.get("/get/<email>", "One client with its inbound ids and external links")
+    @table.get(
+        "/get/<email>",
+        "One client with its inbound ids, external links and subscription URL (subUrl)",
+    )
     def get(email):
-        return clients.get(email)
+        found = clients.get(email)
+        sub_url = needs.sub_address.url(found["client"]["subId"], page_host())
+        return {**found, "subUrl": sub_url}
 
     @table.post(
         "/add",
@@ -268,9 +275,11 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
 def link_address(settings: Settings) -> str:
     """Where links made in the panel point: the subscription domain when set, else the
     host name the panel was reached by (as a subscription does with its own)."""
-    domain = settings.get("subDomain")
-    if domain:
-        return domain
+    return settings.get("subDomain") or page_host()
+
+
+def page_host() -> str:
+    """The host name (without port) the panel was reached by."""
     return request_host(request.environ)[0]
 
 

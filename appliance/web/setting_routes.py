@@ -41,6 +41,8 @@ class SettingRouteNeeds:
     chat_bot: ChatBot
     default_core_template: Callable[[], dict]
     tokens: Tokens
+    # Settings a flag or environment variable overrides for this run, with its value.
+    overrides: Callable[[], dict[str, dict]]
 
 
 def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
@@ -49,6 +51,14 @@ def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
     @table.post("/all", "Every panel setting; secrets redacted", reads=True)
     def all_settings():
         return {**needs.settings.all(), **needs.two_factor_view()}
+
+    @table.get(
+        "/overrides",
+        "Settings a command-line flag or environment variable overrides for this run: "
+        "{setting: {flag, env, value}}",
+    )
+    def overrides():
+        return needs.overrides()
 
     @table.post(
         "/defaultSettings", "Default settings, with domains taken from this request", reads=True

@@ -72,20 +72,60 @@ export function textArea(model, key, attrs = {}) {
     onInput=${(event) => (model[key] = event.target.value)} ...${attrs}></textarea>`;
 }
 
-export async function copyText(text) {
-  try {
-    await navigator.clipboard.writeText(text);
-    toast(t("common.copied"), "success");
-  } catch (error) {
-    toast(t("common.copyFailed"), "error");
+// Copies `text` and says whether it did. The clipboard API exists only in a secure context
+// (https, or localhost): a fresh server reached at http://<its address> has none, so the
+// text is then copied by selecting it in a hidden text area. When that fails too, the text
+// shown beside `origin` (the button clicked) is selected, and the toast says to press Ctrl+C.
+export async function copyText(text, origin = null) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      toast(t("common.copied"), "success");
+      return true;
+    } catch (error) {
+      // refused (no permission, page not focused): the selection may still work
+    }
   }
+  if (copyBySelection(text, origin)) {
+    toast(t("common.copied"), "success");
+    return true;
+  }
+  const shown = origin && origin.parentElement && origin.parentElement.querySelector("code, input, textarea");
+  if (shown && shown.select) shown.select();
+  else if (shown) window.getSelection().selectAllChildren(shown);
+  toast(t("common.pressCtrlC"), "warning");
+  return false;
+}
+
+function copyBySelection(text, origin) {
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.readOnly = true;
+  area.className = "copy-buffer";
+  // Inside the dialog, when there is one: focus stays within it.
+  ((origin && origin.closest(".modal")) || document.body).appendChild(area);
+  area.select();
+  let copied = false;
+  try {
+    copied = document.execCommand("copy");
+  } catch (error) {
+    copied = false;
+  }
+  area.remove();
+  if (origin && origin.focus) origin.focus();
+  return copied;
+}
+
+// The copy button of one value; `label` names the value for screen readers.
+export function copyButton(text, label = "") {
+  return html`<button type="button" class="copy" aria-label=${label ? `${t("common.copy")}: ${label}` : null}
+    onClick=${(event) => copyText(text, event.currentTarget)}>${t("common.copy")}</button>`;
 }
 
 // A generated value the user takes elsewhere: its label, the value, and a copy button.
 export function copyBlock(label, value) {
   return html`<div class="copy-block"><span class="field-label">${label}</span>
-    <div class="copy-row"><code class="token">${value}</code>
-      <button type="button" aria-label=${`${t("common.copy")}: ${label}`} onClick=${() => copyText(value)}>${t("common.copy")}</button></div></div>`;
+    <div class="copy-row"><code class="token">${value}</code>${copyButton(value, label)}</div></div>`;
 }
 
 // ---- dialog -------------------------------------------------------------------------------
@@ -169,7 +209,7 @@ export const QrCode = {
         }
       }
       const size = count + 8;
-      return html`<svg class="qr" viewBox=${`0 0 ${size} ${size}`} role="img"
+      return html`<svg class="qr" data-text=${props.text} viewBox=${`0 0 ${size} ${size}`} role="img"
         aria-label=${t("clients.qrCode")} shape-rendering="crispEdges">
         <rect width=${size} height=${size} fill="#fff" /><path d=${path} fill="#000" /></svg>`;
     };

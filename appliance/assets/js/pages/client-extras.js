@@ -1,10 +1,28 @@
-// Dialogs opened from a client row: its share links with QR codes (from clients/links
-// and clients/subLinks, shown when the panel answers them) and its recorded IPs.
+// Dialogs opened from a client row: its subscription URL and share links with QR codes
+// (from clients/get, clients/links and clients/subLinks, shown when the panel answers
+// them), what it has used and until when, and its recorded IPs.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
-import { copyText as copy, Modal, QrCode } from "../components.js";
+import { copyButton, formatBytes, formatDate, Modal, QrCode } from "../components.js";
+
+// A client's subscription URL (built by the panel from the subscription settings, or from
+// the address this page was loaded from), its QR code and a copy button.
+export function subscriptionUrl(url) {
+  return html`<div class="sub-url" data-testid="sub-url">
+    <span class="field-label">${t("clients.subUrl")}</span>
+    <${QrCode} text=${url} />
+    <div class="copy-row"><code>${url}</code>${copyButton(url, t("clients.subUrl"))}</div></div>`;
+}
+
+async function clientRecord(email) {
+  try {
+    return await api.get(`panel/api/clients/get/${encodeURIComponent(email)}`);
+  } catch (error) {
+    return null; // the toast said why
+  }
+}
 
 async function optionalLinks(path) {
   try {
@@ -22,32 +40,78 @@ export const LinksDialog = {
   setup(props) {
     const links = Vue.ref(undefined);
     const subLinks = Vue.ref(null);
+    const subUrl = Vue.ref("");
     const shown = Vue.ref(0);
     Vue.onMounted(async () => {
       const email = encodeURIComponent(props.client.email);
-      const [own, sub] = await Promise.all([
+      const [own, sub, record] = await Promise.all([
         optionalLinks(`panel/api/clients/links/${email}`),
         props.client.subId ? optionalLinks(`panel/api/clients/subLinks/${encodeURIComponent(props.client.subId)}`) : null,
+        clientRecord(props.client.email),
       ]);
       links.value = own;
       subLinks.value = sub;
+      subUrl.value = (record && record.subUrl) || "";
     });
     return () => html`<${Modal} title=${t("clients.linksOf", { email: props.client.email })} onClose=${props.onClose}
       body=${() => {
         if (links.value === undefined) return html`<p class="muted">${t("common.loading")}</p>`;
+        const sub = subUrl.value ? subscriptionUrl(subUrl.value) : null;
         const all = [...(links.value || []), ...(subLinks.value || []).filter((l) => !(links.value || []).includes(l))];
-        if (links.value === null && subLinks.value === null) return html`<p class="empty">${t("clients.linksUnavailable")}</p>`;
-        if (!all.length) return html`<p class="empty">${t("clients.noLinks")}</p>`;
+        if (links.value === null && subLinks.value === null) return html`${sub}<p class="empty">${t("clients.linksUnavailable")}</p>`;
+        if (!all.length) return html`${sub}<p class="empty">${t("clients.noLinks")}</p>`;
         const current = all[Math.min(shown.value, all.length - 1)];
-        return html`<div class="links">
+        return html`${sub}<div class="links" data-testid="share-links">
           <${QrCode} text=${current} />
           <ul class="link-list">${all.map((link, index) => html`<li key=${link}>
             <button class=${index === shown.value ? "link active" : "link"} onClick=${() => (shown.value = index)}>
               ${t("clients.qrFor", { n: index + 1 })}</button>
             <code class="link-text">${link}</code>
-            <button onClick=${() => copy(link)}>${t("common.copy")}</button></li>`)}</ul>
+            ${copyButton(link, t("clients.qrFor", { n: index + 1 }))}</li>`)}</ul>
         </div>`;
       }} />`;
+  },
+};
+
+// What one client has used and may use, until when, and its subscription URL.
+export const ClientInfoDialog = {
+  props: ["client", "onClose"],
+  setup(props) {
+    const record = Vue.ref(undefined);
+    const traffic = Vue.ref(null);
+    Vue.onMounted(async () => {
+      const [found, counters] = await Promise.all([
+        clientRecord(props.client.email),
+        api.get(`panel/api/clients/traffic/${encodeURIComponent(props.client.email)}`).catch(() => null),
+      ]);
+      record.value = found;
+      traffic.value = counters;
+    });
+    function rows(client, counters) {
+      const up = counters ? counters.up : 0;
+      const down = counters ? counters.down : 0;
+      const used = up + down;
+      const total = client.totalGB || 0;
+      return [
+        ["enabled", t("common.enabled"), t(`clients.status.${client.enable ? "active" : "deactive"}`)],
+        ["up", t("clients.uploaded"), formatBytes(up)],
+        ["down", t("clients.downloaded"), formatBytes(down)],
+        ["used", t("clients.used"), total ? `${formatBytes(used)} / ${formatBytes(total)}` : formatBytes(used)],
+        ["remaining", t("clients.remaining"), total ? formatBytes(Math.max(total - used, 0)) : t("common.unlimited")],
+        ["expiry", t("clients.expiry"), formatDate(client.expiryTime)],
+        ["lastOnline", t("clients.lastOnline"), counters && counters.lastOnline ? formatDate(counters.lastOnline) : t("common.never")],
+      ];
+    }
+    return () => html`<${Modal} title=${t("clients.infoOf", { email: props.client.email })} onClose=${props.onClose}
+      body=${() => {
+        if (record.value === undefined) return html`<p class="muted">${t("common.loading")}</p>`;
+        if (record.value === null) return html`<p class="empty">${t("clients.infoUnavailable")}</p>`;
+        const { client, subUrl } = record.value;
+        return html`<dl class="info" data-testid="client-details">${rows(client, traffic.value).map(([key, label, value]) =>
+          html`<div key=${key} data-field=${key}><dt>${label}</dt><dd>${value}</dd></div>`)}</dl>
+          ${subUrl ? subscriptionUrl(subUrl) : null}`;
+      }}
+      footer=${() => html`<button onClick=${props.onClose}>${t("common.close")}</button>`} />`;
   },
 };
 

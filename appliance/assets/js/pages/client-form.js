@@ -5,6 +5,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { checkbox, field, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { subscriptionUrl } from "./client-extras.js";
 
 const GB = 1024 ** 3;
 const DAY = 86400000;
@@ -26,6 +27,7 @@ export const ClientForm = {
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
     });
     const selected = Vue.ref(new Set());
+    const subUrl = Vue.ref("");
     let original = null;
     let originalIds = [];
 
@@ -38,6 +40,7 @@ export const ClientForm = {
         const reply = await api.get(`panel/api/clients/get/${encodeURIComponent(props.email)}`);
         original = reply.client;
         originalIds = reply.inboundIds;
+        subUrl.value = reply.subUrl || "";
         Object.assign(model, {
           email: original.email, enable: original.enable, subId: original.subId || "",
           comment: original.comment || "", group: original.group || "", limitIp: original.limitIp || 0,
@@ -129,6 +132,7 @@ export const ClientForm = {
         ${field(t("clients.tgId"), numberInput(model, "tgId", { min: 0 }))}
         ${field(t("clients.comment"), textInput(model, "comment"))}
         ${checkbox(model, "enable", t("common.enabled"))}
+        ${subUrl.value && model.subId === original.subId ? html`<div class="span-2">${subscriptionUrl(subUrl.value)}</div>` : null}
       </form>`;
     }
 

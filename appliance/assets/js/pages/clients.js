@@ -9,7 +9,7 @@ import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, toggle } from "../components.js";
 import { ClientForm } from "./client-form.js";
-import { IpsDialog, LinksDialog } from "./client-extras.js";
+import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
 import { AdjustDialog, AttachDialog, exportClients, ExternalLinksDialog, GroupsDialog, ImportDialog } from "./client-tools.js";
 
 const FILTERS = ["", "online", "active", "deactive", "depleted", "expiring"];
@@ -168,6 +168,7 @@ export const ClientsPage = {
         <td data-label=${t("clients.inbounds")} class="small">${inboundNames(item.inboundIds)}</td>
         <td class="actions">
           <button onClick=${() => (dialog.value = { kind: "edit", email: item.email })}>${t("common.edit")}</button>
+          <button data-testid="client-info" onClick=${() => (dialog.value = { kind: "info", client: item })}>${t("clients.info")}</button>
           <button data-testid="links" onClick=${() => (dialog.value = { kind: "links", client: item })}>${t("clients.links")}</button>
           <button onClick=${() => (dialog.value = { kind: "ips", client: item })}>${t("clients.ips")}</button>
           <button data-testid="external-links" onClick=${() => (dialog.value = { kind: "external", email: item.email })}>${t("clients.external")}</button>
@@ -180,6 +181,7 @@ export const ClientsPage = {
       const d = dialog.value;
       if (!d) return null;
       const close = () => (dialog.value = null);
+      if (d.kind === "info") return html`<${ClientInfoDialog} client=${d.client} onClose=${close} />`;
       if (d.kind === "links") return html`<${LinksDialog} client=${d.client} onClose=${close} />`;
       if (d.kind === "ips") return html`<${IpsDialog} client=${d.client} onClose=${close} />`;
       if (d.kind === "external") return html`<${ExternalLinksDialog} email=${d.email} onClose=${close} />`;

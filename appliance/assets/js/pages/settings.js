@@ -7,7 +7,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { checkbox, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
+import { checkbox, copyText, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
 
@@ -28,7 +28,14 @@ function newSecret() {
   return Array.from(crypto.getRandomValues(new Uint8Array(32)), (b) => BASE32[b % 32]).join("");
 }
 
-function settingInput(model, key) {
+// A flag or environment variable of this run beats the stored value: say which, and
+// what is in effect, so a saved change that seems to do nothing is explained.
+function overrideNote(key, override) {
+  return html`<span class="override" data-testid=${`override-${key}`}>${t("settings.overridden",
+    { flag: override.flag, env: override.env, value: String(override.value) })}</span>`;
+}
+
+function settingInput(model, key, override) {
   const value = model[key];
   if (typeof value === "boolean") return checkbox(model, key, t(`settings.key.${key}`), { name: key });
   let input;
@@ -36,7 +43,8 @@ function settingInput(model, key) {
   else if (LONG_TEXT.has(key)) input = textArea(model, key, { name: key, rows: 3 });
   else if (typeof value === "number") input = numberInput(model, key, { name: key });
   else input = textInput(model, key, { name: key, type: SECRETS.has(key) ? "password" : "text", autocomplete: SECRETS.has(key) ? "off" : null });
-  return field(t(`settings.key.${key}`), input, HINTS[key] ? t(HINTS[key]) : "");
+  const hint = HINTS[key] ? t(HINTS[key]) : "";
+  return field(t(`settings.key.${key}`), input, override ? html`${overrideNote(key, override)} ${hint}` : hint);
 }
 
 // The test buttons check the saved settings: the panel reads its stored values.
@@ -199,8 +207,8 @@ const ApiTokens = {
             <button class="danger" onClick=${() => remove(token)}>${t("common.delete")}</button></li>`)}</ul>`}
       ${created.value ? html`<${Modal} title=${t("settings.tokenCreated")} onClose=${() => (created.value = null)}
         body=${() => html`<p>${t("settings.tokenOnce")}</p><code class="token" data-testid="new-token">${created.value.token}</code>`}
-        footer=${() => html`<button class="primary" onClick=${() => navigator.clipboard.writeText(created.value.token)
-          .then(() => toast(t("common.copied"), "success"), () => toast(t("common.copyFailed"), "error"))}>${t("common.copy")}</button>
+        footer=${() => html`<button class="primary" data-testid="copy-token"
+          onClick=${() => copyText(created.value.token, document.querySelector("[data-testid=new-token]"))}>${t("common.copy")}</button>
           <button onClick=${() => (created.value = null)}>${t("common.close")}</button>`} />` : null}
     </div>`;
   },
@@ -210,6 +218,7 @@ export const SettingsPage = {
   setup() {
     const model = Vue.reactive({});
     const original = Vue.ref(null);
+    const overrides = Vue.ref({});
     const account = Vue.reactive({ oldUsername: "", oldPassword: "", newUsername: "", newPassword: "" });
     const load = async () => {
       const all = await api.post("panel/api/setting/all");
@@ -217,7 +226,10 @@ export const SettingsPage = {
       for (const key of Object.keys(model)) delete model[key];
       Object.assign(model, all);
     };
-    Vue.onMounted(() => load().catch(() => {}));
+    Vue.onMounted(() => {
+      load().catch(() => {});
+      api.get("panel/api/setting/overrides").then((found) => (overrides.value = found), () => {});
+    });
     Vue.watch(() => state.versions.settings, () => load().catch(() => {}));
 
     async function save(event) {
@@ -262,7 +274,7 @@ export const SettingsPage = {
         <button onClick=${restart}>${t("settings.restartPanel")}</button></div>
       ${original.value ? html`<form class="card" onSubmit=${save} data-testid="settings-form">
         ${Object.entries(SECTIONS).map(([section, keys]) => html`<fieldset key=${section}><legend>${t(`settings.section.${section}`)}</legend>
-          <div class="form-grid">${keys.filter((key) => key in model).map((key) => settingInput(model, key))}
+          <div class="form-grid">${keys.filter((key) => key in model).map((key) => settingInput(model, key, overrides.value[key]))}
           ${sectionActions(section)}</div></fieldset>`)}
         <button class="primary" type="submit">${t("common.save")}</button></form>`
         : html`<p class="muted">${t("common.loading")}</p>`}
