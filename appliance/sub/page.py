@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import segno
 
+from appliance.domain.units import human_bytes
 from appliance.services.clients.subscriptions import Usage
 
 STYLE = """
@@ -35,7 +36,6 @@ background:#2f6fed;color:#fff;text-decoration:none}
 .link svg{flex:none;background:#fff}
 input{width:100%;box-sizing:border-box;padding:6px;font-family:monospace}
 """
-UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def info_page(
@@ -106,15 +106,6 @@ def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str
     if yaml_url:
         apps.append(("Clash / Mihomo", f"clash://install-config?url={quote(yaml_url, safe='')}"))
     return apps
-
-
-def human_bytes(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    value, index = count / 1024, 1
-    while value >= 1024 and index < len(UNITS) - 1:
-        value, index = value / 1024, index + 1
-    return f"{value:.2f} {UNITS[index]}"
 
 
 def _expiry(seconds: int) -> str:
