@@ -37,6 +37,7 @@ from appliance.services.admin.settings import Settings, allowed_host_names
 from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
+from appliance.services.admin.tgnotices import BotNotices
 from appliance.services.admin.update import PanelUpdate
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.groups import Groups
@@ -95,7 +96,12 @@ class Panel:
         self.places = FilePlaces(options.data_dir, options.cert_dirs)
         self.settings = Settings(self.store, self.places)
         self.hub = Hub()
-        self.auth = Auth(self.store, self.settings, on_sessions_ended=self.hub.close_sessions)
+        self.auth = Auth(
+            self.store,
+            self.settings,
+            on_sessions_ended=self.hub.close_sessions,
+            on_sign_in=lambda *sign_in: self.bot_notices.sign_in(*sign_in),
+        )
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
@@ -144,6 +150,9 @@ class Panel:
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
         self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
         self.chat_bot = ChatBot(self.settings, self.backups)
+        self.bot_notices = BotNotices(
+            self.settings, self.chat_bot, self.client_query.nearing_limits, self.clients.traffic
+        )
         self.core_probe = OutboundProbe(
             self.core.process, self.settings, os.path.join(options.data_dir, "probes")
         )
@@ -312,6 +321,13 @@ class Panel:
         self.core.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
+        every(
+            self.settings.get("trafficInterval"),
+            self.bot_notices.check_clients,
+            "chat-bot client notices",
+            fault,
+        )
+        every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
@@ -506,6 +522,7 @@ class Panel:
         self.history.record(now, self.sampler.metrics(status))
         self._status = status
         self.hub.publish({"type": "status", "data": status})
+        self.bot_notices.cpu(status["cpu"])
 
     # ---- settings that involve the admin account --------------------------------------
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 import json
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,6 +32,8 @@ CHATS = {
     "111": {"id": 111, "type": "private", "first_name": "Admin"},
     "-100222": {"id": -100222, "type": "supergroup", "title": "Ops"},
 }
+# Chats that write to the bot without being admin chats: the bot may not answer them.
+STRANGERS = {"333": {"id": 333, "type": "private", "first_name": "Stranger"}}
 UPDATE = "/panel/api/setting/update"
 TEST = "/panel/api/setting/testTgBot"
 SEND = "/panel/api/backuptotgbot"
@@ -45,6 +49,24 @@ class BotApi(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), BotHandler)
         self.calls: list[tuple[str, dict]] = []
         self.documents: list[dict] = []
+        # Messages the panel sent, and updates waiting for its getUpdates; kept apart
+        # from `calls`, since sign-in notices and polls come at any time.
+        self.messages: list[dict] = []
+        self.updates: list[dict] = []
+        self.polls: list[dict] = []
+        self.lock = threading.Lock()
+
+    def say(self, chat: dict, text: str) -> int:
+        """A message to the bot from `chat`, as getUpdates hands it over."""
+        with self.lock:
+            update_id = 1000 + len(self.updates)
+            message = {"message_id": update_id, "chat": chat, "text": text}
+            self.updates.append({"update_id": update_id, "message": message})
+        return update_id
+
+    def sent(self, containing: str) -> list[dict]:
+        with self.lock:
+            return [m for m in self.messages if containing in m["text"]]
 
     @property
     def url(self) -> str:
@@ -63,6 +85,12 @@ class BotHandler(BaseHTTPRequestHandler):
         if prefix != f"/bot{TOKEN}":
             return self.reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         fields = self.fields(body)
+        if method == "getUpdates":
+            return self.updates(fields)
+        if method == "sendMessage" and str(fields.get("chat_id")) in CHATS | STRANGERS:
+            with self.server.lock:
+                self.server.messages.append(fields)
+            return self.reply(200, {"ok": True, "result": {"message_id": 8}})
         self.server.calls.append((method, {k: v for k, v in fields.items() if k != "document"}))
         if method == "getMe":
             return self.reply(200, {"ok": True, "result": {"id": 1, "username": BOT}})
@@ -77,6 +105,19 @@ class BotHandler(BaseHTTPRequestHandler):
             self.server.documents.append(fields)
             return self.reply(200, {"ok": True, "result": {"message_id": 7}})
         return self.reply(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+
+    def updates(self, fields: dict) -> None:
+        """Long polling, shortened: waits up to a second for an update at `offset` or later."""
+        offset = int(fields.get("offset") or 0)
+        deadline = time.monotonic() + min(float(fields.get("timeout") or 0), 1.0)
+        with self.server.lock:
+            self.server.polls.append(fields)
+        while True:
+            with self.server.lock:
+                waiting = [u for u in self.server.updates if u["update_id"] >= offset]
+            if waiting or time.monotonic() >= deadline:
+                return self.reply(200, {"ok": True, "result": waiting})
+            time.sleep(0.05)
 
     def fields(self, body: bytes) -> dict:
         content_type = self.headers.get("Content-Type", "")
@@ -119,6 +160,8 @@ def bot_api():
 def bot(bot_api):
     bot_api.calls.clear()
     bot_api.documents.clear()
+    with bot_api.lock:
+        bot_api.messages.clear()
     return bot_api
 
 
@@ -131,6 +174,7 @@ def configure(api, bot_api, **changes) -> None:
         "allowPrivateDestinations": "tgBotAPIServer",
         "tgBotEnable": False,
         "tgBotBackup": False,
+        "tgCpuAlert": 0,
         **changes,
     }
     assert api.post(UPDATE, settings)["success"] is True
@@ -282,6 +326,155 @@ def test_an_unreadable_schedule_is_refused_when_saved(panel, api, bot):
     assert after["tgRunTime"] == before and after["tgBotBackup"] is False
     time.sleep(3)
     assert bot.documents == []
+
+
+# ---- notices and commands ---------------------------------------------------------------
+
+HOSTILE = "<img src=x onerror=alert(1)>&amp;@x"
+HOSTILE_SHOWN = "&lt;img src=x onerror=alert(1)&gt;&amp;amp;@x"
+
+
+def sent_once(bot_api, containing: str, timeout: float = 30) -> dict:
+    """The one message holding `containing`: it arrives in time, and a while later it is
+    still the only one."""
+    deadline = time.monotonic() + timeout
+    while not bot_api.sent(containing) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    found = bot_api.sent(containing)
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.fixture
+def told(panel, api, bot):
+    """The bot on, talking to chat 111 only; off again afterwards, and no notice from
+    the sign-in before the test counts."""
+    configure(api, bot, tgBotChatId="111", tgBotEnable=True)
+    time.sleep(1)
+    with bot.lock:
+        bot.messages.clear()
+    yield bot
+    configure(api, bot)
+
+
+def test_sign_ins_are_told_with_the_address_and_escaped(panel, told):
+    visitor = panel.client(login=False)
+    refused(visitor.sign_in("<b>root</b>&", "wrong password"), "wrong username or password")
+    failed = sent_once(told, "Failed sign-in")
+    assert failed == {
+        "chat_id": "111",
+        "text": "⚠️ Failed sign-in to the panel as <b>&lt;b&gt;root&lt;/b&gt;&amp;</b> "
+        "from 127.0.0.1",
+        "parse_mode": "HTML",
+    }
+    ok(visitor.sign_in(panel.username, panel.password))
+    succeeded = sent_once(told, "signed in to the panel")
+    assert (
+        succeeded["text"]
+        == f"✅ Admin <b>{panel.username}</b> signed in to the panel from 127.0.0.1"
+    )
+    assert len(told.messages) == 2
+
+
+def test_clients_near_their_quota_or_expiry_are_told_once(panel, api, told):
+    inbound = create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": 34951,
+            "remark": "notices",
+            "settings": {"decryption": "none"},
+            "streamSettings": WS,
+        },
+    )
+    soon = int((time.time() + 86_400 + 3600) * 1000)
+    clients = [
+        {"email": HOSTILE, "totalGB": 100 * 1024**2},
+        {"email": "expires-soon@x", "expiryTime": soon},
+        {"email": "far-from-limits@x", "totalGB": 100 * 1024**3},
+    ]
+    for client in clients:
+        ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]}))
+    ok(api.post(f"/panel/api/clients/updateTraffic/{HOSTILE}", {"upload": 30 * 1024**2}))
+    quota = sent_once(told, "left of 100.00 MiB")
+    assert f"📉 Client <b>{HOSTILE_SHOWN}</b> has 70.00 MiB left of 100.00 MiB" in quota["text"]
+    expiry = sent_once(told, "expires-soon@x")
+    assert "⏳ Client <b>expires-soon@x</b> expires in 1 day (" in expiry["text"]
+    # Further rounds of the check (every trafficInterval, 10 s) tell nothing new.
+    time.sleep(12)
+    assert len(told.sent("left of 100.00 MiB")) == 1
+    assert len(told.sent("expires-soon@x")) == 1
+    assert told.sent("far-from-limits@x") == []
+
+
+def test_high_cpu_is_told_once_while_it_lasts(panel, api, told):
+    configure(api, told, tgBotChatId="111", tgBotEnable=True, tgCpuAlert=1)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        alert = sent_once(told, "CPU usage is")
+        assert alert["text"].endswith("at or above the alert threshold of 1%")
+        time.sleep(6)  # three more status samples, each still above 1%
+        assert len(told.sent("CPU usage is")) == 1
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_cpu_alert_is_a_percent(panel, api):
+    before = ok(api.post("/panel/api/setting/all"))["tgCpuAlert"]
+    refused(api.post(UPDATE, {"tgCpuAlert": 101}), "tgCpuAlert must be from 0 to 100")
+    assert ok(api.post("/panel/api/setting/all"))["tgCpuAlert"] == before
+
+
+def test_usage_is_answered_in_admin_chats_only(panel, api, told):
+    inbound = create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": 34952,
+            "remark": "usage",
+            "settings": {"decryption": "none"},
+            "streamSettings": WS,
+        },
+    )
+    email = f"usage-{uuid.uuid4().hex[:8]}@x"
+    for address in (email, f"q{HOSTILE}"):
+        client = {"email": address, "totalGB": 10 * 1024**3}
+        ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]}))
+    traffic = {"upload": 3 * 1024**2, "download": 5 * 1024**3}
+    ok(api.post(f"/panel/api/clients/updateTraffic/{email}", traffic))
+
+    told.say(CHATS["111"], f"/usage {email}")
+    answer = sent_once(told, "Usage of")
+    assert answer == {
+        "chat_id": "111",
+        "parse_mode": "HTML",
+        "text": f"📊 Usage of <b>{email}</b>\n"
+        "Uploaded: 3.00 MiB\n"
+        "Downloaded: 5.00 GiB\n"
+        "Used: 5.00 GiB of 10.00 GiB\n"
+        "Expires: never\n"
+        "Enabled: yes",
+    }
+    told.say(CHATS["111"], f"/usage q{HOSTILE}")
+    hostile = sent_once(told, f"Usage of <b>q{HOSTILE_SHOWN}</b>")
+    assert HOSTILE not in hostile["text"]
+    told.say(CHATS["111"], "/usage nobody@x")
+    assert sent_once(told, "no client with email")["text"] == "no client with email 'nobody@x'"
+
+    # The same question from a chat that is not an admin chat: read, and not answered.
+    before = len(told.messages)
+    asked = told.say(STRANGERS["333"], f"/usage {email}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        int(poll.get("offset", 0)) > asked for poll in told.polls
+    ):
+        time.sleep(0.1)
+    assert any(int(poll.get("offset", 0)) > asked for poll in told.polls)
+    time.sleep(1)
+    assert len(told.messages) == before
+    assert [m for m in told.messages if m["chat_id"] == "333"] == []
 
 
 # ---- schedules and chat lists --------------------------------------------------------------

@@ -27,6 +27,8 @@ DYNAMIC_VALUES = {
     "theme": ["auto", "light", "dark"],
     "core.state": ["running", "stop", "error", "not_installed", "unknown"],
     "core.done": ["start", "stop", "restart"],
+    "core.tab": ["json", "routing", "dns", "outbounds"],
+    "core.preset": ["private", "ads", "bittorrent"],
     "clients.status": ["online", "active", "deactive", "depleted", "expiring"],
     "clients.sortBy": ["email", "enable", "traffic", "remaining", "expiryTime", "inboundIds"],
     "dash.chart": ["cpu", "mem", "net", "online"],

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import segno
 
+from appliance.domain.units import human_bytes
 from appliance.services.clients.subscriptions import Usage
 
 STYLE = """
@@ -80,7 +81,6 @@ document.addEventListener("click", function (event) {
 });
 """
 SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(COPY_SCRIPT.encode()).digest()).decode()
-UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def info_page(
@@ -164,15 +164,6 @@ def _copy_button(label: str, text: str) -> str:
         f'<button type="button" data-copy="{escape(text)}" aria-label="Copy {escape(label)}">'
         "Copy</button>"
     )
-
-
-def human_bytes(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    value, index = count / 1024, 1
-    while value >= 1024 and index < len(UNITS) - 1:
-        value, index = value / 1024, index + 1
-    return f"{value:.2f} {UNITS[index]}"
 
 
 def _expiry(seconds: int) -> str:

@@ -123,12 +123,14 @@ class Auth:
         settings,
         clock=time.time,
         on_sessions_ended: Callable[[set[int]], None] = lambda ids: None,
+        on_sign_in: Callable[[str, str, bool], None] = lambda username, address, ok: None,
     ):
         self.store = store
         self.settings = settings
         self.clock = clock
         self.throttle = LoginThrottle()
         self.on_sessions_ended = on_sessions_ended
+        self.on_sign_in = on_sign_in
 
     # ---- first run and offline administration -------------------------------------
 
@@ -209,9 +211,12 @@ class Auth:
             if ok and (not admin.totp_enabled or self._consume_code(admin, code)):
                 self.throttle.succeeded(address, username)
                 self._upgrade_stored_password(admin, password)
-                return self._new_session(admin, address)
+                cookie = self._new_session(admin, address)
+                self.on_sign_in(username, address, True)
+                return cookie
             two_factor = select(a for a in self.store.Admin if a.totp_enabled).exists()
         self._record_failure(address, username)
+        self.on_sign_in(username, address, False)
         if two_factor:
             raise ServiceError("wrong username, password or two-factor code")
         raise ServiceError("wrong username or password")

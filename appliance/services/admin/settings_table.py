@@ -332,7 +332,8 @@ SETTINGS = (
     Setting(
         "tgBotEnable",
         False,
-        "Turn on the Telegram chat-bot, which sends backups to the admin chats.",
+        "Turn on the Telegram chat-bot: it tells the admin chats of sign-ins and clients near "
+        "their limits, sends backups and answers /usage EMAIL there.",
         "chatBot",
     ),
     Setting("tgBotToken", "", "Token the bot got from @BotFather.", "chatBot", secret=True),
@@ -355,6 +356,15 @@ SETTINGS = (
         "s (like @every 6h).",
         "chatBot",
         backup_schedule,
+    ),
+    Setting(
+        "tgCpuAlert",
+        0,
+        "Tell the admin chats when the CPU usage reaches this percent (once until it falls "
+        "below again); 0 for never. Sign-ins and clients near their quota or expiry are "
+        "always told while the bot is on.",
+        "chatBot",
+        Range(0, 100),
     ),
     Setting(
         "tgBotAPIServer",

@@ -1,4 +1,6 @@
-"""The chat bot's backup duty: send a fresh database backup to the admins' chats.
+"""The chat bot's Bot API client and its backup duty: send a fresh database backup to the
+admins' chats. What else it tells the admins, and the commands it answers, live in
+tgnotices.
 
 The bot speaks the Telegram Bot API (`{server}/bot{token}/{method}`), with the server
 configurable (`tgBotAPIServer`, for a self-hosted Bot API server or a test). Requests go
@@ -38,6 +40,7 @@ CONNECT_TIMEOUT_SECONDS = 10
 REPLY_LIMIT = 1 << 20
 UPLOAD_TIMEOUT_SECONDS = 300
 SCHEDULE_CHECK_SECONDS = 1
+UPDATES_LIMIT = 20
 UPLOAD_CHUNK_BYTES = 256 * 1024
 TOKEN_SHAPE = re.compile(r"^\d{1,20}:[A-Za-z0-9_-]{1,200}$")
 CHAT_SHAPE = re.compile(r"^-?\d{1,20}$|^@[A-Za-z][A-Za-z0-9_]{3,64}$")
@@ -108,7 +111,7 @@ class ChatBot:
 
     def test(self) -> str:
         """Check the token (getMe) and every admin chat (getChat); returns a summary."""
-        api = self._api()
+        api = self.api()
         chats = parse_chat_ids(self.settings.get("tgBotChatId"))
         me = api.call("getMe")
         reached = []
@@ -122,7 +125,7 @@ class ChatBot:
     def send_backup(self) -> str:
         """Send a fresh backup to every admin chat; returns a summary, raises when a
         chat did not get it."""
-        api = self._api()
+        api = self.api()
         chats = parse_chat_ids(self.settings.get("tgBotChatId"))
         path = self.backups.scratch_path(".db")
         try:
@@ -145,6 +148,20 @@ class ChatBot:
                 f"the backup reached {sent} of {len(chats)} chats; " + "; ".join(failures)
             )
         return f"backup sent to {len(chats)} chat{'s' if len(chats) != 1 else ''}"
+
+    def notify(self, text: str) -> None:
+        """Send `text` (Bot API HTML, escaped by the caller) to every admin chat; raises
+        naming the chats it did not reach."""
+        api = self.api()
+        chats = parse_chat_ids(self.settings.get("tgBotChatId"))
+        failures = []
+        for chat in chats:
+            try:
+                api.send_message(chat, text)
+            except ServiceError as exc:
+                failures.append(f"chat {chat}: {exc.msg}")
+        if failures:
+            raise ServiceError("a chat-bot message was not delivered; " + "; ".join(failures))
 
     # ---- the scheduled job ------------------------------------------------------------------
 
@@ -178,7 +195,8 @@ class ChatBot:
             log.error("%s", message)
             self._reported = message
 
-    def _api(self) -> BotApi:
+    def api(self) -> BotApi:
+        """The Bot API of the settings, or a ServiceError naming the setting to fix."""
         token = self.settings.get("tgBotToken")
         if not token:
             raise ServiceError("set tgBotToken first: the token the bot got from @BotFather")
@@ -196,7 +214,7 @@ class ChatBot:
 
 
 class BotApi:
-    """The few Bot API methods the backup needs."""
+    """The few Bot API methods the bot uses: its checks, backups, messages and commands."""
 
     def __init__(self, server: str, token: str, egress: Egress):
         self.server = server
@@ -204,11 +222,29 @@ class BotApi:
         self._egress = egress
 
     def call(self, method: str, fields: dict | None = None) -> dict:
-        body = json.dumps(fields or {}).encode()
-        headers = {"Content-Type": "application/json"}
-        return self._send(method, body, headers, REQUEST_TIMEOUT_SECONDS)
+        result = self._post_json(method, fields or {}, REQUEST_TIMEOUT_SECONDS)
+        return result if isinstance(result, dict) else {}
 
-    def send_document(self, chat: str, path: str, filename: str, caption: str) -> dict:
+    def send_message(self, chat: str, text: str) -> None:
+        """`text` is Bot API HTML: the caller escapes whatever it put in."""
+        self.call("sendMessage", {"chat_id": chat, "text": text, "parse_mode": "HTML"})
+
+    def get_updates(self, offset: int, wait: int) -> list:
+        """New messages to the bot, waiting up to `wait` seconds for one (long polling)."""
+        fields = {
+            "offset": offset,
+            "timeout": wait,
+            "limit": UPDATES_LIMIT,
+            "allowed_updates": ["message"],
+        }
+        updates = self._post_json("getUpdates", fields, wait + REQUEST_TIMEOUT_SECONDS)
+        return updates if isinstance(updates, list) else []
+
+    def _post_json(self, method: str, fields: dict, timeout: float) -> object:
+        body = json.dumps(fields).encode()
+        return self._send(method, body, {"Content-Type": "application/json"}, timeout)
+
+    def send_document(self, chat: str, path: str, filename: str, caption: str) -> None:
         boundary = "appliance-" + secrets.token_hex(12)
         head = (
             _form_fields(boundary, {"chat_id": chat, "caption": caption})
@@ -225,14 +261,15 @@ class BotApi:
             "Content-Length": str(size),
         }
         body = _multipart_body(head, path, tail)
-        return self._send("sendDocument", body, headers, UPLOAD_TIMEOUT_SECONDS)
+        self._send("sendDocument", body, headers, UPLOAD_TIMEOUT_SECONDS)
 
     def _url(self, method: str) -> str:
         return f"{self.server}/bot{self._token}/{method}"
 
     def _send(
         self, method: str, body: bytes | Iterable[bytes], headers: dict, timeout: float
-    ) -> dict:
+    ) -> object:
+        """The `result` of a Bot API reply (None when it has none)."""
         try:
             with self._egress.request(
                 self._url(method),
@@ -266,8 +303,7 @@ class BotApi:
             if isinstance(description, str) and description.strip():
                 raise ServiceError(f"{method} failed: {self._clean(_printable(description))}")
             raise ServiceError(f"{method} failed: HTTP {status}")
-        result = reply.get("result")
-        return result if isinstance(result, dict) else {}
+        return reply.get("result")
 
     def _clean(self, text: str) -> str:
         return text.replace(self._token, "<token>")[:300]

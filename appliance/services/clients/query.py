@@ -331,6 +331,31 @@ class ClientQuery:
             )
         ]
 
+    @db_session
+    def nearing_limits(self) -> list[dict]:
+        """The expiring clients (`expiring_sql`), each with what it nears: `quota`
+        (trafficDiff GB or less left) and `expiry` (expireDiff days or less away)."""
+        expiring, params = self.expiring_sql()
+        horizon = int(self.clock() * 1000) + self.settings.get("expireDiff") * 86_400_000
+        margin = self.settings.get("trafficDiff") * 1024**3
+        rows = self.store.rows(
+            f"SELECT c.email, c.email_key, c.total_bytes, {USED}, c.expiry_time {FROM} "
+            f"WHERE {expiring}",
+            params,
+        )
+        return [
+            {
+                "email": email,
+                "key": key,
+                "total": total,
+                "used": used,
+                "expiryTime": expiry,
+                "quota": total > 0 and total - used <= margin,
+                "expiry": 0 < expiry <= horizon,
+            }
+            for email, key, total, used, expiry in rows
+        ]
+
     # ---- whole lists -----------------------------------------------------------------------
 
     def attachments(self, client_ids: list[int] | None = None) -> dict[int, list[int]]:

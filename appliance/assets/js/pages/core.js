@@ -1,5 +1,6 @@
-// Core settings: the config template (checked as JSON here, then by the core itself on
-// save, whose refusal is shown as it came), the core process and its output, outbound
+// Core settings: the config template, as raw JSON or through the tabs of its common edits
+// (core-tabs.js), checked as JSON here, then by the core itself on save, whose refusal is
+// shown as it came; the core process and its output, outbound
 // probes and traffic, balancers and the router test. Routes the running core cannot
 // answer say so in the panel's own words, shown beside the form that asked.
 import { html, Vue } from "../lib.js";
@@ -7,18 +8,10 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
 import { field, formatBytes, selectInput, textInput } from "../components.js";
+import { DnsTab, OutboundsTab, parseTemplate, RoutingTab } from "./core-tabs.js";
 
 const NETWORKS = [["tcp", "TCP"], ["udp", "UDP"]];
 const BATCH_LIMIT = 50;
-
-function parseTemplate(text) {
-  try {
-    const value = JSON.parse(text);
-    return value && typeof value === "object" && !Array.isArray(value) ? value : null;
-  } catch (error) {
-    return null;
-  }
-}
 
 function probeText(result) {
   if (!result) return "";
@@ -27,11 +20,14 @@ function probeText(result) {
   return t("core.probeOk", { delay: result.delay, status: result.statusCode || "-" });
 }
 
+const TEMPLATE_TABS = { json: null, routing: RoutingTab, dns: DnsTab, outbounds: OutboundsTab };
+
 const TemplateCard = {
-  props: ["model", "onSaved"],
+  props: ["model", "template", "onSaved"],
   setup(props) {
     const problem = Vue.ref("");
     const busy = Vue.ref(false);
+    const tab = Vue.ref("json");
     async function save(event) {
       event.preventDefault();
       try {
@@ -67,13 +63,18 @@ const TemplateCard = {
     return () => html`<form class="card" onSubmit=${save} data-testid="template-form">
       <h2>${t("core.template")}</h2>
       <p class="muted small">${t("core.templateHint")}</p>
-      <label class="field"><span class="field-label">${t("core.templateJson")}</span>
+      <div class="tabs" role="tablist">${Object.keys(TEMPLATE_TABS).map((name) => html`<button type="button" role="tab" key=${name}
+        data-tab=${name} aria-selected=${tab.value === name} class=${tab.value === name ? "tab active" : "tab"}
+        onClick=${() => (tab.value = name)}>${t(`core.tab.${name}`)}</button>`)}</div>
+      ${tab.value === "json" ? html`<label class="field"><span class="field-label">${t("core.templateJson")}</span>
         <textarea class="code-editor" name="coreSetting" rows="18" spellcheck="false"
           aria-invalid=${problem.value ? "true" : "false"} value=${props.model.coreSetting}
           onInput=${(event) => {
             props.model.coreSetting = event.target.value;
             problem.value = "";
-          }}></textarea></label>
+          }}></textarea></label>`
+        : props.template ? html`<${TEMPLATE_TABS[tab.value]} model=${props.model} template=${props.template} />`
+        : html`<p class="error-text" role="alert">${t("core.fixJsonFirst")}</p>`}
       ${problem.value ? html`<p class="error-text" role="alert" data-testid="template-error">${problem.value}</p>` : null}
       ${field(t("core.outboundTestUrl"), textInput(props.model, "outboundTestUrl", { name: "outboundTestUrl", type: "url" }))}
       <div class="actions">
@@ -297,7 +298,7 @@ export const CorePage = {
     return () => html`<section class="page">
       <div class="page-head"><h1>${t("nav.core")}</h1></div>
       ${loaded.value ? html`
-        <${TemplateCard} model=${model} onSaved=${() => load().catch(() => {})} />
+        <${TemplateCard} model=${model} template=${template.value} onSaved=${() => load().catch(() => {})} />
         <${ProcessCard} />
         <${OutboundsCard} template=${template.value} />
         <${BalancersCard} template=${template.value} />

@@ -15,7 +15,7 @@ const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "remarkModel", "subEnableRouting", "subRoutingRules"],
-  chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgBotAPIServer"],
+  chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
   smtp: ["smtpEnable", "smtpHost", "smtpPort", "smtpSecurity", "smtpUsername", "smtpPassword", "smtpFrom"],
 };
 const SECRETS = new Set(["tgBotToken", "smtpPassword"]);
