@@ -18,6 +18,7 @@ from pony.orm import db_session, select
 from appliance.domain.parse import parse_id
 from appliance.domain.protocols import to_int
 from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
 
 MASTER_PROTOCOLS = ("vless", "trojan")
 DEST_MAX = 255
@@ -26,8 +27,10 @@ HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 
 
 class Fallbacks:
-    def __init__(self, store):
+    def __init__(self, store, places: FilePlaces):
         self.store = store
+        # Where a socket path in `dest` may be (runtime.file_paths).
+        self.places = places
 
     def list(self, master_id) -> list[dict]:
         with db_session:
@@ -111,7 +114,7 @@ class Fallbacks:
         if not dest and child is None:
             raise ServiceError(f"{where}: give a dest or a childId")
         if dest:
-            check_dest(where, dest)
+            check_dest(where, dest, self.places)
         text = {}
         for key, limit in (("name", 255), ("alpn", 64), ("path", 255)):
             value = item.get(key, "")
@@ -156,7 +159,8 @@ def master_problem(protocol: str, stream: dict) -> str | None:
     )
 
 
-def check_dest(where: str, dest: str) -> None:
+def check_dest(where: str, dest: str, places: FilePlaces) -> None:
+    """A port, host:port, an abstract socket name or a socket path in its folder."""
     if len(dest) > DEST_MAX:
         raise ServiceError(f"{where}.dest must be at most {DEST_MAX} characters")
     if dest.isdigit():
@@ -164,6 +168,7 @@ def check_dest(where: str, dest: str) -> None:
             raise ServiceError(f"{where}.dest port must be from 1 to 65535 (got {dest})")
         return
     if dest.startswith(("/", "@")):
+        places.socket(dest, f"{where}.dest")
         return
     match = HOST_PORT.match(dest)
     if not match or not 1 <= int(match.group(1)) <= 65535:
