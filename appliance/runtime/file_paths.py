@@ -141,7 +141,9 @@ class FilePlaces:
     def served_dir(self, value: object, what: str) -> str:
         """`value` when it is a folder in the one whose files the core may serve to
         anyone; else ServiceError."""
-        if isinstance(value, str) and value.strip() and not os.path.isabs(value.strip()):
+        if not isinstance(value, str) or not value.strip():
+            raise ServiceError(f"{what} must be a folder in {self.www_dir}, whose files it serves")
+        if not os.path.isabs(value.strip()):
             raise ServiceError(f"{what} must be an absolute path (got {_shown(value)})")
         return confined(value, [self.www_dir], what, advice="put the files there")
 
