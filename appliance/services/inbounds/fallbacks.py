@@ -4,7 +4,9 @@ A rule sends connections that are not the master's protocol (matched by SNI `nam
 `alpn` and HTTP `path`) to `dest`. Rules are rows, so a rule can point at a child
 inbound by id: with `dest` empty the child's current listen address and port are used,
 and moving the child moves the rule with it. `settings.fallbacks` on the inbound is
-rendered from these rows on read, never stored.
+rendered from these rows on read, never stored. A socket path in `dest` must be in the
+panel's sockets folder (`runtime.file_paths`): the core hands connections from the
+internet to whatever socket it names.
 """
 
 from __future__ import annotations
