@@ -318,6 +318,8 @@ class Panel:
         every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions", fault)
         os.makedirs(self.places.core_dir, exist_ok=True)
         os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
+        os.makedirs(self.places.sockets_dir, exist_ok=True)
+        os.makedirs(self.places.www_dir, exist_ok=True)
         self.core.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)

@@ -416,6 +416,12 @@ def certs_dir(server) -> Path:
     return path
 
 
+def sockets_dir(server) -> str:
+    """The folder of a panel's data directory that the unix sockets inbounds listen on or
+    hand connections to must be in."""
+    return os.path.join(server.data_dir, "sockets")
+
+
 def write_self_signed(
     directory: Path, common_name: str, *alt_names: x509.GeneralName
 ) -> tuple[str, str]:

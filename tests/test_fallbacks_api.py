@@ -8,7 +8,7 @@ import itertools
 import json
 
 import pytest
-from helpers import REALITY, TLS, create_inbound, db_rows, ok
+from helpers import REALITY, TLS, create_inbound, db_rows, ok, sockets_dir
 
 API = "/panel/api/inbounds"
 
@@ -97,12 +97,13 @@ def test_child_must_exist_and_not_be_the_master(api):
     assert rules_of(api, inbound["id"]) == []
 
 
-def test_empty_dest_is_rendered_from_the_child_and_follows_it(api):
+def test_empty_dest_is_rendered_from_the_child_and_follows_it(api, panel):
     inbound = master(api)
+    child_socket = f"{sockets_dir(panel)}/child.sock"
     wildcard = add(api, "vless", streamSettings={"network": "ws", "wsSettings": {"path": "/w"}})
     local = add(api, "vmess", listen="127.0.0.1")
     ipv6 = add(api, "vmess", listen="::1")
-    socket = add(api, "vless", listen="/dev/shm/child.sock,0666")
+    socket = add(api, "vless", listen=f"{child_socket},0666")
     rules = [
         {"childId": wildcard["id"], "path": "/w", "xver": 1},
         {"childId": local["id"], "dest": ""},
@@ -117,7 +118,7 @@ def test_empty_dest_is_rendered_from_the_child_and_follows_it(api):
         {"dest": wildcard["port"], "path": "/w", "xver": 1},
         {"dest": f"127.0.0.1:{local['port']}"},
         {"dest": f"[::1]:{ipv6['port']}"},
-        {"dest": "/dev/shm/child.sock"},
+        {"dest": child_socket},
     ]
     moved = next(_ports)
     update = api.post(f"{API}/update/{local['id']}", {**local, "port": moved})
@@ -133,11 +134,13 @@ def test_empty_dest_is_rendered_from_the_child_and_follows_it(api):
         ("127.0.0.1:8080", "127.0.0.1:8080"),
         ("example.com:80", "example.com:80"),
         ("[::1]:8443", "[::1]:8443"),
-        ("/dev/shm/fallback.sock", "/dev/shm/fallback.sock"),
+        ("SOCKETS/fallback.sock", "SOCKETS/fallback.sock"),
         ("@abstract", "@abstract"),
     ],
 )
-def test_dest_forms_are_accepted(api, dest, shown):
+def test_dest_forms_are_accepted(api, panel, dest, shown):
+    if isinstance(dest, str) and dest.startswith("SOCKETS/"):
+        dest = shown = dest.replace("SOCKETS", sockets_dir(panel))
     inbound = master(api)
     reply = save(api, inbound["id"], [{"dest": dest}])
     assert reply["success"] is True, reply

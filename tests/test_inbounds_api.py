@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 import websocket
 from conftest import start_panel
-from helpers import REALITY, TLS, WG_PEER_KEY, create_inbound, db_rows, refused
+from helpers import REALITY, TLS, WG_PEER_KEY, create_inbound, db_rows, refused, sockets_dir
 
 API = "/panel/api/inbounds"
 VLESS_ENC = "mlkem768x25519plus.native.600s.ptjHQxBQxTJ9MWr2cd5qWIflBSACHOevTauCQwa_71U"
@@ -268,15 +268,16 @@ def test_specific_address_conflicts_with_the_wildcard_but_not_with_another_addre
     )
 
 
-def test_same_unix_socket_twice_is_refused(api):
-    first = create_inbound(api, {"protocol": "socks", "listen": "/run/test-a.sock,0666"})
+def test_same_unix_socket_twice_is_refused(api, panel):
+    socket_a, socket_b = f"{sockets_dir(panel)}/test-a.sock", f"{sockets_dir(panel)}/test-b.sock"
+    first = create_inbound(api, {"protocol": "socks", "listen": f"{socket_a},0666"})
     assert first["port"] == 0
     refused(
-        api.post(f"{API}/add", {"protocol": "http", "listen": "/run/test-a.sock"}),
-        "/run/test-a.sock",
+        api.post(f"{API}/add", {"protocol": "http", "listen": socket_a}),
+        socket_a,
         f"inbound {first['id']}",
     )
-    create_inbound(api, {"protocol": "http", "listen": "/run/test-b.sock"})
+    create_inbound(api, {"protocol": "http", "listen": socket_b})
 
 
 def test_the_panel_and_subscription_ports_are_refused(api, panel):
@@ -310,8 +311,8 @@ def test_generated_tags_are_unique(api):
     assert len(tags) == len(set(tags))
 
 
-def test_a_generated_tag_is_accepted_when_sent_back(api):
-    for listen in ("/run/tagged.sock,0666", "@abstract-name", "::1"):
+def test_a_generated_tag_is_accepted_when_sent_back(api, panel):
+    for listen in (f"{sockets_dir(panel)}/tagged.sock,0666", "@abstract-name", "::1"):
         created = create_inbound(api, {"protocol": "socks", "listen": listen, "port": next_port()})
         reply = api.post(f"{API}/update/{created['id']}", created)
         assert reply["success"] is True, (listen, reply)

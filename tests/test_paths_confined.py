@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import start_panel
 from helpers import (
+    REALITY,
     TLS,
     certs_dir,
     create_inbound,
@@ -27,6 +28,7 @@ from helpers import (
     ok,
     refused,
     setting_rows,
+    sockets_dir,
     write_self_signed,
 )
 
@@ -279,3 +281,354 @@ def test_an_outbound_certificate_under_test_stays_in_its_place(api):
         f"{CORE}/testOutbound", {"outbound": json.dumps(via_hop), "allOutbounds": chain}
     )
     refused(reply, "allOutbounds[0].streamSettings", "is outside")
+
+
+# ---- unix sockets ---------------------------------------------------------------------------
+
+OUTSIDE_SOCKET = "/tmp/appliance-outside.sock"
+
+
+def socket_cases(sockets: str) -> list[tuple[str, str]]:
+    """(value, why it is refused) of socket paths that are not in the sockets folder."""
+    return [
+        (OUTSIDE_SOCKET, "is outside the directories allowed for it"),
+        ("/var/run/docker.sock", "is outside the directories allowed for it"),
+        (f"{sockets}/../appliance.db", "may not contain '..'"),
+    ]
+
+
+def reality_stream(target: str) -> dict:
+    reality = {**REALITY["realitySettings"], "target": target}
+    return {**REALITY, "realitySettings": reality}
+
+
+def fallback_master(api) -> dict:
+    return create_inbound(api, {"protocol": "vless", "port": free_port(), "streamSettings": TLS})
+
+
+def stored_inbounds(panel) -> list[tuple]:
+    return db_rows(panel, "SELECT id, listen, stream_settings FROM inbound ORDER BY id")
+
+
+def stored_fallbacks(panel) -> list[tuple]:
+    return db_rows(panel, "SELECT id, dest FROM fallback ORDER BY id")
+
+
+def test_a_listen_socket_outside_the_sockets_folder_is_refused(api, panel):
+    """Add, import and update: the core would create (and first remove) that file."""
+    sockets = sockets_dir(panel)
+    kept = create_inbound(api, {"protocol": "socks", "listen": f"{sockets}/kept.sock"})
+    before = stored_inbounds(panel)
+    for value, why in socket_cases(sockets):
+        for listen in (value, f"{value},0666"):
+            payload = {"protocol": "socks", "listen": listen}
+            refused(api.post(f"{INBOUNDS}/add", payload), "listen", why)
+            reply = api.post(f"{INBOUNDS}/import", {"data": json.dumps(payload)})
+            refused(reply, "listen", why)
+            reply = api.post(f"{INBOUNDS}/update/{kept['id']}", {**kept, "listen": listen})
+            refused(reply, "listen", why)
+    refused(
+        api.post(f"{INBOUNDS}/add", {"protocol": "socks", "listen": OUTSIDE_SOCKET}),
+        f"({sockets}); put the socket there or use @name",
+    )
+    assert stored_inbounds(panel) == before
+
+
+def test_an_existing_and_a_missing_socket_outside_get_the_same_answer(api, secret_file):
+    missing = str(secret_file.parent / "missing.sock")
+    replies = [
+        api.post(f"{INBOUNDS}/add", {"protocol": "socks", "listen": path})
+        for path in (str(secret_file), missing)
+    ]
+    for reply in replies:
+        refused(reply, "is outside the directories allowed for it")
+    answers = [reply["msg"] for reply in replies]
+    assert same_words(*answers, str(secret_file), missing), answers
+
+
+def test_a_fallback_to_a_socket_outside_is_refused(api, panel):
+    """A fallback hands connections from the internet to that socket (a container
+    engine's, a database's): by the fallbacks route and inside an added inbound."""
+    sockets = sockets_dir(panel)
+    master = fallback_master(api)
+    ok(api.post(f"{INBOUNDS}/{master['id']}/fallbacks", {"fallbacks": [{"dest": 8080}]}))
+    rules, count = stored_fallbacks(panel), inbound_count(api)
+    for value, why in socket_cases(sockets):
+        reply = api.post(f"{INBOUNDS}/{master['id']}/fallbacks", {"fallbacks": [{"dest": value}]})
+        refused(reply, "fallbacks[0].dest", why)
+        settings = {"decryption": "none", "fallbacks": [{"dest": value}]}
+        payload = {"protocol": "vless", "port": free_port(), "settings": settings}
+        refused(api.post(f"{INBOUNDS}/add", {**payload, "streamSettings": TLS}), why)
+        stream = reality_stream(value)
+        payload = {"protocol": "vless", "port": free_port(), "streamSettings": stream}
+        refused(api.post(f"{INBOUNDS}/add", payload), "realitySettings.target", why)
+    assert stored_fallbacks(panel) == rules
+    assert inbound_count(api) == count
+
+
+def test_sockets_in_their_folder_and_abstract_names_reach_the_core(api, panel, secret_file):
+    """...but a link in the folder leading out does not."""
+    sockets = sockets_dir(panel)
+    link = Path(sockets) / "escape"
+    link.symlink_to(secret_file.parent, target_is_directory=True)
+    try:
+        reply = api.post(f"{INBOUNDS}/add", {"protocol": "socks", "listen": f"{link}/x.sock"})
+        refused(reply, f"listen '{link}/x.sock' is outside")
+    finally:
+        link.unlink()
+    listens = [f"{sockets}/in.sock,0666", f"{sockets}/sub/in.sock", "@abstract-in", "@@padded"]
+    tags = []
+    for listen in listens:
+        created = create_inbound(api, {"protocol": "socks", "listen": listen})
+        assert created["listen"] == listen
+        tags.append(created["tag"])
+    master = fallback_master(api)
+    dests = [f"{sockets}/fallback.sock", "@fallback"]
+    rules = {"fallbacks": [{"dest": dest} for dest in dests]}
+    ok(api.post(f"{INBOUNDS}/{master['id']}/fallbacks", rules))
+    reality = create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": free_port(),
+            "streamSettings": reality_stream(f"{sockets}/r.sock"),
+        },
+    )
+    config = ok(api.get(f"{SERVER}/getConfigJson"))
+    by_tag = {inbound["tag"]: inbound for inbound in config["inbounds"]}
+    assert [by_tag[tag]["listen"] for tag in tags] == listens
+    assert [f["dest"] for f in by_tag[master["tag"]]["settings"]["fallbacks"]] == dests
+    target = by_tag[reality["tag"]]["streamSettings"]["realitySettings"]["target"]
+    assert target == f"{sockets}/r.sock"
+
+
+def test_the_sockets_folder_is_made_at_start(panel):
+    assert os.path.isdir(sockets_dir(panel))
+    assert os.path.isdir(os.path.join(panel.data_dir, "www"))
+
+
+def test_a_socket_in_the_template_stays_in_its_folder(api, panel):
+    """The template's own inbounds: listen, fallbacks and dsSettings (V2Ray's domain
+    socket transport) are held to the same folder."""
+    sockets = sockets_dir(panel)
+    before = setting_rows(panel)
+    template = ok(api.get(f"{CORE}/getDefaultJsonConfig"))
+    cases = [
+        ({"tag": "t", "listen": OUTSIDE_SOCKET, "protocol": "socks"}, "inbounds[0].listen"),
+        (
+            {
+                "tag": "t",
+                "port": 1,
+                "protocol": "vless",
+                "settings": {"fallbacks": [{"dest": OUTSIDE_SOCKET}]},
+            },
+            "inbounds[0].settings.fallbacks[0].dest",
+        ),
+        (
+            {
+                "tag": "t",
+                "port": 1,
+                "protocol": "socks",
+                "streamSettings": {
+                    "network": "domainsocket",
+                    "dsSettings": {"path": OUTSIDE_SOCKET},
+                },
+            },
+            "inbounds[0].streamSettings.dsSettings.path",
+        ),
+    ]
+    for inbound, name in cases:
+        text = json.dumps({**template, "inbounds": [inbound]})
+        refused(api.post(f"{CORE}/update", {"coreSetting": text}), f"{name} '{OUTSIDE_SOCKET}'")
+        refused(api.post(f"{SETTINGS}/update", {"coreTemplate": text}), name)
+    assert setting_rows(panel) == before
+    placed = {"tag": "t", "listen": f"{sockets}/template.sock", "protocol": "socks"}
+    ok(api.post(f"{CORE}/update", {"coreSetting": json.dumps({**template, "inbounds": [placed]})}))
+    config = ok(api.get(f"{SERVER}/getConfigJson"))
+    assert {"t": f"{sockets}/template.sock"}.items() <= {
+        i["tag"]: i.get("listen") for i in config["inbounds"]
+    }.items()
+    ok(api.post(f"{CORE}/update", {"coreSetting": json.dumps(template)}))
+
+
+# ---- TLS key logs, served folders, geo files ----------------------------------------------
+
+
+def test_a_tls_key_log_is_refused_anywhere(api, panel):
+    """masterKeyLog writes every TLS session key: refused outright, in an inbound and in
+    the template's outbounds alike."""
+    count = inbound_count(api)
+    for value in ("/tmp/keys.log", os.path.join(panel.data_dir, "core", "keys.log")):
+        inbound = tls_inbound("/etc/ssl/a.crt", "/etc/ssl/a.key")
+        inbound["streamSettings"]["tlsSettings"]["masterKeyLog"] = value
+        refused(
+            api.post(f"{INBOUNDS}/add", inbound),
+            "streamSettings.tlsSettings.masterKeyLog must be empty",
+            "TLS session keys",
+        )
+    assert inbound_count(api) == count
+    template = ok(api.get(f"{CORE}/getDefaultJsonConfig"))
+    template["outbounds"][0]["streamSettings"] = {"tlsSettings": {"masterKeyLog": "/tmp/k"}}
+    reply = api.post(f"{CORE}/update", {"coreSetting": json.dumps(template)})
+    refused(reply, "outbounds[0].streamSettings.tlsSettings.masterKeyLog must be empty")
+    inbound = tls_inbound("/etc/ssl/a.crt", "/etc/ssl/a.key")
+    inbound["streamSettings"]["tlsSettings"]["masterKeyLog"] = ""
+    create_inbound(api, inbound)
+
+
+def hysteria_inbound(masquerade: dict) -> dict:
+    stream = {**TLS, "network": "hysteria", "hysteriaSettings": {"masquerade": masquerade}}
+    return {"protocol": "hysteria2", "port": free_port(), "streamSettings": stream}
+
+
+def test_a_masquerade_folder_outside_www_is_refused(api, panel, secret_file):
+    """Whatever the folder holds is served to anyone who connects."""
+    www = os.path.join(panel.data_dir, "www")
+    link = Path(www) / "escape"
+    link.symlink_to(secret_file.parent)
+    count = inbound_count(api)
+    try:
+        for folder, why in (
+            ("/etc", "is outside the directories allowed for it"),
+            (panel.data_dir, "is outside the directories allowed for it"),
+            (str(link), "is outside the directories allowed for it"),
+            (f"{www}/../core", "may not contain '..'"),
+            ("www", "must be an absolute path"),
+            ("", f"must be a folder in {www}"),
+        ):
+            reply = api.post(f"{INBOUNDS}/add", hysteria_inbound({"type": "file", "dir": folder}))
+            refused(reply, "streamSettings.hysteriaSettings.masquerade.dir", why)
+    finally:
+        link.unlink()
+    assert inbound_count(api) == count
+
+
+def test_a_masquerade_folder_in_www_reaches_the_core(api, panel):
+    """...where a sibling folder whose name starts the same does not."""
+    site = os.path.join(panel.data_dir, "www", "site")
+    sibling = hysteria_inbound({"type": "file", "dir": os.path.join(panel.data_dir, "www2")})
+    refused(api.post(f"{INBOUNDS}/add", sibling), "masquerade.dir", "is outside")
+    created = create_inbound(api, hysteria_inbound({"type": "file", "dir": site}))
+    other = create_inbound(api, hysteria_inbound({"type": "string", "content": "hi"}))
+    config = ok(api.get(f"{SERVER}/getConfigJson"))
+    by_tag = {inbound["tag"]: inbound for inbound in config["inbounds"]}
+    masquerade = by_tag[created["tag"]]["streamSettings"]["hysteriaSettings"]["masquerade"]
+    assert masquerade == {"type": "file", "dir": site}
+    assert by_tag[other["tag"]]["streamSettings"]["hysteriaSettings"]["masquerade"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("section", "value"),
+    [
+        ("domain", "ext:../../../etc/shadow:x"),
+        ("domain", "ext:/etc/passwd:root"),
+        ("ip", "ext:sub/geo.dat:cn"),
+        ("ip", "ext::cn"),
+    ],
+)
+def test_a_geo_file_outside_the_core_folder_is_refused(api, panel, section, value):
+    before = setting_rows(panel)
+    template = ok(api.get(f"{CORE}/getDefaultJsonConfig"))
+    dns = {**json.loads(json.dumps(template)), "dns": {"servers": [{"domains": [value]}]}}
+    template["routing"]["rules"].append(
+        {"type": "field", section: [value], "outboundTag": "blocked"}
+    )
+    text = json.dumps(template)
+    index = len(template["routing"]["rules"]) - 1
+    name = f"routing.rules[{index}].{section}[0]"
+    refused(api.post(f"{CORE}/update", {"coreSetting": text}), name, "plain name")
+    refused(api.post(f"{SETTINGS}/update", {"coreTemplate": text}), name, "plain name")
+    reply = api.post(f"{CORE}/update", {"coreSetting": json.dumps(dns)})
+    refused(reply, "dns.servers[0].domains[0]", "plain name")
+    assert setting_rows(panel) == before
+
+
+def test_a_geo_file_by_its_plain_name_reaches_the_core(api):
+    """...where a name with a folder in it does not, even as a DNS host key."""
+    template = ok(api.get(f"{CORE}/getDefaultJsonConfig"))
+    hosts = {**template, "dns": {"hosts": {"ext:../geo.dat:x": "127.0.0.1"}}}
+    reply = api.post(f"{CORE}/update", {"coreSetting": json.dumps(hosts)})
+    refused(reply, "dns.hosts.ext:../geo.dat:x must name a geo file by its plain name")
+    rule = {"type": "field", "domain": ["ext:custom.dat:ads"], "outboundTag": "blocked"}
+    template["routing"]["rules"].append(rule)
+    ok(api.post(f"{CORE}/update", {"coreSetting": json.dumps(template)}))
+    assert rule in ok(api.get(f"{SERVER}/getConfigJson"))["routing"]["rules"]
+    template["routing"]["rules"].remove(rule)
+    ok(api.post(f"{CORE}/update", {"coreSetting": json.dumps(template)}))
+
+
+# ---- stored before the rules ----------------------------------------------------------------
+
+
+def test_stored_sockets_folders_and_key_logs_are_left_out_and_the_panel_starts(tmp_path):
+    """Values an older release or an imported backup left in the database: the panel
+    starts, the core config leaves out each one with what cannot work without it, and
+    the panel's log says why."""
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        sockets = sockets_dir(server)
+        bad_listen = create_inbound(api, {"protocol": "socks", "listen": f"{sockets}/a.sock"})
+        good = create_inbound(api, {"protocol": "socks", "listen": f"{sockets}/b.sock"})
+        keylog = create_inbound(api, tls_inbound("/etc/ssl/a.crt", "/etc/ssl/a.key"))
+        site = os.path.join(server.data_dir, "www")
+        hysteria = create_inbound(api, hysteria_inbound({"type": "file", "dir": site}))
+        master = fallback_master(api)
+        rules = {"fallbacks": [{"dest": f"{sockets}/f.sock"}, {"dest": 8080}]}
+        ok(api.post(f"{INBOUNDS}/{master['id']}/fallbacks", rules))
+        template = ok(api.get(f"{CORE}/getDefaultJsonConfig"))
+        rule = {"type": "field", "domain": ["ext:../../etc/shadow:x"], "outboundTag": "blocked"}
+        template["routing"]["rules"].append(rule)
+        template["inbounds"] = [{"tag": "t", "listen": OUTSIDE_SOCKET, "protocol": "socks"}]
+        server.stop()
+
+        def restream(inbound: dict, change) -> None:
+            stream = inbound["streamSettings"]
+            change(stream)
+            db_rows(
+                server,
+                "UPDATE inbound SET stream_settings = ? WHERE id = ?",
+                (json.dumps(stream), inbound["id"]),
+            )
+
+        db_rows(
+            server, "UPDATE inbound SET listen = ? WHERE id = ?", (OUTSIDE_SOCKET, bad_listen["id"])
+        )
+        restream(keylog, lambda s: s["tlsSettings"].update(masterKeyLog="/tmp/keys.log"))
+        restream(hysteria, lambda s: s["hysteriaSettings"]["masquerade"].update(dir="/etc"))
+        db_rows(
+            server,
+            "UPDATE fallback SET dest = ? WHERE dest = ?",
+            ("/var/run/docker.sock", f"{sockets}/f.sock"),
+        )
+        db_rows(server, "DELETE FROM setting WHERE key = 'coreTemplate'")
+        db_rows(
+            server,
+            "INSERT INTO setting (key, value) VALUES ('coreTemplate', ?)",
+            (json.dumps(json.dumps(template)),),
+        )
+        server.start()
+        api = server.client()
+        config = ok(api.get(f"{SERVER}/getConfigJson"))
+        by_tag = {inbound["tag"]: inbound for inbound in config["inbounds"]}
+        assert bad_listen["tag"] not in by_tag and "t" not in by_tag
+        assert by_tag[good["tag"]]["listen"] == f"{sockets}/b.sock"
+        assert "masterKeyLog" not in by_tag[keylog["tag"]]["streamSettings"]["tlsSettings"]
+        assert "masquerade" not in by_tag[hysteria["tag"]]["streamSettings"]["hysteriaSettings"]
+        assert by_tag[master["tag"]]["settings"]["fallbacks"] == [{"dest": 8080}]
+        assert rule not in config["routing"]["rules"]
+        output = server.output()
+        for line in (
+            f"inbound {bad_listen['tag']}: listen '{OUTSIDE_SOCKET}' is outside",
+            f"left out of the core config: inbound {bad_listen['tag']}, which cannot run",
+            f"inbound {keylog['tag']}: streamSettings.tlsSettings.masterKeyLog must be empty",
+            f"inbound {hysteria['tag']}: streamSettings.hysteriaSettings.masquerade.dir '/etc'",
+            f"inbound {master['tag']}: settings.fallbacks[0].dest '/var/run/docker.sock'",
+            "left out of the core config: routing.rules[",
+            f"left out of the core config: inbounds[0].listen '{OUTSIDE_SOCKET}'",
+        ):
+            assert line in output, line
+        assert "Traceback" not in output
+        assert ok(api.get(f"{INBOUNDS}/get/{bad_listen['id']}"))["listen"] == OUTSIDE_SOCKET
+    finally:
+        server.stop()

@@ -34,8 +34,8 @@ Rules:
 - `access_log` (a path) becomes the template's `log.access` unless the template names a
   file of its own: the panel reads the access log for client IPs and `corelogs`, so an
   empty value or "none" there gives way to the panel's file. The caller confines the
-  template's log and certificate paths first (services.file_paths): the builder reads
-  no files, so it cannot resolve them.
+  file and socket paths of the template and the inbounds first (runtime.file_paths):
+  the builder reads no files, so it cannot resolve them.
 - An inbound runs in this core when it is enabled, its expiry has not passed, its quota
   is not used up, it is not assigned to a node (nodes run their own core) and it is not
   MTProto (its own process).

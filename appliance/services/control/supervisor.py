@@ -37,7 +37,7 @@ from appliance.core.config import build_config
 from appliance.core.live import Running, live_changes, running
 from appliance.core.template import default_template
 from appliance.errors import ServiceError
-from appliance.runtime.file_paths import FilePlaces, drop_misplaced_paths
+from appliance.runtime.file_paths import FilePlaces, drop_misplaced_inbound, drop_misplaced_paths
 from appliance.runtime.jobs import breathe
 from appliance.runtime.memory import return_freed_memory
 from appliance.runtime.ports import free_loopback_port
@@ -214,14 +214,19 @@ class CoreService:
 
     def _config(self, views: list[dict], template: dict | None = None) -> dict:
         """A file path in the template or the inbound views that is out of its place
-        (services.file_paths), stored before the rules or by an import, is left out and
+        (runtime.file_paths), stored before the rules or by an import, is left out and
         reported in the panel's log: the core never writes or reads there, and the panel
         still starts."""
         template = core_template(self.settings) if template is None else template
         problems = drop_misplaced_paths(template, self.places)
+        runnable = []
         for view in views:
-            label = f"inbound {view['tag']}: streamSettings"
-            problems += drop_misplaced_paths(view.get("streamSettings"), self.places, label)
+            usable, found = drop_misplaced_inbound(view, self.places)
+            problems += found
+            if usable:
+                runnable.append(view)
+            else:
+                problems.append(f"inbound {view['tag']}, which cannot run without it")
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)
@@ -229,7 +234,7 @@ class CoreService:
         now_ms = int(time.time() * 1000)
         return build_config(
             template,
-            self.left_out.admitted(views, now_ms),
+            self.left_out.admitted(runnable, now_ms),
             self.api_port,
             flavor=self._flavor,
             now_ms=now_ms,

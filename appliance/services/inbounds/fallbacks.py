@@ -4,7 +4,9 @@ A rule sends connections that are not the master's protocol (matched by SNI `nam
 `alpn` and HTTP `path`) to `dest`. Rules are rows, so a rule can point at a child
 inbound by id: with `dest` empty the child's current listen address and port are used,
 and moving the child moves the rule with it. `settings.fallbacks` on the inbound is
-rendered from these rows on read, never stored.
+rendered from these rows on read, never stored. A socket path in `dest` must be in the
+panel's sockets folder (`runtime.file_paths`): the core hands connections from the
+internet to whatever socket it names.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pony.orm import db_session, select
 from appliance.domain.parse import parse_id
 from appliance.domain.protocols import to_int
 from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
 
 MASTER_PROTOCOLS = ("vless", "trojan")
 DEST_MAX = 255
@@ -26,8 +29,10 @@ HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 
 
 class Fallbacks:
-    def __init__(self, store):
+    def __init__(self, store, places: FilePlaces):
         self.store = store
+        # Where a socket path in `dest` may be (runtime.file_paths).
+        self.places = places
 
     def list(self, master_id) -> list[dict]:
         with db_session:
@@ -111,7 +116,7 @@ class Fallbacks:
         if not dest and child is None:
             raise ServiceError(f"{where}: give a dest or a childId")
         if dest:
-            check_dest(where, dest)
+            check_dest(where, dest, self.places)
         text = {}
         for key, limit in (("name", 255), ("alpn", 64), ("path", 255)):
             value = item.get(key, "")
@@ -156,7 +161,8 @@ def master_problem(protocol: str, stream: dict) -> str | None:
     )
 
 
-def check_dest(where: str, dest: str) -> None:
+def check_dest(where: str, dest: str, places: FilePlaces) -> None:
+    """A port, host:port, an abstract socket name or a socket path in its folder."""
     if len(dest) > DEST_MAX:
         raise ServiceError(f"{where}.dest must be at most {DEST_MAX} characters")
     if dest.isdigit():
@@ -164,6 +170,7 @@ def check_dest(where: str, dest: str) -> None:
             raise ServiceError(f"{where}.dest port must be from 1 to 65535 (got {dest})")
         return
     if dest.startswith(("/", "@")):
+        places.socket(dest, f"{where}.dest")
         return
     match = HOST_PORT.match(dest)
     if not match or not 1 <= int(match.group(1)) <= 65535:

@@ -2,8 +2,8 @@
 
 Payloads are normalised by `inbound_rules` before anything is written; this module adds
 what needs the database or the disk: unique tags, port conflicts with other inbounds and
-with the panel's own ports, certificate files inside their directories
-(`file_paths`), and the derived parts of the returned record (`settings.clients`
+with the panel's own ports, certificate files, sockets and served folders inside their
+directories (`file_paths`), and the derived parts of the returned record (`settings.clients`
 from client rows, `settings.fallbacks` from fallback rows, `clientStats`). An update keeps
 attached clients usable: the protocol must still take clients, and their secrets are
 re-fitted to a changed Shadowsocks cipher as on attach.
@@ -24,7 +24,7 @@ from appliance.domain import inbound_rules
 from appliance.domain.client_rules import legacy_method
 from appliance.domain.parse import parse_id, parse_json_text
 from appliance.errors import ServiceError
-from appliance.runtime.file_paths import FilePlaces, check_paths
+from appliance.runtime.file_paths import FilePlaces, check_inbound_paths
 from appliance.services.clients.query import (
     client_api_view,
     client_stat,
@@ -61,13 +61,13 @@ class Inbounds:
         places: FilePlaces,
     ):
         self.store = store
-        # Where the certificate files of inbounds may be (services.file_paths).
+        # Where the files and sockets inbounds name may be (runtime.file_paths).
         self.places = places
         self.reserved_ports = reserved_ports
         self.clients_of = clients_of
         self.held_sockets = held_sockets
         self.clock = clock
-        self.fallbacks = Fallbacks(store)
+        self.fallbacks = Fallbacks(store, places)
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class Inbounds:
 
     def add(self, payload) -> dict:
         record = inbound_rules.normalize_inbound(_object(payload))
-        check_paths(record["streamSettings"], self.places, "streamSettings")
+        check_inbound_paths(record, self.places)
         with db_session:
             self._check_unique(record, None)
             self._check_free(record)
@@ -157,7 +157,7 @@ class Inbounds:
         with db_session:
             row = self._row(inbound_id)
             record = inbound_rules.normalize_inbound(_object(payload))
-            check_paths(record["streamSettings"], self.places, "streamSettings")
+            check_inbound_paths(record, self.places)
             self._check_unique(record, row.id)
             self._check_free(record)
             self._check_still_master(row, record)
