@@ -170,6 +170,9 @@ def test_pages_cover_everything_once(api, data):
         ({"protocol": "bogus"}, ["protocol"]),
         ({"search": "x" * 256}, ["search"]),
         ({"group": "g" * 300}, ["group"]),
+        ({"inboundId": "abc"}, ["inboundId", "positive integer"]),
+        ({"inboundId": "0"}, ["inboundId"]),
+        ({"inboundId": "-3"}, ["inboundId"]),
     ],
 )
 def test_bad_parameters_are_refused(api, data, params, words):
@@ -274,6 +277,20 @@ def test_protocol_and_group_filters(api, data):
     assert found(api, group="nobody") == []
     assert found(api, group="Team A", filter="active", protocol="trojan") == ["Bravo@ex"]
     assert found(api, group="Team A", search="bravo") == ["Bravo@ex"]
+
+
+def test_inbound_filter_pages_the_clients_of_one_inbound(api, data):
+    trojan = page(api, inboundId=str(data.trojan), pageSize=2)
+    assert trojan["filtered"] == 3
+    assert [item["email"] for item in trojan["items"]] == ["Bravo@ex", "charlie@ex"]
+    assert all(data.trojan in item["inboundIds"] for item in trojan["items"])
+    assert [
+        i["email"] for i in page(api, inboundId=str(data.trojan), page=2, pageSize=2)["items"]
+    ] == ["foxtrot@ex"]
+    assert found(api, inboundId=str(data.ss)) == ["hotel@ex"]
+    assert "juliet@ex" not in found(api, inboundId=str(data.vless))
+    assert found(api, inboundId=str(data.vless), filter="depleted") == ["delta@ex"]
+    assert page(api, inboundId="987654")["filtered"] == 0
 
 
 # ---- sorting ---------------------------------------------------------------------------------
@@ -421,6 +438,9 @@ def test_filtered_counts_follow_each_change(own):
     ok(api.post(f"{API}/update/a@count", {"email": "a@count", "enable": False}))
     assert page(api, filter="active")["filtered"] == 1
     assert page(api, filter="deactive")["filtered"] == 1
+    assert page(api, inboundId=str(trojan_id))["filtered"] == 1
+    ok(api.post(f"{API}/a@count/attach", {"inboundIds": [trojan_id]}))
+    assert page(api, inboundId=str(trojan_id))["filtered"] == 2
 
 
 def test_expiring_follows_expire_diff(own):

@@ -478,6 +478,55 @@ def test_import_applies_the_port_rules(api):
     refused(api.post(f"{API}/import", json=None, data={"data": data}), f"inbound {existing['id']}")
 
 
+# ---- clone --------------------------------------------------------------------------------
+
+
+def test_clone_copies_the_settings_to_a_new_port_and_tag_without_clients(api):
+    source = create_inbound(api, sample("vless", remark="origin"))
+    reply = api.post(
+        "/panel/api/clients/add",
+        {"client": {"email": "clone-origin@ex"}, "inboundIds": [source["id"]]},
+    )
+    assert reply["success"] is True, reply
+    port = next_port()
+    reply = api.post(f"{API}/clone/{source['id']}", {"port": port, "remark": "origin copy"})
+    assert reply["success"] is True, reply
+    copy = api.get(f"{API}/get/{reply['obj']['id']}")["obj"]
+    assert copy["id"] != source["id"]
+    assert (copy["port"], copy["remark"], copy["protocol"]) == (port, "origin copy", "vless")
+    assert copy["tag"] not in ("", source["tag"])
+    assert copy["streamSettings"] == source["streamSettings"]
+    assert copy["settings"]["clients"] == []
+    assert (copy["up"], copy["down"]) == (0, 0)
+    original = api.get(f"{API}/get/{source['id']}")["obj"]
+    assert [c["email"] for c in original["settings"]["clients"]] == ["clone-origin@ex"]
+    kept = api.post(f"{API}/clone/{source['id']}", {"port": next_port()})["obj"]
+    assert kept["remark"] == "origin"
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({}, ("port", "required")),
+        ({"port": "http"}, ("port",)),
+        ({"port": 70000}, ("port",)),
+        ({"port": 1234, "tag": "mine"}, ("only port and remark", "tag")),
+        ([1], ("JSON object",)),
+    ],
+)
+def test_clone_refuses_bad_bodies_and_changes_nothing(api, body, words):
+    source = create_inbound(api, sample("trojan"))
+    before = listing(api)
+    refused(api.post(f"{API}/clone/{source['id']}", body), *words)
+    assert listing(api) == before
+
+
+def test_clone_applies_the_port_rules_and_needs_an_existing_inbound(api):
+    source = create_inbound(api, sample("vmess"))
+    refused(api.post(f"{API}/clone/{source['id']}", {"port": source["port"]}), "port")
+    refused(api.post(f"{API}/clone/987654", {"port": next_port()}), "987654")
+
+
 # ---- bad input of every shape --------------------------------------------------------------
 
 

@@ -72,6 +72,15 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
     def update(id):
         return Reply("inbound updated", inbounds.update(id, body(1 << 20)))
 
+    @table.post(
+        "/clone/<id>",
+        "Copy an inbound to another port, with a new tag and no clients",
+        resource="inbounds",
+        body={"port": "integer", "remark": "string"},
+    )
+    def clone(id):
+        return Reply("inbound cloned", inbounds.clone(id, json_object(8192)))
+
     @table.post("/del/<id>", "Delete an inbound; its clients stay, detached", resource=WITH_HOSTS)
     def delete(id):
         inbounds.delete(id)

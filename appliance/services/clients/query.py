@@ -21,7 +21,7 @@ from pony.orm import db_session
 
 from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
-from appliance.domain.parse import parse_int
+from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
 from appliance.services.clients.groups import labels_of
@@ -66,6 +66,10 @@ TRAFFIC_FILTERS = ("active", "depleted", "expiring")
 ON_PROTOCOL = (
     "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
     "WHERE ci.client_id = c.id AND i.protocol = ?)"
+)
+# The clients of one inbound: a seek on the (inbound_id, client_id) index per client.
+ON_INBOUND = (
+    "EXISTS (SELECT 1 FROM client_inbound ci WHERE ci.client_id = c.id AND ci.inbound_id = ?)"
 )
 # A substring search cannot seek an index, but it can scan the narrow search index
 # (migration 8) instead of every client row, then fetch only the matches by id.
@@ -186,8 +190,8 @@ class ClientQuery:
 
     def _known_count(self, query: dict, where: list, params: list, summary: dict) -> int | None:
         """How many clients match, when that is known without a scan of the clients: no
-        condition, one status bucket alone (the summary's lists), one protocol alone
-        (counted from its attachments), or conditions counted earlier since the last
+        condition, one status bucket alone (the summary's lists), one protocol or one
+        inbound alone (counted from its attachments), or conditions counted earlier since the last
         change. The summary is at most `SUMMARY_TTL` old, so a count is too."""
         if not where:
             return summary["total"]
@@ -200,6 +204,10 @@ class ClientQuery:
                 "SELECT COUNT(DISTINCT ci.client_id) FROM client_inbound ci "
                 "JOIN inbound i ON i.id = ci.inbound_id WHERE i.protocol = ?",
                 params,
+            )[0][0]
+        if where == [ON_INBOUND] and key not in self._counts:
+            self._counts[key] = self.store.rows(
+                "SELECT COUNT(*) FROM client_inbound WHERE inbound_id = ?", params
             )[0][0]
         return self._counts.get(key)
 
@@ -279,6 +287,10 @@ class ClientQuery:
                 )
             where.append(ON_PROTOCOL)
             params.append(protocol)
+        inbound = query.get("inboundId") or ""
+        if inbound:
+            where.append(ON_INBOUND)
+            params.append(parse_id(inbound, "inboundId"))
         group = query.get("group") or ""
         if group:
             if not isinstance(group, str) or len(group) > 255:

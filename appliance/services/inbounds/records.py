@@ -178,6 +178,26 @@ class Inbounds:
         payload = {k: v for k, v in payload.items() if k not in ("id", "up", "down")}
         return self.add(payload)
 
+    def clone(self, inbound_id, payload) -> dict:
+        """A copy of an inbound, as `import_` would make from its export, on the port the
+        body names, with a generated tag and no clients: attaching clients is the clients
+        API's work, and a copy meant to serve them all is one bulk attach away."""
+        body = _object(payload)
+        unknown = sorted(set(body) - {"port", "remark"})
+        if unknown:
+            raise ServiceError(f"a clone takes only port and remark (got {', '.join(unknown)})")
+        if "port" not in body:
+            raise ServiceError("port is required: the copy listens on a port of its own")
+        copy = {
+            key: value
+            for key, value in self.get(inbound_id).items()
+            if key not in ("id", "up", "down", "tag", "clientStats")
+        }
+        copy["port"] = body["port"]
+        if "remark" in body:
+            copy["remark"] = body["remark"]
+        return self.add(copy)
+
     def delete(self, inbound_id) -> None:
         with db_session:
             self._row(inbound_id).delete()

@@ -11,6 +11,11 @@ const GB = 1024 ** 3;
 const DAY = 86400000;
 const FLOWS = ["", "xtls-rprx-vision", "xtls-rprx-vision-udp443"];
 
+function dateText(date) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
+}
+
 function randomSubId() {
   const bytes = crypto.getRandomValues(new Uint8Array(8));
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -25,6 +30,7 @@ export const ClientForm = {
     const model = Vue.reactive({
       email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
+      presetFrom: "now",
     });
     const selected = Vue.ref(new Set());
     const subUrl = Vue.ref("");
@@ -67,6 +73,27 @@ export const ClientForm = {
       if (model.expiryMode === "date" && model.expiryDate) return new Date(`${model.expiryDate}T23:59:59`).getTime();
       if (model.expiryMode === "afterFirstUse") return -DAY * Math.max(1, Number(model.expiryDays) || 1);
       return 0;
+    }
+
+    // A preset (days, or 0 for a year) counts from today, or from the date the form shows
+    // when the admin asks to extend it (a date already past counts from today).
+    function applyPreset(days) {
+      const shown = model.expiryMode === "date" && model.expiryDate ? new Date(`${model.expiryDate}T00:00:00`) : null;
+      const base = model.presetFrom === "expiry" && shown && shown > new Date() ? shown : new Date();
+      if (days) base.setDate(base.getDate() + days);
+      else base.setFullYear(base.getFullYear() + 1);
+      model.expiryMode = "date";
+      model.expiryDate = dateText(base);
+    }
+
+    function presets() {
+      const canExtend = model.expiryMode === "date" && model.expiryDate;
+      return html`<div class="presets span-2" data-testid="expiry-presets">
+        ${canExtend ? selectInput(model, "presetFrom", [["now", t("clients.presetFromNow")], ["expiry", t("clients.presetFromExpiry")]],
+          { name: "presetFrom", "aria-label": t("clients.presetFrom") }) : null}
+        ${[["plus30", 30, t("clients.plus30Days")], ["plus90", 90, t("clients.plus90Days")], ["plusYear", 0, t("clients.plusYear")]]
+          .map(([key, days, label]) => html`<button type="button" data-testid=${`preset-${key}`}
+            onClick=${() => applyPreset(days)}>${label}</button>`)}</div>`;
     }
 
     async function save() {
@@ -124,6 +151,7 @@ export const ClientForm = {
           ["never", t("common.never")], ["date", t("clients.onDate")], ["afterFirstUse", t("clients.afterFirstUseMode")]]))}
         ${model.expiryMode === "date" ? field(t("clients.expiryDate"), html`<input type="date" value=${model.expiryDate}
           required onInput=${(e) => (model.expiryDate = e.target.value)} />`) : null}
+        ${presets()}
         ${model.expiryMode === "afterFirstUse" ? field(t("clients.days"), numberInput(model, "expiryDays", { min: 1 })) : null}
         ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}
         ${field(t("clients.reset"), numberInput(model, "reset", { min: 0 }), t("clients.resetHint"))}

@@ -7,9 +7,11 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
-import { formatBytes, formatDate, toggle } from "../components.js";
+import { toggle } from "../components.js";
 import { ClientForm } from "./client-form.js";
 import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
+import { GeneratorDialog } from "./client-generator.js";
+import { expiryCell, usageCell } from "./client-usage.js";
 import { AdjustDialog, AttachDialog, exportClients, ExternalLinksDialog, GroupsDialog, ImportDialog } from "./client-tools.js";
 
 const FILTERS = ["", "online", "active", "deactive", "depleted", "expiring"];
@@ -32,6 +34,7 @@ export const ClientsPage = {
     const selected = Vue.ref(new Set());
     const dialog = Vue.ref(null);
     const bulkGroup = Vue.ref("");
+    const expireDiff = Vue.ref(0);
     let searchTimer = 0;
     let sequence = 0;
 
@@ -50,15 +53,22 @@ export const ClientsPage = {
       inbounds.value = options;
       groups.value = groupList;
     }
+    async function loadExpireDiff() {
+      expireDiff.value = Number((await api.post("panel/api/setting/all")).expireDiff) || 0;
+    }
     const reload = () => load().catch(() => {});
     // The page of rows first: the side lists (inbound names, groups) would otherwise
     // compete with it for the server on a large install.
-    Vue.onMounted(() => load().catch(() => {}).finally(() => loadSide().catch(() => {})));
+    Vue.onMounted(() => load().catch(() => {}).finally(() => {
+      loadSide().catch(() => {});
+      loadExpireDiff().catch(() => {});
+    }));
     Vue.watch(() => state.versions.clients, () => {
       reload();
       loadSide().catch(() => {});
     });
     Vue.watch(() => state.versions.inbounds, () => loadSide().catch(() => {}));
+    Vue.watch(() => state.versions.settings, () => loadExpireDiff().catch(() => {}));
     onTrafficTick(reload);
     Vue.watch(() => [query.filter, query.group, query.sort, query.order, query.pageSize], () => {
       query.page = 1;
@@ -96,6 +106,11 @@ export const ClientsPage = {
     async function remove(email) {
       if (!(await askConfirm(t("clients.confirmDelete", { email })))) return;
       run(() => api.post(`panel/api/clients/del/${encodeURIComponent(email)}`), t("clients.deleted"));
+    }
+
+    async function resetTraffic(email) {
+      if (!(await askConfirm(t("clients.confirmResetTraffic", { email })))) return;
+      run(() => api.post(`panel/api/clients/resetTraffic/${encodeURIComponent(email)}`), t("clients.trafficReset"));
     }
 
     const emails = () => [...selected.value];
@@ -152,7 +167,6 @@ export const ClientsPage = {
     }
 
     function row(item, summary) {
-      const used = item.traffic.up + item.traffic.down;
       const status = statusOf(item, summary);
       return html`<tr key=${item.email} data-email=${item.email}>
         <td class="select"><input type="checkbox" aria-label=${t("clients.select", { email: item.email })}
@@ -163,14 +177,15 @@ export const ClientsPage = {
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>
-        <td data-label=${t("clients.traffic")}>${formatBytes(used)} / ${item.totalGB ? formatBytes(item.totalGB) : "∞"}</td>
-        <td data-label=${t("clients.expiry")}>${formatDate(item.expiryTime)}</td>
+        <td data-label=${t("clients.traffic")}>${usageCell(item)}</td>
+        <td data-label=${t("clients.expiry")}>${expiryCell(item, expireDiff.value)}</td>
         <td data-label=${t("clients.inbounds")} class="small">${inboundNames(item.inboundIds)}</td>
         <td class="actions">
           <button onClick=${() => (dialog.value = { kind: "edit", email: item.email })}>${t("common.edit")}</button>
           <button data-testid="client-info" onClick=${() => (dialog.value = { kind: "info", client: item })}>${t("clients.info")}</button>
           <button data-testid="links" onClick=${() => (dialog.value = { kind: "links", client: item })}>${t("clients.links")}</button>
           <button onClick=${() => (dialog.value = { kind: "ips", client: item })}>${t("clients.ips")}</button>
+          <button data-testid="reset-traffic" onClick=${() => resetTraffic(item.email)}>${t("clients.resetTraffic")}</button>
           <button data-testid="external-links" onClick=${() => (dialog.value = { kind: "external", email: item.email })}>${t("clients.external")}</button>
           <button class="danger" onClick=${() => remove(item.email)}>${t("common.delete")}</button>
         </td>
@@ -190,6 +205,7 @@ export const ClientsPage = {
           onChanged=${() => { loadSide().catch(() => {}); reload(); }} />`;
       }
       const done = () => { close(); reload(); };
+      if (d.kind === "generate") return html`<${GeneratorDialog} inbounds=${inbounds.value} onClose=${close} onDone=${reload} />`;
       if (d.kind === "import") return html`<${ImportDialog} onClose=${close} onDone=${done} />`;
       if (d.kind === "adjust") return html`<${AdjustDialog} emails=${emails()} onClose=${close} onDone=${done} />`;
       if (d.kind === "attach") return html`<${AttachDialog} emails=${emails()} inbounds=${inbounds.value} onClose=${close} onDone=${done} />`;
@@ -207,6 +223,7 @@ export const ClientsPage = {
             <button data-testid="groups" onClick=${() => (dialog.value = { kind: "groups" })}>${t("clients.groups")}</button>
             <button data-testid="export" onClick=${exportClients}>${t("clients.export")}</button>
             <button data-testid="import" onClick=${() => (dialog.value = { kind: "import" })}>${t("clients.import")}</button>
+            <button data-testid="generate" onClick=${() => (dialog.value = { kind: "generate" })}>${t("clients.generate")}</button>
             <button class="primary" data-testid="add-client" onClick=${() => (dialog.value = { kind: "edit", email: null })}>${t("clients.add")}</button></div></div>
         ${r ? html`<div class="chips" data-testid="summary">
           <span class="chip">${t("clients.total")}: ${r.summary.total}</span>

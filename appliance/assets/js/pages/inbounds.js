@@ -7,6 +7,7 @@ import { t } from "../i18n.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, toggle } from "../components.js";
 import { InboundForm } from "./inbound-form.js";
+import { CloneDialog, InboundClients } from "./inbound-clients.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
 export const InboundsPage = {
@@ -14,6 +15,14 @@ export const InboundsPage = {
     const inbounds = Vue.ref(null);
     const editing = Vue.ref(null);
     const tool = Vue.ref(null);
+    const expanded = Vue.ref(new Set());
+
+    function toggleExpanded(id) {
+      const next = new Set(expanded.value);
+      if (next.has(id)) next.delete(id);
+      else next.add(id);
+      expanded.value = next;
+    }
 
     async function load() {
       inbounds.value = await api.get("panel/api/inbounds/list/slim");
@@ -49,8 +58,11 @@ export const InboundsPage = {
     function row(inbound) {
       const stream = inbound.streamSettings || {};
       const name = inbound.remark || inbound.tag;
-      return html`<tr key=${inbound.id} data-inbound=${inbound.id}>
-        <td data-label=${t("inbound.remark")}><strong>${name}</strong><div class="muted small">${inbound.tag}</div></td>
+      const open = expanded.value.has(inbound.id);
+      const main = html`<tr key=${inbound.id} data-inbound=${inbound.id}>
+        <td data-label=${t("inbound.remark")}><button class="icon" data-testid="expand-inbound" aria-expanded=${open}
+          aria-label=${t("inbound.showClients", { name })} onClick=${() => toggleExpanded(inbound.id)}>${open ? "▾" : "▸"}</button>
+          <strong>${name}</strong><div class="muted small">${inbound.tag}</div></td>
         <td data-label=${t("inbound.protocol")}><span class="tag">${inbound.protocol}</span>
           ${stream.network ? html` <span class="tag">${stream.network}</span>` : null}
           ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>
@@ -66,11 +78,13 @@ export const InboundsPage = {
           <button onClick=${() => edit(inbound)}>${t("common.edit")}</button>
           ${canHoldFallbacks(inbound) ? html`<button data-testid="fallbacks"
             onClick=${() => (tool.value = { kind: "fallbacks", inbound })}>${t("fallback.button")}</button>` : null}
+          <button data-testid="clone-inbound" onClick=${() => (tool.value = { kind: "clone", inbound })}>${t("inbound.clone")}</button>
           <button data-testid="export-inbound" onClick=${() => exportInbound(inbound)}>${t("inbound.export")}</button>
           <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
           <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
         </td>
       </tr>`;
+      return open ? [main, html`<${InboundClients} key=${`clients-${inbound.id}`} inbound=${inbound} columns=${8} />`] : main;
     }
 
     return () => html`<section class="page">
@@ -86,11 +100,13 @@ export const InboundsPage = {
               <thead><tr><th>${t("inbound.remark")}</th><th>${t("inbound.protocol")}</th><th>${t("inbound.port")}</th>
                 <th>${t("inbound.clients")}</th><th>${t("inbound.traffic")}</th><th>${t("inbound.expiry")}</th>
                 <th>${t("common.enabled")}</th><th><span class="sr-only">${t("common.actions")}</span></th></tr></thead>
-              <tbody>${inbounds.value.map(row)}</tbody></table></div>`}
+              <tbody>${inbounds.value.flatMap((inbound) => [row(inbound)].flat())}</tbody></table></div>`}
       ${editing.value ? html`<${InboundForm} inbound=${editing.value.inbound} onClose=${() => (editing.value = null)}
         onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "fallbacks"
         ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
+      ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)}
+        onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "import" ? html`<${InboundImportDialog} onClose=${() => (tool.value = null)}
         onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
     </section>`;
