@@ -7,7 +7,7 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
-import { formatBytes, formatDate, toggle } from "../components.js";
+import { formatBytes, formatDate, quantity, toggle } from "../components.js";
 import { ClientForm } from "./client-form.js";
 import { IpsDialog, LinksDialog } from "./client-extras.js";
 import { AdjustDialog, AttachDialog, exportClients, ExternalLinksDialog, GroupsDialog, ImportDialog } from "./client-tools.js";
@@ -32,6 +32,7 @@ export const ClientsPage = {
     const selected = Vue.ref(new Set());
     const dialog = Vue.ref(null);
     const bulkGroup = Vue.ref("");
+    const tableBox = Vue.ref(null);
     let searchTimer = 0;
     let sequence = 0;
 
@@ -64,7 +65,11 @@ export const ClientsPage = {
       query.page = 1;
       reload();
     });
-    Vue.watch(() => query.page, reload);
+    // A new page starts at its first row, not where the pager at the bottom left the view.
+    Vue.watch(() => query.page, () => load()
+      .then(() => Vue.nextTick())
+      .then(() => tableBox.value && tableBox.value.scrollIntoView({ block: "start" }))
+      .catch(() => {}));
 
     function onSearch(event) {
       query.search = event.target.value;
@@ -110,6 +115,7 @@ export const ClientsPage = {
         }, t("clients.bulkDone", { count: list.length }));
       }
       if (kind === "reset") {
+        if (!(await askConfirm(t("clients.confirmBulkReset", { count: list.length })))) return;
         return run(() => api.post("panel/api/clients/bulkResetTraffic", { emails: list }), t("clients.bulkDone", { count: list.length }));
       }
       if (kind === "group") {
@@ -163,7 +169,7 @@ export const ClientsPage = {
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>
-        <td data-label=${t("clients.traffic")}>${formatBytes(used)} / ${item.totalGB ? formatBytes(item.totalGB) : "∞"}</td>
+        <td data-label=${t("clients.traffic")}>${quantity(formatBytes(used))} / ${item.totalGB ? quantity(formatBytes(item.totalGB)) : "∞"}</td>
         <td data-label=${t("clients.expiry")}>${formatDate(item.expiryTime)}</td>
         <td data-label=${t("clients.inbounds")} class="small">${inboundNames(item.inboundIds)}</td>
         <td class="actions">
@@ -241,7 +247,7 @@ export const ClientsPage = {
         <datalist id="group-names">${groups.value.map((g) => html`<option value=${g.name}></option>`)}</datalist>
         ${!r ? html`<p class="muted">${t("common.loading")}</p>`
           : r.items.length === 0 ? html`<p class="empty">${t("clients.none")}</p>`
-          : html`<div class="table-wrap"><table class="table responsive" data-testid="clients-table">
+          : html`<div class="table-wrap" ref=${tableBox}><table class="table responsive" data-testid="clients-table">
             <thead><tr><th class="select"><input type="checkbox" aria-label=${t("clients.selectAll")} checked=${allSelected}
               onChange=${(e) => (selected.value = e.target.checked ? new Set(r.items.map((i) => i.email)) : new Set())} /></th>
               ${header("email", t("clients.email"))}${header("enable", t("common.enabled"))}${header("traffic", t("clients.traffic"))}
