@@ -311,6 +311,28 @@ def test_generated_tags_are_unique(api):
     assert len(tags) == len(set(tags))
 
 
+def test_generated_tags_follow_one_rule(panel, api):
+    """Every address (none, 0.0.0.0, ::) gives `inbound-PORT`, one address gives
+    `inbound-ADDRESS:PORT`; a tag stored under the older form stays while port and address
+    do."""
+    ports = [next_port() for _ in range(4)]
+    anywhere = [
+        create_inbound(api, sample("vmess", port, listen=listen))
+        for port, listen in zip(ports[:3], ("", "0.0.0.0", "::"), strict=True)
+    ]
+    assert [inbound["tag"] for inbound in anywhere] == [f"inbound-{port}" for port in ports[:3]]
+    one = create_inbound(api, sample("vmess", ports[3], listen="127.0.0.1"))
+    assert one["tag"] == f"inbound-127.0.0.1:{ports[3]}"
+
+    old = anywhere[1]
+    db_rows(
+        panel, "UPDATE inbound SET tag = ? WHERE id = ?", (f"inbound-0.0.0.0:{ports[1]}", old["id"])
+    )
+    kept = api.post(f"{API}/update/{old['id']}", {**old, "remark": "renamed", "tag": ""})
+    assert kept["success"] is True, kept
+    assert kept["obj"]["tag"] == f"inbound-0.0.0.0:{ports[1]}"
+
+
 def test_a_generated_tag_is_accepted_when_sent_back(api, panel):
     for listen in (f"{sockets_dir(panel)}/tagged.sock,0666", "@abstract-name", "::1"):
         created = create_inbound(api, {"protocol": "socks", "listen": listen, "port": next_port()})

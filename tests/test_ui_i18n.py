@@ -1,5 +1,6 @@
 """The UI's translations: every language ships every string English has, with the same
-placeholders, and every key the scripts ask for exists in English.
+placeholders, and every key the scripts ask for exists in English. A text that depends
+on a count carries exactly the CLDR plural forms its language uses.
 
 The scripts build a few keys from a prefix and a value (`core.state.${state}`); those
 prefixes are listed with the values the pages can produce, so a new status or page that
@@ -21,6 +22,13 @@ LANGUAGES = ("fa", "ru", "zh")
 STATIC_KEY = re.compile(r"\bt\(\"([a-zA-Z0-9_.]+)\"")
 DYNAMIC_KEY = re.compile(r"\bt\(`([a-zA-Z0-9_.]+)\.\$\{")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# The CLDR plural categories of each language (Intl.PluralRules' pluralCategories).
+PLURAL_FORMS = {
+    "en": {"one", "other"},
+    "fa": {"one", "other"},
+    "ru": {"one", "few", "many", "other"},
+    "zh": {"other"},
+}
 # Every value each computed key prefix is built with in assets/js.
 DYNAMIC_VALUES = {
     "nav": ["dashboard", "inbounds", "clients", "hosts", "core", "logs", "settings"],
@@ -53,14 +61,32 @@ def settings_keys() -> list[str]:
     return re.findall(r'"(\w+)"', block)
 
 
+def forms(text: str | dict[str, str]) -> list[str]:
+    return list(text.values()) if isinstance(text, dict) else [text]
+
+
+def placeholders(text: str | dict[str, str]) -> set[str]:
+    return {name for form in forms(text) for name in PLACEHOLDER.findall(form)}
+
+
 @pytest.mark.parametrize("code", LANGUAGES)
 def test_every_english_key_is_translated(code):
     english, other = messages("en"), messages(code)
     assert sorted(set(english) - set(other)) == []
     assert sorted(set(other) - set(english)) == []
     for key, text in other.items():
-        assert text.strip(), (code, key)
-        assert set(PLACEHOLDER.findall(text)) == set(PLACEHOLDER.findall(english[key])), key
+        assert all(form.strip() for form in forms(text)), (code, key)
+        assert placeholders(text) == placeholders(english[key]), key
+        assert isinstance(text, dict) == isinstance(english[key], dict), key
+
+
+@pytest.mark.parametrize("code", ("en", *LANGUAGES))
+def test_plural_texts_have_the_forms_of_their_language(code):
+    plural = {key: text for key, text in messages(code).items() if isinstance(text, dict)}
+    assert plural, "no text has plural forms"
+    for key, text in plural.items():
+        assert set(text) == PLURAL_FORMS[code], (code, key)
+        assert all("{count}" in form for form in text.values()), (code, key)
 
 
 @pytest.mark.parametrize("code", LANGUAGES)

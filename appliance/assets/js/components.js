@@ -18,6 +18,19 @@ export function formatBytes(value) {
   return `${amount.toFixed(unit === 0 ? 0 : 2)} ${UNITS[unit]}`;
 }
 
+// A number with its unit ("10.00 GB", "12%") isolated and kept left to right: inside
+// right-to-left text the bidi algorithm would otherwise put the unit before the number
+// and mix neighbouring quantities ("B / 10.00 0 GB").
+export function quantity(text) {
+  return html`<bdi class="qty" dir="ltr">${text}</bdi>`;
+}
+
+// t(key, params) as vnodes, with each parameter but the plural count shown as a quantity.
+export function tq(key, params) {
+  const text = t(key, "count" in params ? { count: params.count } : undefined);
+  return text.split(/\{(\w+)\}/).map((part, index) => (index % 2 ? quantity(params[part] ?? part) : part));
+}
+
 export function formatDate(milliseconds) {
   if (!milliseconds) return t("common.never");
   if (milliseconds < 0) {
@@ -35,6 +48,14 @@ export function percent(part, whole) {
 export function field(label, input, hint = "") {
   return html`<label class="field"><span class="field-label">${label}</span>${input}${
     hint ? html`<small class="hint">${hint}</small>` : null
+  }</label>`;
+}
+
+// A field the panel may refuse: `problem` (text or null) marks it and says what is wrong
+// in place of the hint.
+export function checkedField(label, input, problem, hint = "") {
+  return html`<label class=${problem ? "field invalid" : "field"}><span class="field-label">${label}</span>${input}${
+    problem ? html`<small class="error-text" role="alert">${problem}</small>` : hint ? html`<small class="hint">${hint}</small>` : null
   }</label>`;
 }
 
@@ -229,6 +250,7 @@ const timeRange = (self, min, max) => {
 // From zero to a little above the largest value, never under 4, so the ticks fall on whole
 // numbers and an idle chart does not print "1%" twice.
 const valueRange = (self, min, max) => [0, Math.max((max || 0) * 1.1, 4)];
+const CLOCK = { hour: "2-digit", minute: "2-digit" };
 
 export const Chart = {
   props: ["series", "data", "format", "label"],
@@ -251,8 +273,12 @@ export const Chart = {
           legend: { show: props.series.length > 1 },
           cursor: { drag: { x: false, y: false } },
           scales: { x: { time: true, range: timeRange }, y: { range: valueRange } },
-          axes: [axis, { ...axis, size: 84, values: (self, ticks) => ticks.map(props.format) }],
-          series: [{}, ...props.series.map((item) => ({
+          axes: [
+            { ...axis, values: (self, ticks) => ticks.map((tick) => new Date(tick * 1000).toLocaleTimeString(locale.value, CLOCK)) },
+            { ...axis, size: 84, values: (self, ticks) => ticks.map(props.format) },
+          ],
+          series: [{ label: t("chart.time"), value: (self, value) => (value == null ? "-" : formatDate(value * 1000)) },
+            ...props.series.map((item) => ({
             label: item.label, stroke: item.color, fill: item.fill, width: 2,
             value: (self, value) => (value == null ? "-" : props.format(value)),
           }))],
@@ -288,11 +314,13 @@ export const Chart = {
       plot.setData(data);
       fitTime();
     });
-    Vue.watch(() => state.theme, build);
+    // Colours follow the theme; legend labels and axis times follow the language.
+    Vue.watch(() => [state.theme, locale.value, props.series.map((item) => item.label).join("\n")], build);
     Vue.onUnmounted(() => {
       if (observer) observer.disconnect();
       if (plot) plot.destroy();
     });
-    return () => html`<div class="chart" ref=${box} role="img" aria-label=${props.label}></div>`;
+    // Time runs left to right in every language, and the axis labels are quantities.
+    return () => html`<div class="chart" dir="ltr" ref=${box} role="img" aria-label=${props.label}></div>`;
   },
 };

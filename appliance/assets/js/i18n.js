@@ -1,6 +1,8 @@
 // Translations: every visible string goes through t(key, params). en.json is complete and
 // is the fallback; the other languages are loaded when chosen. Persian turns the page
-// right-to-left through <html dir>.
+// right-to-left through <html dir>. A text that depends on a number is an object of CLDR
+// plural forms ({"one": ..., "other": ...}; Russian adds "few" and "many"), picked by
+// params.count with the language's own rules.
 import { Vue } from "./lib.js";
 
 export const LOCALES = [
@@ -46,9 +48,16 @@ export function initialLocale() {
   return LOCALES.some((entry) => entry.code === wanted) ? wanted : "en";
 }
 
+function pluralForm(forms, code, count) {
+  const category = new Intl.PluralRules(code).select(Number(count) || 0);
+  return forms[category] ?? forms.other;
+}
+
 export function t(key, params) {
-  const table = messages[locale.value] || {};
-  let text = table[key] ?? (messages.en || {})[key] ?? key;
+  const own = (messages[locale.value] || {})[key];
+  const code = own === undefined ? "en" : locale.value;
+  let text = own ?? (messages.en || {})[key] ?? key;
+  if (typeof text === "object") text = pluralForm(text, code, params && params.count);
   if (params) {
     for (const [name, value] of Object.entries(params)) {
       text = text.replaceAll(`{${name}}`, String(value));

@@ -11,6 +11,7 @@ re-fitted to a changed Shadowsocks cipher as on attach.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import time
@@ -248,13 +249,7 @@ class Inbounds:
             return record["tag"]
         if row is not None and row.port == record["port"] and row.listen == record["listen"]:
             return row.tag
-        if _is_socket(record["listen"]):
-            base = f"inbound-{_socket_path(record['listen'])}"
-        elif record["listen"]:
-            base = f"inbound-{record['listen']}:{record['port']}"
-        else:
-            base = f"inbound-{record['port']}"
-        base = TAG_UNSAFE.sub("_", base)[:60]
+        base = TAG_UNSAFE.sub("_", generated_tag(record["listen"], record["port"]))[:60]
         tag, n = base, 2
         while self.store.Inbound.get(tag=tag) is not None:
             tag, n = f"{base}-{n}", n + 1
@@ -411,6 +406,18 @@ def _columns(record: dict, tag: str, now: int) -> dict:
 
 def _dump(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def generated_tag(listen: str, port: int) -> str:
+    """The one rule for a tag the admin left empty: `inbound-PORT` when the inbound listens
+    on every address (no listen address, or an unspecified one like 0.0.0.0 or ::),
+    `inbound-ADDRESS:PORT` on one address, `inbound-PATH` on a unix socket. Tags stored
+    under another form are kept as they are while the inbound's port and address stay."""
+    if _is_socket(listen):
+        return f"inbound-{_socket_path(listen)}"
+    if listen and not ipaddress.ip_address(listen).is_unspecified:
+        return f"inbound-{listen}:{port}"
+    return f"inbound-{port}"
 
 
 def _is_socket(listen: str) -> bool:

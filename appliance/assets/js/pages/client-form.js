@@ -1,15 +1,36 @@
 // The add/edit form of a client: identity, the inbounds it is attached to, quota and
 // expiry, limits and labels. Editing replaces the record (the API's update is not a
-// patch) and then attaches or detaches inbounds whose boxes changed.
+// patch) and then attaches or detaches inbounds whose boxes changed. A new client starts
+// on the inbound it was added from, else the only inbound, else the inbounds the last
+// new client got.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
+import { toast } from "../state.js";
 import { checkbox, field, Modal, numberInput, selectInput, textInput } from "../components.js";
 import { subscriptionUrl } from "./client-extras.js";
 
 const GB = 1024 ** 3;
 const DAY = 86400000;
 const FLOWS = ["", "xtls-rprx-vision", "xtls-rprx-vision-udp443"];
+const LAST_INBOUNDS = "panel.clientInbounds";
+
+function lastInbounds() {
+  try {
+    const ids = JSON.parse(localStorage.getItem(LAST_INBOUNDS) || "[]");
+    return Array.isArray(ids) ? ids.filter(Number.isInteger) : [];
+  } catch (error) {
+    return [];
+  }
+}
+
+// The inbounds a new client starts with, among those that exist.
+function startingInbounds(inbounds, preselect) {
+  const known = new Set(inbounds.map((inbound) => inbound.id));
+  if (preselect && preselect.length) return preselect.filter((id) => known.has(id));
+  if (inbounds.length === 1) return [inbounds[0].id];
+  return lastInbounds().filter((id) => known.has(id));
+}
 
 function dateText(date) {
   const pad = (n) => String(n).padStart(2, "0");
@@ -22,7 +43,7 @@ function randomSubId() {
 }
 
 export const ClientForm = {
-  props: ["email", "inbounds", "onClose", "onSaved"],
+  props: ["email", "inbounds", "preselect", "onClose", "onSaved"],
   setup(props) {
     const editing = !!props.email;
     const loaded = Vue.ref(!editing);
@@ -34,14 +55,18 @@ export const ClientForm = {
     });
     const selected = Vue.ref(new Set());
     const subUrl = Vue.ref("");
+    const missingInbound = Vue.ref(false);
+    let touched = false;
     let original = null;
     let originalIds = [];
 
+    // The list of inbounds may arrive after the form opened.
+    Vue.watch(() => props.inbounds, (inbounds) => {
+      if (!editing && !touched) selected.value = new Set(startingInbounds(inbounds, props.preselect));
+    }, { immediate: true });
+
     Vue.onMounted(async () => {
-      if (!editing) {
-        if (props.inbounds.length === 1) selected.value = new Set([props.inbounds[0].id]);
-        return;
-      }
+      if (!editing) return;
       try {
         const reply = await api.get(`panel/api/clients/get/${encodeURIComponent(props.email)}`);
         original = reply.client;
@@ -107,10 +132,18 @@ export const ClientForm = {
       delete client.inboundIds;
       delete client.traffic;
       const ids = [...selected.value];
+      if (!ids.length && props.inbounds.length) {
+        missingInbound.value = true;
+        toast(t("clients.chooseInbound"), "error");
+        const first = document.querySelector("#client-form input[name=inbound]");
+        if (first) first.focus();
+        return;
+      }
       busy.value = true;
       try {
         if (!editing) {
           await api.post("panel/api/clients/add", { client, inboundIds: ids });
+          localStorage.setItem(LAST_INBOUNDS, JSON.stringify(ids));
         } else {
           await api.post(`panel/api/clients/update/${encodeURIComponent(props.email)}`, client);
           const email = encodeURIComponent(client.email);
@@ -128,6 +161,8 @@ export const ClientForm = {
     }
 
     function toggleInbound(id, on) {
+      touched = true;
+      missingInbound.value = false;
       const next = new Set(selected.value);
       if (on) next.add(id);
       else next.delete(id);
@@ -139,8 +174,10 @@ export const ClientForm = {
       return html`<form class="form-grid" id="client-form" onSubmit=${(e) => { e.preventDefault(); save(); }}>
         ${field(t("clients.email"), textInput(model, "email", { name: "email", required: true, autocomplete: "off" }))}
         ${field(t("clients.subId"), textInput(model, "subId", { name: "subId" }))}
-        <fieldset class="span-2"><legend>${t("clients.inbounds")}</legend>
+        <fieldset class=${missingInbound.value ? "span-2 invalid" : "span-2"} data-testid="client-inbounds"
+          aria-invalid=${missingInbound.value ? "true" : null}><legend>${t("clients.inbounds")}</legend>
           ${props.inbounds.length === 0 ? html`<p class="muted">${t("clients.noInbounds")}</p>` : null}
+          ${missingInbound.value ? html`<p class="error-text span-all" role="alert">${t("clients.chooseInbound")}</p>` : null}
           <div class="row wrap">${props.inbounds.map((inbound) => html`<label class="check" key=${inbound.id}>
             <input type="checkbox" name="inbound" value=${inbound.id} checked=${selected.value.has(inbound.id)}
               onChange=${(e) => toggleInbound(inbound.id, e.target.checked)} />

@@ -4,19 +4,19 @@
 // panel's own expiring filter counts it.
 import { html } from "../lib.js";
 import { t } from "../i18n.js";
-import { formatBytes, formatDate, percent } from "../components.js";
+import { formatBytes, formatDate, percent, quantity } from "../components.js";
 
 const DAY = 86400000;
 
 export function usageCell(item) {
   const used = item.traffic.up + item.traffic.down;
   if (!item.totalGB) {
-    return html`<div class="usage" data-testid="usage">${formatBytes(used)} / ∞</div>`;
+    return html`<div class="usage" data-testid="usage">${quantity(formatBytes(used))} / ∞</div>`;
   }
   const share = percent(used, item.totalGB);
   const level = share >= 100 ? "full" : share >= 80 ? "high" : "";
   return html`<div class="usage" data-testid="usage" title=${`${share.toFixed(1)}%`}>
-    ${formatBytes(used)} / ${formatBytes(item.totalGB)}
+    ${quantity(formatBytes(used))} / ${quantity(formatBytes(item.totalGB))}
     <div class=${`bar ${level}`} role="progressbar" aria-valuemin="0" aria-valuemax="100"
       aria-valuenow=${Math.round(share)} aria-label=${t("clients.usage")}><span style=${{ width: `${share}%` }}></span></div></div>`;
 }

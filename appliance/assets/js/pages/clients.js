@@ -35,6 +35,7 @@ export const ClientsPage = {
     const dialog = Vue.ref(null);
     const bulkGroup = Vue.ref("");
     const expireDiff = Vue.ref(0);
+    const tableBox = Vue.ref(null);
     let searchTimer = 0;
     let sequence = 0;
 
@@ -74,7 +75,11 @@ export const ClientsPage = {
       query.page = 1;
       reload();
     });
-    Vue.watch(() => query.page, reload);
+    // A new page starts at its first row, not where the pager at the bottom left the view.
+    Vue.watch(() => query.page, () => load()
+      .then(() => Vue.nextTick())
+      .then(() => tableBox.value && tableBox.value.scrollIntoView({ block: "start" }))
+      .catch(() => {}));
 
     function onSearch(event) {
       query.search = event.target.value;
@@ -125,6 +130,7 @@ export const ClientsPage = {
         }, t("clients.bulkDone", { count: list.length }));
       }
       if (kind === "reset") {
+        if (!(await askConfirm(t("clients.confirmBulkReset", { count: list.length })))) return;
         return run(() => api.post("panel/api/clients/bulkResetTraffic", { emails: list }), t("clients.bulkDone", { count: list.length }));
       }
       if (kind === "group") {
@@ -260,7 +266,7 @@ export const ClientsPage = {
         <datalist id="group-names">${groups.value.map((g) => html`<option value=${g.name}></option>`)}</datalist>
         ${!r ? html`<p class="muted">${t("common.loading")}</p>`
           : r.items.length === 0 ? html`<p class="empty">${t("clients.none")}</p>`
-          : html`<div class="table-wrap"><table class="table responsive" data-testid="clients-table">
+          : html`<div class="table-wrap" ref=${tableBox}><table class="table responsive" data-testid="clients-table">
             <thead><tr><th class="select"><input type="checkbox" aria-label=${t("clients.selectAll")} checked=${allSelected}
               onChange=${(e) => (selected.value = e.target.checked ? new Set(r.items.map((i) => i.email)) : new Set())} /></th>
               ${header("email", t("clients.email"))}${header("enable", t("common.enabled"))}${header("traffic", t("clients.traffic"))}

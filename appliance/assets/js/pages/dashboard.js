@@ -4,7 +4,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { state, toast } from "../state.js";
-import { Chart, formatBytes, percent } from "../components.js";
+import { Chart, formatBytes, percent, quantity, tq } from "../components.js";
 
 const BUCKETS = [2, 30, 60, 120, 180, 300];
 const CHARTS = [
@@ -91,14 +91,14 @@ export const DashboardPage = {
         <div class="page-head"><h1>${t("nav.dashboard")}</h1></div>
         ${s
           ? html`<div class="cards">
-            ${card(t("dash.cpu"), `${s.cpu.toFixed(1)}%`, t("dash.cores", { count: s.cpuCores }), s.cpu)}
-            ${card(t("dash.memory"), formatBytes(s.mem.current), t("dash.ofTotal", { total: formatBytes(s.mem.total) }), percent(s.mem.current, s.mem.total))}
-            ${card(t("dash.swap"), formatBytes(s.swap.current), t("dash.ofTotal", { total: formatBytes(s.swap.total) }), percent(s.swap.current, s.swap.total))}
-            ${card(t("dash.disk"), formatBytes(s.disk.current), t("dash.ofTotal", { total: formatBytes(s.disk.total) }), percent(s.disk.current, s.disk.total))}
-            ${card(t("dash.network"), `↑ ${formatBytes(s.netIO.up)}/s`, `↓ ${formatBytes(s.netIO.down)}/s`)}
-            ${card(t("dash.traffic"), `↑ ${formatBytes(s.netTraffic.sent)}`, `↓ ${formatBytes(s.netTraffic.recv)}`)}
+            ${card(t("dash.cpu"), quantity(`${s.cpu.toFixed(1)}%`), t("dash.cores", { count: s.cpuCores }), s.cpu)}
+            ${card(t("dash.memory"), quantity(formatBytes(s.mem.current)), tq("dash.ofTotal", { total: formatBytes(s.mem.total) }), percent(s.mem.current, s.mem.total))}
+            ${card(t("dash.swap"), quantity(formatBytes(s.swap.current)), tq("dash.ofTotal", { total: formatBytes(s.swap.total) }), percent(s.swap.current, s.swap.total))}
+            ${card(t("dash.disk"), quantity(formatBytes(s.disk.current)), tq("dash.ofTotal", { total: formatBytes(s.disk.total) }), percent(s.disk.current, s.disk.total))}
+            ${card(t("dash.network"), html`↑ ${quantity(`${formatBytes(s.netIO.up)}/s`)}`, html`↓ ${quantity(`${formatBytes(s.netIO.down)}/s`)}`)}
+            ${card(t("dash.traffic"), html`↑ ${quantity(formatBytes(s.netTraffic.sent))}`, html`↓ ${quantity(formatBytes(s.netTraffic.recv))}`)}
             ${card(t("dash.connections"), `TCP ${s.tcpCount}`, `UDP ${s.udpCount}`)}
-            ${card(t("dash.load"), s.load.load1.toFixed(2), `${s.load.load5.toFixed(2)} · ${s.load.load15.toFixed(2)}`)}
+            ${card(t("dash.load"), s.load.load1.toFixed(2), quantity(`${s.load.load5.toFixed(2)} · ${s.load.load15.toFixed(2)}`))}
             ${card(t("dash.uptime"), t("dash.days", { days: Math.floor(s.uptime / 86400) }), t("dash.panelVersion", { version: s.panelVersion }))}
             <div class="card stat core-card">
               <div class="stat-title">${t("core.label")}</div>

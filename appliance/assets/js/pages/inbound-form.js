@@ -1,10 +1,13 @@
 // The add/edit form of an inbound: common fields, then the protocol's settings, then the
 // transport and its security (TLS or REALITY) and sniffing. Editing starts from the full
-// stored inbound, so fields this form does not show are kept as they were.
+// stored inbound, so fields this form does not show are kept as they were. The panel's
+// refusal names a field by its path in the inbound (streamSettings.realitySettings.
+// privateKey); the form shows it under that field's label and marks the field.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { checkbox, field, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { toast } from "../state.js";
+import { checkbox, checkedField, copyText, field, Modal, numberInput, selectInput, textInput } from "../components.js";
 
 export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo"];
 const STREAM_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks"];
@@ -18,6 +21,31 @@ const SS_METHODS = [
 const L4 = [["tcp", "TCP"], ["udp", "UDP"], ["tcp,udp", "TCP + UDP"]];
 const SNIFF = ["http", "tls", "quic", "fakedns"];
 const GB = 1024 ** 3;
+// uTLS fingerprints a REALITY client imitates.
+const FINGERPRINTS = ["chrome", "firefox", "safari", "ios", "android", "edge", "360", "qq", "random", "randomized"];
+// Well-known TLS 1.3 sites to borrow a handshake from, with the names they answer to.
+const REALITY_TARGETS = {
+  "www.microsoft.com:443": ["www.microsoft.com"],
+  "www.apple.com:443": ["www.apple.com", "images.apple.com"],
+  "dl.google.com:443": ["dl.google.com"],
+  "www.amazon.com:443": ["www.amazon.com"],
+  "www.cloudflare.com:443": ["www.cloudflare.com"],
+  "www.nvidia.com:443": ["www.nvidia.com"],
+  "www.samsung.com:443": ["www.samsung.com"],
+  "addons.mozilla.org:443": ["addons.mozilla.org"],
+};
+// "streamSettings.realitySettings.privateKey must be ... (got ...)": the path and the rest.
+const REFUSAL = /^([A-Za-z][\w.]*(?:\[\d+\])*(?:\.[\w]+)*) (must .*)$/s;
+
+function hex(length) {
+  const bytes = crypto.getRandomValues(new Uint8Array(length / 2));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// A few short ids of different even lengths from 2 to 16 hex digits.
+function newShortIds() {
+  return [16, 8, 4, 2].map((length) => hex(length));
+}
 
 function defaults(protocol) {
   switch (protocol) {
@@ -63,6 +91,43 @@ export const InboundForm = {
       expiry: model.expiryTime > 0 ? new Date(model.expiryTime).toISOString().slice(0, 10) : "",
     });
     const account = Vue.reactive({ ...((model.settings.accounts || [])[0] || { user: "", pass: "" }) });
+    // The field the panel refused: its path and what is wrong with it.
+    const problem = Vue.ref(null);
+    // Labels of the fields on screen by their path, filled in as they render.
+    const labels = {};
+
+    function pathField(path, label, input, hint = "") {
+      labels[path] = label;
+      const wrong = problem.value && problem.value.path === path ? problem.value.text : null;
+      return html`<div data-path=${path} class="field-box">${checkedField(label, input, wrong, hint)}</div>`;
+    }
+
+    // The label of the field a refusal names: the field itself, else the nearest enclosing
+    // one (a list item's path names its list).
+    function fieldOf(path) {
+      let at = path;
+      while (!(at in labels)) {
+        const shorter = at.replace(/(\[\d+\]|\.[^.[]+)$/, "");
+        if (shorter === at) return null;
+        at = shorter;
+      }
+      return at;
+    }
+
+    function showRefusal(message) {
+      const match = REFUSAL.exec(message);
+      const path = match && fieldOf(match[1]);
+      if (!path) {
+        toast(message, "error");
+        return;
+      }
+      problem.value = { path, text: match[2] };
+      toast(t("inbound.fieldProblem", { field: labels[path], problem: match[2] }), "error");
+      Vue.nextTick(() => {
+        const input = document.querySelector(`#inbound-form [data-path="${path}"] input, #inbound-form [data-path="${path}"] select`);
+        if (input) input.focus();
+      });
+    }
 
     function setProtocol(protocol) {
       model.protocol = protocol;
@@ -78,6 +143,37 @@ export const InboundForm = {
       child(reality, "settings").publicKey = keys.publicKey;
     }
 
+    // A new REALITY section starts complete but for the target: keys, short ids, the
+    // fingerprint and spider path client apps get.
+    function startReality() {
+      const reality = child(model.streamSettings, "realitySettings");
+      const extra = child(reality, "settings");
+      if (!reality.shortIds || !reality.shortIds.some(Boolean)) reality.shortIds = newShortIds();
+      if (!extra.fingerprint) extra.fingerprint = "chrome";
+      if (extra.spiderX === undefined) extra.spiderX = "/";
+      if (!reality.privateKey) newRealityKeys().catch(() => {});
+    }
+
+    function setSecurity(security) {
+      model.streamSettings.security = security;
+      if (security === "reality") startReality();
+    }
+
+    // A suggested target brings its server names, unless the admin typed others.
+    function setRealityTarget(reality, target) {
+      const previous = REALITY_TARGETS[reality.target];
+      const names = reality.serverNames || [];
+      reality.target = target;
+      const untouched = !names.length || (previous && previous.join() === names.join());
+      if (REALITY_TARGETS[target] && untouched) reality.serverNames = [...REALITY_TARGETS[target]];
+    }
+
+    function setPrivateKey(reality, value) {
+      reality.privateKey = value;
+      // A key typed by hand has no public key here; links derive it from the private key.
+      if (reality.settings) delete reality.settings.publicKey;
+    }
+
     async function save() {
       const payload = JSON.parse(JSON.stringify(model));
       payload.total = Math.round((Number(form.totalGB) || 0) * GB);
@@ -86,12 +182,13 @@ export const InboundForm = {
         payload.settings.accounts = account.user ? [{ user: account.user, pass: account.pass }] : [];
       }
       busy.value = true;
+      problem.value = null;
       try {
-        if (editing) await api.post(`panel/api/inbounds/update/${model.id}`, payload);
-        else await api.post("panel/api/inbounds/add", payload);
+        if (editing) await api.post(`panel/api/inbounds/update/${model.id}`, payload, { quiet: true });
+        else await api.post("panel/api/inbounds/add", payload, { quiet: true });
         props.onSaved();
       } catch (error) {
-        // the toast already shows the panel's message
+        showRefusal(error.message);
       } finally {
         busy.value = false;
       }
@@ -102,9 +199,9 @@ export const InboundForm = {
       switch (model.protocol) {
         case "shadowsocks":
           return html`
-            ${field(t("inbound.method"), selectInput(s, "method", SS_METHODS.map((m) => [m, m])))}
-            ${field(t("inbound.network"), selectInput(s, "network", L4))}
-            ${s.method && s.method.startsWith("2022") ? field(t("inbound.serverKey"), textInput(s, "password"), t("inbound.serverKeyHint")) : null}`;
+            ${pathField("settings.method", t("inbound.method"), selectInput(s, "method", SS_METHODS.map((m) => [m, m])))}
+            ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
+            ${s.method && s.method.startsWith("2022") ? pathField("settings.password", t("inbound.serverKey"), textInput(s, "password"), t("inbound.serverKeyHint")) : null}`;
         case "socks": case "mixed":
           return html`
             ${field(t("inbound.auth"), selectInput(s, "auth", [["noauth", t("inbound.noAuth")], ["password", t("inbound.passwordAuth")]]))}
@@ -117,9 +214,9 @@ export const InboundForm = {
             ${checkbox(s, "allowTransparent", t("inbound.allowTransparent"))}`;
         case "dokodemo":
           return html`
-            ${field(t("inbound.targetAddress"), textInput(s, "address"))}
-            ${field(t("inbound.targetPort"), numberInput(s, "port", { min: 0, max: 65535 }))}
-            ${field(t("inbound.network"), selectInput(s, "network", L4))}
+            ${pathField("settings.address", t("inbound.targetAddress"), textInput(s, "address"))}
+            ${pathField("settings.port", t("inbound.targetPort"), numberInput(s, "port", { min: 0, max: 65535 }))}
+            ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
             ${checkbox(s, "followRedirect", t("inbound.followRedirect"))}`;
         default:
           return null;
@@ -133,10 +230,10 @@ export const InboundForm = {
       let transport = null;
       if (["ws", "httpupgrade", "xhttp"].includes(network)) {
         const obj = child(stream, `${network}Settings`);
-        transport = html`${field(t("inbound.path"), textInput(obj, "path", { placeholder: "/" }))}
-          ${field(t("inbound.host"), textInput(obj, "host"))}`;
+        transport = html`${pathField(`streamSettings.${network}Settings.path`, t("inbound.path"), textInput(obj, "path", { placeholder: "/" }))}
+          ${pathField(`streamSettings.${network}Settings.host`, t("inbound.host"), textInput(obj, "host"))}`;
       } else if (network === "grpc") {
-        transport = field(t("inbound.serviceName"), textInput(child(stream, "grpcSettings"), "serviceName"));
+        transport = pathField("streamSettings.grpcSettings.serviceName", t("inbound.serviceName"), textInput(child(stream, "grpcSettings"), "serviceName"));
       }
       const securities = [["none", t("inbound.securityNone")], ["tls", "TLS"]];
       if (REALITY_PROTOCOLS.includes(model.protocol)) securities.push(["reality", "REALITY"]);
@@ -145,23 +242,41 @@ export const InboundForm = {
         const tls = child(stream, "tlsSettings");
         if (!tls.certificates || !tls.certificates.length) tls.certificates = [{ certificateFile: "", keyFile: "" }];
         const certificate = tls.certificates[0];
-        security = html`${field(t("inbound.sni"), textInput(tls, "serverName"))}
-          ${field(t("inbound.certFile"), textInput(certificate, "certificateFile", { placeholder: "/etc/ssl/cert.pem" }))}
-          ${field(t("inbound.keyFile"), textInput(certificate, "keyFile", { placeholder: "/etc/ssl/key.pem" }))}
-          ${field(t("inbound.alpn"), listText(tls, "alpn", { placeholder: "h2, http/1.1" }))}`;
+        const at = "streamSettings.tlsSettings";
+        security = html`${pathField(`${at}.serverName`, t("inbound.sni"), textInput(tls, "serverName"))}
+          ${pathField(`${at}.certificates[0].certificateFile`, t("inbound.certFile"), textInput(certificate, "certificateFile", { placeholder: "/etc/ssl/cert.pem" }))}
+          ${pathField(`${at}.certificates[0].keyFile`, t("inbound.keyFile"), textInput(certificate, "keyFile", { placeholder: "/etc/ssl/key.pem" }))}
+          ${pathField(`${at}.alpn`, t("inbound.alpn"), listText(tls, "alpn", { placeholder: "h2, http/1.1" }))}`;
       } else if (stream.security === "reality") {
         const reality = child(stream, "realitySettings");
         if (!reality.shortIds) reality.shortIds = [""];
-        security = html`${field(t("inbound.realityTarget"), textInput(reality, "target", { placeholder: "example.com:443" }))}
-          ${field(t("inbound.serverNames"), listText(reality, "serverNames", { placeholder: "example.com" }))}
-          ${field(t("inbound.privateKey"), textInput(reality, "privateKey"))}
-          <button type="button" onClick=${() => newRealityKeys().catch(() => {})}>${t("inbound.newKeys")}</button>
-          ${field(t("inbound.shortIds"), listText(reality, "shortIds"))}`;
+        const extra = child(reality, "settings");
+        const at = "streamSettings.realitySettings";
+        security = html`${pathField(`${at}.target`, t("inbound.realityTarget"), html`<input type="text" name="realityTarget"
+            list="reality-targets" placeholder="www.microsoft.com:443" value=${reality.target ?? ""}
+            onInput=${(event) => setRealityTarget(reality, event.target.value)} />
+          <datalist id="reality-targets">${Object.keys(REALITY_TARGETS).map((target) => html`<option value=${target}></option>`)}</datalist>`,
+          t("inbound.realityTargetHint"))}
+          ${pathField(`${at}.serverNames`, t("inbound.serverNames"), listText(reality, "serverNames", { name: "serverNames", placeholder: "www.microsoft.com" }))}
+          ${pathField(`${at}.privateKey`, t("inbound.privateKey"), html`<input type="text" name="privateKey" value=${reality.privateKey ?? ""}
+            onInput=${(event) => setPrivateKey(reality, event.target.value)} />`)}
+          ${pathField(`${at}.settings.publicKey`, t("inbound.publicKey"), html`<div class="copy-row">
+            <input type="text" name="publicKey" readonly value=${extra.publicKey ?? ""} />
+            <button type="button" disabled=${!extra.publicKey} aria-label=${`${t("common.copy")}: ${t("inbound.publicKey")}`}
+              onClick=${() => copyText(extra.publicKey)}>${t("common.copy")}</button></div>`, t("inbound.publicKeyHint"))}
+          <div class="field-box"><button type="button" onClick=${() => newRealityKeys().catch(() => {})}>${t("inbound.newKeys")}</button></div>
+          ${pathField(`${at}.shortIds`, t("inbound.shortIds"), listText(reality, "shortIds", { name: "shortIds" }), t("inbound.shortIdsHint"))}
+          <div class="field-box"><button type="button" onClick=${() => (reality.shortIds = newShortIds())}>${t("inbound.newShortIds")}</button></div>
+          ${pathField(`${at}.settings.fingerprint`, t("inbound.fingerprint"), selectInput(extra, "fingerprint",
+            FINGERPRINTS.map((name) => [name, name]), { name: "fingerprint" }))}
+          ${pathField(`${at}.settings.spiderX`, t("inbound.spiderX"), textInput(extra, "spiderX", { name: "spiderX", placeholder: "/" }))}`;
       }
       return html`<fieldset><legend>${t("inbound.transport")}</legend>
-        ${field(t("inbound.transport"), selectInput(stream, "network", NETWORKS.map((n) => [n, n])))}
+        ${pathField("streamSettings.network", t("inbound.transport"), selectInput(stream, "network", NETWORKS.map((n) => [n, n])))}
         ${transport}
-        ${field(t("inbound.security"), selectInput(stream, "security", securities))}
+        ${pathField("streamSettings.security", t("inbound.security"), html`<select name="security" value=${stream.security}
+          onChange=${(event) => setSecurity(event.target.value)}>${securities.map(([value, label]) =>
+            html`<option value=${value} selected=${stream.security === value}>${label}</option>`)}</select>`)}
         ${security}
       </fieldset>`;
     }
@@ -182,11 +297,11 @@ export const InboundForm = {
 
     return () => html`<${Modal} wide=${true} title=${editing ? t("inbound.edit") : t("inbound.add")} onClose=${props.onClose}
       body=${() => html`<form class="form-grid" id="inbound-form" onSubmit=${(e) => { e.preventDefault(); save(); }}>
-        ${field(t("inbound.remark"), textInput(model, "remark", { name: "remark" }))}
+        ${pathField("remark", t("inbound.remark"), textInput(model, "remark", { name: "remark" }))}
         ${field(t("inbound.protocol"), html`<select name="protocol" disabled=${editing} value=${model.protocol}
           onChange=${(e) => setProtocol(e.target.value)}>${PROTOCOLS.map((p) => html`<option value=${p} selected=${p === model.protocol}>${p}</option>`)}</select>`)}
-        ${field(t("inbound.listen"), textInput(model, "listen", { placeholder: "0.0.0.0" }))}
-        ${field(t("inbound.port"), numberInput(model, "port", { name: "port", min: 1, max: 65535 }))}
+        ${pathField("listen", t("inbound.listen"), textInput(model, "listen", { placeholder: "0.0.0.0" }))}
+        ${pathField("port", t("inbound.port"), numberInput(model, "port", { name: "port", min: 1, max: 65535 }))}
         ${field(t("inbound.totalGB"), numberInput(form, "totalGB", { min: 0, step: "any" }), t("common.zeroUnlimited"))}
         ${field(t("inbound.expiry"), html`<input type="date" value=${form.expiry} onInput=${(e) => (form.expiry = e.target.value)} />`, t("common.emptyNever"))}
         ${checkbox(model, "enable", t("common.enabled"))}

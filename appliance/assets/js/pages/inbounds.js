@@ -1,14 +1,18 @@
-// Inbounds: the list with traffic, the enable switch, add and edit, fallback rules, export
-// and import, reset and delete. The list is fetched again whenever the panel says inbounds
+// Inbounds: the list with traffic, the enable switch, add and edit, a client added from
+// an inbound's row (attached to it), fallback rules, export and import, reset and delete. The list is fetched again whenever the panel says inbounds
 // changed (any session) and when the traffic counters move.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
-import { formatBytes, formatDate, toggle } from "../components.js";
+import { formatBytes, formatDate, quantity, toggle, tq } from "../components.js";
+import { ClientForm } from "./client-form.js";
 import { InboundForm } from "./inbound-form.js";
 import { CloneDialog, InboundClients } from "./inbound-clients.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
+
+// Protocols whose inbounds carry clients (CLIENT_PROTOCOLS of appliance/domain/protocols.py).
+const CLIENT_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"];
 
 export const InboundsPage = {
   setup() {
@@ -45,6 +49,15 @@ export const InboundsPage = {
       }
     }
 
+    async function addClient(inbound) {
+      try {
+        const options = await api.get("panel/api/inbounds/options");
+        tool.value = { kind: "client", inbound, options };
+      } catch (error) {
+        // shown as a toast
+      }
+    }
+
     async function remove(inbound) {
       if (!(await askConfirm(t("inbound.confirmDelete", { name: inbound.remark || inbound.tag })))) return;
       act(() => api.post(`panel/api/inbounds/del/${inbound.id}`), t("inbound.deleted"));
@@ -68,14 +81,16 @@ export const InboundsPage = {
           ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>
         <td data-label=${t("inbound.port")}>${inbound.port}</td>
         <td data-label=${t("inbound.clients")}>${(inbound.settings && inbound.settings.clients ? inbound.settings.clients.length : 0)}</td>
-        <td data-label=${t("inbound.traffic")}>↑ ${formatBytes(inbound.up)} ↓ ${formatBytes(inbound.down)}
-          <div class="muted small">${inbound.total ? t("inbound.ofQuota", { total: formatBytes(inbound.total) }) : t("common.unlimited")}</div></td>
+        <td data-label=${t("inbound.traffic")}>↑ ${quantity(formatBytes(inbound.up))} ↓ ${quantity(formatBytes(inbound.down))}
+          <div class="muted small">${inbound.total ? tq("inbound.ofQuota", { total: formatBytes(inbound.total) }) : t("common.unlimited")}</div></td>
         <td data-label=${t("inbound.expiry")}>${formatDate(inbound.expiryTime)}</td>
         <td data-label=${t("common.enabled")}>${toggle(inbound.enable, (value) =>
           act(() => api.post(`panel/api/inbounds/setEnable/${inbound.id}`, { enable: value }),
             value ? t("inbound.enabledNow") : t("inbound.disabledNow")), t("inbound.enableName", { name }))}</td>
         <td class="actions">
           <button onClick=${() => edit(inbound)}>${t("common.edit")}</button>
+          ${CLIENT_PROTOCOLS.includes(inbound.protocol) ? html`<button data-testid="add-client-here"
+            onClick=${() => addClient(inbound)}>${t("clients.add")}</button>` : null}
           ${canHoldFallbacks(inbound) ? html`<button data-testid="fallbacks"
             onClick=${() => (tool.value = { kind: "fallbacks", inbound })}>${t("fallback.button")}</button>` : null}
           <button data-testid="clone-inbound" onClick=${() => (tool.value = { kind: "clone", inbound })}>${t("inbound.clone")}</button>
@@ -107,6 +122,9 @@ export const InboundsPage = {
         ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
       ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)}
         onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
+      ${tool.value && tool.value.kind === "client" ? html`<${ClientForm} inbounds=${tool.value.options}
+        preselect=${[tool.value.inbound.id]} onClose=${() => (tool.value = null)}
+        onSaved=${() => { tool.value = null; toast(t("clients.saved"), "success"); load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "import" ? html`<${InboundImportDialog} onClose=${() => (tool.value = null)}
         onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
     </section>`;
