@@ -108,6 +108,7 @@ class Panel:
             self.client_query.by_inbound,
             held_sockets=lambda: self.core.held_sockets(),
             places=self.places,
+            check_config=lambda: self.core.check_candidate(),
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
@@ -264,6 +265,7 @@ class Panel:
             unavailable=self.store.unavailable,
             audit=self.audit,
             trusted_proxies=self.trusted_proxies,
+            core_lag=self.core.out_of_step,
         )
         return build_app(needs, self.routes())
 
