@@ -108,7 +108,7 @@ class Panel:
             self.client_query.by_inbound,
             held_sockets=lambda: self.core.held_sockets(),
             places=self.places,
-            check_config=lambda: self.core.check_candidate(),
+            check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)

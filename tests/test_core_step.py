@@ -85,7 +85,7 @@ def api(panel):
 
 
 def test_an_inbound_the_core_refuses_is_not_added_and_the_core_is_untouched(api, panel):
-    running = in_core(api, panel, ok(api.post(f"{INBOUNDS}/add", shadowsocks("aes-256-gcm"))))
+    running = in_core(api, panel, ok(api.post(f"{INBOUNDS}/add", vless())))
     before = stored_inbounds(panel)
 
     refused(

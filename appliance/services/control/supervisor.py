@@ -45,6 +45,8 @@ from appliance.core.config import build_config
 from appliance.core.live import Running, live_changes, running, stale_tags
 from appliance.core.process import NOT_INSTALLED, CoreMissing
 from appliance.core.template import default_template
+from appliance.domain.client_rules import normalize_client
+from appliance.domain.protocols import CLIENT_PROTOCOLS
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import FilePlaces, drop_misplaced_paths
 from appliance.runtime.jobs import breathe
@@ -63,6 +65,7 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE_SECONDS = 0.2
 STATE_FILE = "core-state.json"
+STAND_IN_EMAIL = "core-test@appliance.invalid"  # the client a config test gives a bare inbound
 ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
 
 
@@ -284,11 +287,22 @@ class CoreService:
         self.settings.write(checked)
         self.mark_dirty()
 
-    def check_candidate(self) -> None:
+    def check_candidate(self, inbound_id: int) -> None:
         """Raise `ServiceError` with the core's words when the installed core refuses the
         config built from the database as the caller's open transaction sees it. An inbound
-        save calls it before it commits, so a save the core cannot run changes nothing."""
-        self._test(self.build)
+        save calls it before it commits, so a save the core cannot run changes nothing.
+        The saved inbound (`inbound_id`) is tested as it runs once a client is attached:
+        V2Ray leaves a Shadowsocks inbound out of its config until it has a client, and
+        then the first client save would be the one the core refuses."""
+
+        def build() -> dict:
+            views = self.inbounds.for_core(self.core_clients)
+            for view in views:
+                if view["id"] == inbound_id:
+                    _give_stand_in_client(view)
+            return self._config(views)
+
+        self._test(build)
 
     def _test(self, build) -> None:
         """Test the config `build()` makes with the installed core; without a core there is
@@ -389,12 +403,14 @@ class CoreService:
         target = running(wanted, pause=breathe)
         operations = live_changes(self.running, wanted, target)
         if operations == []:
+            self._in_step()
             return
         if operations is not None and self._apply_live(operations):
             # A core that crashes later restarts from config.json: it must hold the
             # users added and removed live, or they would come back as they were.
             self.process.record(wanted)
             self.running = target
+            self._in_step()
             return
         self.tick()
         try:
@@ -502,6 +518,16 @@ class CoreService:
                 api.close()
             _terminate(orphan)
         self._forget_state()
+
+
+def _give_stand_in_client(view: dict) -> None:
+    """Attach a generated client to an inbound view that takes clients and has none, as
+    the config builder reads client views."""
+    if view["protocol"] not in CLIENT_PROTOCOLS or next(iter(view["clientRows"]), None):
+        return
+    client = normalize_client({"email": STAND_IN_EMAIL}, [view])
+    client["traffic"] = {"up": 0, "down": 0, "enable": True}
+    view["clientRows"] = [client]
 
 
 def _core_of(pid: int, config_path: str) -> psutil.Process | None:

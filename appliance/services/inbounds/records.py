@@ -47,7 +47,7 @@ CoreClientsOf = Callable[[int], Iterable[dict]]
 HeldSockets = Callable[[], list[Socket]]
 # Raises ServiceError when the core refuses the config of the open transaction, see
 # CoreService.check_candidate.
-CheckConfig = Callable[[], None]
+CheckConfig = Callable[[int], None]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -64,7 +64,7 @@ class Inbounds:
         held_sockets: HeldSockets = list,
         *,
         places: FilePlaces,
-        check_config: CheckConfig = lambda: None,
+        check_config: CheckConfig = lambda inbound_id: None,
     ):
         self.store = store
         # Where the certificate files of inbounds may be (services.file_paths).
@@ -158,7 +158,7 @@ class Inbounds:
             )
             row.flush()
             self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
-            self._check_core()
+            self._check_core(row.id)
             return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
@@ -178,7 +178,7 @@ class Inbounds:
                     refit(client, [a.inbound for a in client.attachments])
                 except ServiceError as exc:
                     raise ServiceError(f"client '{client.email}': {exc.msg}") from None
-            self._check_core()
+            self._check_core(row.id)
             return self._view_of(row.id)
 
     def import_(self, data) -> dict:
@@ -212,7 +212,7 @@ class Inbounds:
                 self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
             row.enable = enable
             row.updated_at = int(self.clock() * 1000)
-            self._check_core()
+            self._check_core(row.id)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -226,11 +226,11 @@ class Inbounds:
 
     # ---- helpers ---------------------------------------------------------------------
 
-    def _check_core(self) -> None:
-        """Let the core test the config with this transaction's writes; raising rolls
-        them back."""
+    def _check_core(self, inbound_id: int) -> None:
+        """Let the core test the config with this transaction's writes to inbound
+        `inbound_id`; raising rolls them back."""
         self.store.db.flush()
-        self.check_config()
+        self.check_config(inbound_id)
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")
