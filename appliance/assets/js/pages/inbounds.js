@@ -6,6 +6,7 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, toggle } from "../components.js";
+import { staleInboundMark } from "../core-step.js";
 import { InboundForm } from "./inbound-form.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
@@ -50,7 +51,7 @@ export const InboundsPage = {
       const stream = inbound.streamSettings || {};
       const name = inbound.remark || inbound.tag;
       return html`<tr key=${inbound.id} data-inbound=${inbound.id}>
-        <td data-label=${t("inbound.remark")}><strong>${name}</strong><div class="muted small">${inbound.tag}</div></td>
+        <td data-label=${t("inbound.remark")}><strong>${name}</strong><div class="muted small">${inbound.tag}</div>${staleInboundMark(inbound.id)}</td>
         <td data-label=${t("inbound.protocol")}><span class="tag">${inbound.protocol}</span>
           ${stream.network ? html` <span class="tag">${stream.network}</span>` : null}
           ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>
