@@ -115,6 +115,7 @@ class Panel:
             self.client_query.by_inbound,
             held_sockets=lambda: self.core.held_sockets(),
             places=self.places,
+            check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
         )
         self.hosts = Hosts(self.store)
         self.subscriptions = Subscriptions(self.store, self.settings)
@@ -277,6 +278,7 @@ class Panel:
             unavailable=self.store.unavailable,
             audit=self.audit,
             trusted_proxies=self.trusted_proxies,
+            core_lag=self.core.out_of_step,
         )
         return build_app(needs, self.routes())
 

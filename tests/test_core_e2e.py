@@ -28,7 +28,7 @@ import websocket
 from conftest import PanelServer, start_panel
 from core_helpers import LOOPBACK, V2RAY, client_config, echo_server, running_core, socks_echo
 from core_panel import CORE_ENV, WAIT, loopback_template, wait_until
-from helpers import free_port, ok
+from helpers import db_rows, free_port, ok
 
 INBOUNDS = "/panel/api/inbounds"
 CLIENTS = "/panel/api/clients"
@@ -162,15 +162,20 @@ def add_inbound(api, protocol: str) -> dict:
     return ok(api.post(f"{INBOUNDS}/add", payload))
 
 
-def add_refused_inbound(api) -> dict:
-    """An inbound the panel takes and V2Ray 4.34 refuses: XHTTP (Xray runs it)."""
+def add_refused_inbound(api, panel: PanelServer) -> dict:
+    """An inbound V2Ray 4.34 refuses, XHTTP (Xray runs it), stored as a database restored
+    from a panel on Xray holds it: the API refuses to save what the core refuses."""
     payload = {
         "protocol": "vless",
         "listen": LOOPBACK,
         "port": free_port(),
-        "streamSettings": {"network": "xhttp", "security": "none"},
+        "streamSettings": {"network": "tcp", "security": "none"},
     }
-    return ok(api.post(f"{INBOUNDS}/add", payload))
+    inbound = ok(api.post(f"{INBOUNDS}/add", payload))
+    in_core(api, panel, inbound)
+    xhttp = json.dumps({"network": "xhttp", "security": "none"})
+    db_rows(panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, inbound["id"]))
+    return inbound
 
 
 def add_client(api, inbound_id: int, **fields) -> dict:
@@ -584,8 +589,8 @@ def test_a_template_the_core_refuses_is_not_saved_and_the_core_keeps_running(api
 
 
 def test_a_restart_into_a_config_the_core_refuses_keeps_the_core_running(api, panel):
+    empty = add_refused_inbound(api, panel)
     pid = core_pid(panel)
-    empty = add_refused_inbound(api)
     try:
         reply = api.post("/panel/api/server/restartCoreService")
         assert reply["success"] is False
@@ -602,7 +607,7 @@ def test_a_core_refused_at_start_starts_once_a_change_fixes_its_config(tmp_path)
     try:
         api = server.client()
         wait_until(lambda: core_pid(server), "the core runs")
-        refused = add_refused_inbound(api)
+        refused = add_refused_inbound(api, server)
         server.stop()
         server.start()
         api = server.client()

@@ -120,3 +120,19 @@ def _without_clients(config: dict) -> dict:
             inbound = {**inbound, "settings": settings}
         inbounds.append(inbound)
     return {**config, "inbounds": inbounds}
+
+
+def stale_tags(current: Running | None, wanted: Running) -> list[str]:
+    """The tags of the inbounds of `wanted` that a core running `current` does not run as
+    they are there: changed, new, or every one when nothing runs (None)."""
+    runs = {}
+    if current is not None:
+        for inbound, prints in zip(
+            current.skeleton.get("inbounds", []), current.entries, strict=True
+        ):
+            runs[inbound.get("tag")] = (inbound, prints)
+    return [
+        inbound.get("tag", "")
+        for inbound, prints in zip(wanted.skeleton.get("inbounds", []), wanted.entries, strict=True)
+        if runs.get(inbound.get("tag")) != (inbound, prints)
+    ]

@@ -3,11 +3,12 @@
 One plugin does what every route needs, so no handler repeats it: authenticate (session
 cookie or `Authorization: Bearer`, within the token's scope), enforce CSRF for cookie
 sessions on unsafe methods, turn the handler's result or `ServiceError` into the
-envelope, push `invalidate` after a successful change, write the audit log entry of every
-call that may change something, and turn anything unexpected into an envelope error with
-the details in the panel log only. A hook marks every answer of the app `nosniff` and,
-unless the route chose its own caching (the UI's files do), `no-store`: answers carry
-secrets.
+envelope, push `invalidate` after a successful change, add to the message of a client
+change that it is stored but not running while the core is out of step, write the audit
+log entry of every call that may change something, and turn anything unexpected into an
+envelope error with the details in the panel log only. A hook marks every answer of the
+app `nosniff` and, unless the route chose its own caching (the UI's files do), `no-store`:
+answers carry secrets.
 
 A bearer token that is unknown, disabled, expired or outside its scope gets one and the
 same refusal after the same single lookup, so the answer tells a caller nothing about
@@ -70,6 +71,7 @@ class ApiNeeds:
     unavailable: Callable[[BaseException], ServiceError | None]
     audit: AuditLog  # where every change and sign-in is written down
     trusted_proxies: Callable[[], list]  # whose X-Forwarded-For names the caller
+    core_lag: Callable[[], str]  # why the core does not run what is stored; "" while it does
 
 
 class ApiPlugin:
@@ -111,13 +113,25 @@ class ApiPlugin:
                     self.needs.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
-            if isinstance(result, Reply):
-                return envelope(True, result.msg, result.obj)
             if isinstance(result, JsonStream):
                 return result.envelope()
-            return envelope(True, "", result)
+            msg, obj = (result.msg, result.obj) if isinstance(result, Reply) else ("", result)
+            note = self.lag_note(spec)
+            if note:
+                msg = f"{msg}; {note}" if msg else note
+            return envelope(True, msg, obj)
 
         return wrapper
+
+    def lag_note(self, spec: Route) -> str:
+        """What to add to the answer of a change to clients while the core is out of
+        step: such changes are not tested by the core (at 100,000 clients a test costs a
+        second), so "saved" alone would hide that the core does not run them. Inbound
+        and template saves are tested before they are stored, and need no note."""
+        if spec.resource != "clients" or request.method not in UNSAFE_METHODS:
+            return ""
+        reason = self.needs.core_lag()
+        return f"stored, but not running: the core is out of step: {reason}" if reason else ""
 
     def failure(self, exc: Exception) -> tuple[str, int]:
         """The message and status of an unexpected exception, logged as it deserves."""

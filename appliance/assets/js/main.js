@@ -7,6 +7,7 @@ import { applyTheme, state, toast } from "./state.js";
 import { closeSocket, openSocket } from "./socket.js";
 import { dropPrefetched } from "./prefetch.js";
 import { ConfirmDialog, Toasts } from "./components.js";
+import { coreBadge } from "./core-step.js";
 import { LoginPage } from "./pages/login.js";
 import { DashboardPage } from "./pages/dashboard.js";
 import { InboundsPage } from "./pages/inbounds.js";
@@ -82,13 +83,12 @@ const Header = {
   setup() {
     const menuOpen = Vue.ref(false);
     return () => {
-      const core = (state.coreState || "unknown").replace(" ", "_");
       const themeIndex = THEMES.indexOf(state.theme);
       return html`<header class="topbar">
         <button class="icon menu-button" aria-label=${t("nav.menu")} aria-expanded=${menuOpen.value}
           onClick=${() => (menuOpen.value = !menuOpen.value)}>☰</button>
         <strong class="brand">${t("app.name")}</strong>
-        <span class=${`badge core-${core}`} data-testid="core-badge">${t("core.label")}: ${t(`core.state.${core}`)}</span>
+        ${coreBadge()}
         <span class=${state.socketOpen ? "live on" : "live"} title=${state.socketOpen ? t("app.live") : t("app.offline")}
           aria-label=${state.socketOpen ? t("app.live") : t("app.offline")}></span>
         <span class="spacer"></span>

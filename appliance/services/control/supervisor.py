@@ -11,6 +11,14 @@ started by the first change that makes it acceptable). So a bulk call touching
 thousands of clients restarts the core at most once, and most client edits restart
 nothing.
 
+A save of an inbound or of the template is tested first (`check_candidate`): the config
+built from what the save's open transaction holds goes through the core's own test, and a
+refusal rolls the save back with the core's words. Should the core still refuse what is
+stored (a core upgraded under the panel, a database restored from another core's panel),
+the core is out of step: `info()` says so (`inStep`, the reason in `errorMsg`, the
+inbounds it does not run as stored in `staleInbounds`), the panel log has it at WARNING,
+and every change until it is fixed is answered as stored but not running.
+
 The process survives nothing the panel does not survive: a state file records the core
 that runs (pid, API port, counter generation), also after the supervisor restarted a
 crashed one, so after a crash of the panel the counters of the orphaned core are
@@ -34,8 +42,11 @@ from pony.orm import db_session
 
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
-from appliance.core.live import Running, live_changes, running
+from appliance.core.live import Running, live_changes, running, stale_tags
+from appliance.core.process import NOT_INSTALLED, CoreMissing
 from appliance.core.template import default_template
+from appliance.domain.client_rules import normalize_client
+from appliance.domain.protocols import CLIENT_PROTOCOLS
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import FilePlaces, drop_misplaced_inbound, drop_misplaced_paths
 from appliance.runtime.jobs import breathe
@@ -54,6 +65,7 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE_SECONDS = 0.2
 STATE_FILE = "core-state.json"
+STAND_IN_EMAIL = "core-test@appliance.invalid"  # the client a config test gives a bare inbound
 ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
 
 
@@ -95,7 +107,9 @@ class CoreService:
         self.api: CoreApi | None = None
         self.api_port = 0
         self.running: Running | None = None  # what the core runs, when it runs
-        self.error = ""
+        self.error = ""  # why the core does not run what is stored; "" while it does
+        # Ids of the inbounds the core does not run as stored, while it is out of step.
+        self.stale: list[int] = []
         # The config the core refused at start, so none runs: the next config that
         # differs from it is tried (a core the user stopped stays stopped).
         self._refused: Running | None = None
@@ -128,8 +142,8 @@ class CoreService:
         try:
             self._launch(config)
         except ServiceError as exc:
-            self.error = exc.msg
             self._refused = running(config)
+            self._out_of_step(exc.msg, self._refused)
             log.error("the core did not start: %s", exc.msg)
         gevent.spawn(self._sync_loop)
 
@@ -182,7 +196,7 @@ class CoreService:
             self.running = target or running(config)
         finally:
             return_freed_memory()
-        self.error = ""
+        self._in_step()
         self._refused = None
         self._connect()
         self._save_state()
@@ -201,6 +215,24 @@ class CoreService:
             if self.left_out.core_failed(self.process.error):
                 self.mark_dirty()
         self._state_listener(state)
+
+    def _out_of_step(self, reason: str, wanted: Running) -> None:
+        """The core refused the config built from what is stored (`wanted`): note why and
+        which inbounds it does not run as stored, and say so in the panel log."""
+        self.error = reason
+        tags = set(stale_tags(self.running, wanted))
+        with db_session:
+            rows = self.store.rows("SELECT id, tag FROM inbound ORDER BY id")
+        self.stale = [inbound_id for inbound_id, tag in rows if tag in tags]
+        log.warning("the core is out of step with the stored config: %s", reason)
+
+    def _in_step(self) -> None:
+        self.error = ""
+        self.stale = []
+
+    def out_of_step(self) -> str:
+        """Why the core does not run what is stored; "" while it does."""
+        return self.error
 
     def generation(self) -> int:
         """Changes with every start of the core process, which zeroes its counters."""
@@ -256,10 +288,38 @@ class CoreService:
         if test_url not in (None, ""):
             changes["outboundTestUrl"] = test_url
         checked = self.settings.check(changes)
-        if self.api_port:
-            self.process.test(self.build(json.loads(text)))
+        self._test(lambda: self.build(json.loads(text)))
         self.settings.write(checked)
         self.mark_dirty()
+
+    def check_candidate(self, inbound_id: int) -> None:
+        """Raise `ServiceError` with the core's words when the installed core refuses the
+        config built from the database as the caller's open transaction sees it. An inbound
+        save calls it before it commits, so a save the core cannot run changes nothing.
+        The saved inbound (`inbound_id`) is tested as it runs once a client is attached:
+        V2Ray leaves a Shadowsocks inbound out of its config until it has a client, and
+        then the first client save would be the one the core refuses."""
+
+        def build() -> dict:
+            views = self.inbounds.for_core(self.core_clients)
+            for view in views:
+                if view["id"] == inbound_id:
+                    _give_stand_in_client(view)
+            return self._config(views)
+
+        self._test(build)
+
+    def _test(self, build) -> None:
+        """Test the config `build()` makes with the installed core; without a core there is
+        nothing to test against, and nothing is refused."""
+        if not self.api_port or self.process.state == NOT_INSTALLED:
+            return
+        try:
+            self.process.test(build())
+        except CoreMissing:
+            return
+        finally:
+            return_freed_memory()
 
     def outbound_traffic(self) -> list[dict]:
         with db_session:
@@ -292,6 +352,8 @@ class CoreService:
             "errorMsg": self.error or self.process.error or self.left_out.message(),
             "version": self.process.version,
             "failedInbounds": self.left_out.view(),
+            "inStep": not self.error,
+            "staleInbounds": list(self.stale),
         }
 
     def held_sockets(self) -> list[Socket]:
@@ -337,8 +399,8 @@ class CoreService:
             try:
                 self._launch(wanted, attempt)
             except ServiceError as exc:
-                self.error = exc.msg
                 self._refused = attempt
+                self._out_of_step(exc.msg, attempt)
             return
         if self.process.state != "running" or self.running is None:
             return
@@ -346,22 +408,24 @@ class CoreService:
         target = running(wanted, pause=breathe)
         operations = live_changes(self.running, wanted, target)
         if operations == []:
+            self._in_step()
             return
         if operations is not None and self._apply_live(operations):
             # A core that crashes later restarts from config.json: it must hold the
             # users added and removed live, or they would come back as they were.
             self.process.record(wanted)
             self.running = target
+            self._in_step()
             return
         self.tick()
         try:
             self.process.restart(wanted)
         except ServiceError as exc:
-            self.error = exc.msg
+            self._out_of_step(exc.msg, target)
             self.hub.notify("Core config refused", exc.msg, "error")
             return
         self.running = target
-        self.error = ""
+        self._in_step()
         self._connect()
         self._save_state()
 
@@ -373,10 +437,11 @@ class CoreService:
         if absent is None:
             return False
         self.hub.notify("Inbound left out of the core", absent.reason, "error")
+        config = self._config(views)
         try:
-            self._launch(self._config(views))
+            self._launch(config)
         except ServiceError as exc:
-            self.error = exc.msg
+            self._out_of_step(exc.msg, running(config))
         return True
 
     def _apply_live(self, operations) -> bool:
@@ -458,6 +523,16 @@ class CoreService:
                 api.close()
             _terminate(orphan)
         self._forget_state()
+
+
+def _give_stand_in_client(view: dict) -> None:
+    """Attach a generated client to an inbound view that takes clients and has none, as
+    the config builder reads client views."""
+    if view["protocol"] not in CLIENT_PROTOCOLS or next(iter(view["clientRows"]), None):
+        return
+    client = normalize_client({"email": STAND_IN_EMAIL}, [view])
+    client["traffic"] = {"up": 0, "down": 0, "enable": True}
+    view["clientRows"] = [client]
 
 
 def _core_of(pid: int, config_path: str) -> psutil.Process | None:

@@ -6,7 +6,9 @@ with the panel's own ports, certificate files, sockets and served folders inside
 directories (`file_paths`), and the derived parts of the returned record (`settings.clients`
 from client rows, `settings.fallbacks` from fallback rows, `clientStats`). An update keeps
 attached clients usable: the protocol must still take clients, and their secrets are
-re-fitted to a changed Shadowsocks cipher as on attach.
+re-fitted to a changed Shadowsocks cipher as on attach. Every save that changes what
+the core runs (add, update, enable) is written, then tested by the installed core inside
+its still open transaction (`check_config`): a refusal rolls it back with the core's words.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
 CoreClientsOf = Callable[[int], Iterable[dict]]
 # The sockets the running core holds, see CoreService.held_sockets.
 HeldSockets = Callable[[], list[Socket]]
+# Raises ServiceError when the core refuses the config of the open transaction, see
+# CoreService.check_candidate.
+CheckConfig = Callable[[int], None]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -60,6 +65,7 @@ class Inbounds:
         held_sockets: HeldSockets = list,
         *,
         places: FilePlaces,
+        check_config: CheckConfig = lambda inbound_id: None,
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -67,6 +73,7 @@ class Inbounds:
         self.reserved_ports = reserved_ports
         self.clients_of = clients_of
         self.held_sockets = held_sockets
+        self.check_config = check_config
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
 
@@ -152,6 +159,7 @@ class Inbounds:
             )
             row.flush()
             self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
+            self._check_core(row.id)
             return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
@@ -171,6 +179,7 @@ class Inbounds:
                     refit(client, [a.inbound for a in client.attachments])
                 except ServiceError as exc:
                     raise ServiceError(f"client '{client.email}': {exc.msg}") from None
+            self._check_core(row.id)
             return self._view_of(row.id)
 
     def import_(self, data) -> dict:
@@ -224,6 +233,7 @@ class Inbounds:
                 self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
             row.enable = enable
             row.updated_at = int(self.clock() * 1000)
+            self._check_core(row.id)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -236,6 +246,12 @@ class Inbounds:
                 row.up = row.down = 0
 
     # ---- helpers ---------------------------------------------------------------------
+
+    def _check_core(self, inbound_id: int) -> None:
+        """Let the core test the config with this transaction's writes to inbound
+        `inbound_id`; raising rolls them back."""
+        self.store.db.flush()
+        self.check_config(inbound_id)
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")

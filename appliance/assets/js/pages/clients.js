@@ -8,6 +8,7 @@ import { t } from "../i18n.js";
 import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { toggle } from "../components.js";
+import { savedToast } from "../core-step.js";
 import { ClientForm } from "./client-form.js";
 import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
 import { GeneratorDialog } from "./client-generator.js";
@@ -216,7 +217,7 @@ export const ClientsPage = {
       if (d.kind === "adjust") return html`<${AdjustDialog} emails=${emails()} onClose=${close} onDone=${done} />`;
       if (d.kind === "attach") return html`<${AttachDialog} emails=${emails()} inbounds=${inbounds.value} onClose=${close} onDone=${done} />`;
       return html`<${ClientForm} email=${d.email} inbounds=${inbounds.value} onClose=${close}
-        onSaved=${() => { close(); toast(t("clients.saved"), "success"); reload(); }} />`;
+        onSaved=${() => { close(); savedToast(t("clients.saved")); reload(); }} />`;
     }
 
     return () => {

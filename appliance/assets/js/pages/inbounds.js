@@ -6,6 +6,7 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, quantity, toggle, tq } from "../components.js";
+import { staleInboundMark } from "../core-step.js";
 import { ClientForm } from "./client-form.js";
 import { InboundForm } from "./inbound-form.js";
 import { CloneDialog, InboundClients } from "./inbound-clients.js";
@@ -75,7 +76,7 @@ export const InboundsPage = {
       const main = html`<tr key=${inbound.id} data-inbound=${inbound.id}>
         <td data-label=${t("inbound.remark")}><button class="icon" data-testid="expand-inbound" aria-expanded=${open}
           aria-label=${t("inbound.showClients", { name })} onClick=${() => toggleExpanded(inbound.id)}>${open ? "▾" : "▸"}</button>
-          <strong>${name}</strong><div class="muted small">${inbound.tag}</div></td>
+          <strong>${name}</strong><div class="muted small">${inbound.tag}</div>${staleInboundMark(inbound.id)}</td>
         <td data-label=${t("inbound.protocol")}><span class="tag">${inbound.protocol}</span>
           ${stream.network ? html` <span class="tag">${stream.network}</span>` : null}
           ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>

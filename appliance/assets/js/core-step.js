@@ -1,0 +1,36 @@
+// The core out of step with what is stored (it refused the config built from it and runs
+// an older one, or none): the header's core badge says so with the core's reason, the
+// inbounds it does not run as stored carry a mark, and a save that the core will not run
+// says so instead of a plain "saved". All of it reads the core part of the live status
+// (inStep, errorMsg, staleInbounds).
+import { html } from "./lib.js";
+import { t } from "./i18n.js";
+import { state, toast } from "./state.js";
+
+// Why the core does not run what is stored; null while it does.
+function outOfStep() {
+  const core = state.status && state.status.core;
+  return core && core.inStep === false ? core.errorMsg || "" : null;
+}
+
+export function coreBadge() {
+  const name = (state.coreState || "unknown").replace(" ", "_");
+  const label = `${t("core.label")}: ${t(`core.state.${name}`)}`;
+  const reason = outOfStep();
+  if (reason === null) return html`<span class=${`badge core-${name}`} data-testid="core-badge">${label}</span>`;
+  return html`<span class="badge core-error core-out-of-step" data-testid="core-badge" title=${reason}>${
+    t("coreStep.badge", { label, reason })}</span>`;
+}
+
+export function staleInboundMark(inboundId) {
+  const reason = outOfStep();
+  if (reason === null || !(state.status.core.staleInbounds || []).includes(inboundId)) return null;
+  return html`<div class="badge core-error stale-inbound" data-testid="stale-inbound" title=${reason}>${
+    t("coreStep.inbound")}</div>`;
+}
+
+export function savedToast(text) {
+  const reason = outOfStep();
+  if (reason === null) toast(text, "success");
+  else toast(t("coreStep.saved", { saved: text, reason }), "warning");
+}

@@ -1,0 +1,72 @@
+"""The browser UI when the core is out of step with what is stored, in headless Chromium.
+
+A panel on the real core (Debian's V2Ray 4.34) holds an inbound that core refuses, as a
+database restored from a panel on Xray would; the next change makes the core refuse its
+config and keep running the old one. The header and that inbound's row must say so in
+words, while the rows the core runs as stored stay unmarked. Same rules as
+tests/test_ui.py, whose helpers these tests share.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from conftest import start_panel
+from core_panel import CORE_ENV, wait_until
+from helpers import db_rows, free_port, ok
+from test_core_e2e import in_core
+from test_ui import browser as browser
+from test_ui import expect, go, signed_in_page
+
+# The fixture that fails a test whose pages logged errors or left the origin.
+from test_ui import watches as watches
+
+pytestmark = pytest.mark.ui
+
+INBOUNDS = "/panel/api/inbounds"
+
+
+def add_vless(api, remark: str) -> dict:
+    payload = {
+        "protocol": "vless",
+        "remark": remark,
+        "listen": "127.0.0.1",
+        "port": free_port(),
+        "settings": {"decryption": "none"},
+        "streamSettings": {"network": "tcp", "security": "none"},
+    }
+    return ok(api.post(f"{INBOUNDS}/add", payload))
+
+
+def test_the_header_and_the_inbound_row_say_the_core_is_out_of_step(browser, tmp_path, watches):
+    server = start_panel(tmp_path, env=CORE_ENV)
+    try:
+        api = server.client()
+        restored, fine = add_vless(api, "restored"), add_vless(api, "fine")
+        in_core(api, server, restored, fine)
+        xhttp = json.dumps({"network": "xhttp", "security": "none"})
+        db_rows(
+            server, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, restored["id"])
+        )
+        client = {"email": f"{uuid.uuid4().hex[:8]}@ui", "id": str(uuid.uuid4())}
+        ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [restored["id"]]}))
+        wait_until(
+            lambda: ok(api.get("/panel/api/server/status"))["core"]["inStep"] is False,
+            "the core refuses the stored config",
+        )
+
+        page = signed_in_page(browser, server, watches)
+        badge = page.locator("[data-testid=core-badge]")
+        expect(badge).to_contain_text("Core: running, out of step: the core refused the config")
+        expect(badge).to_contain_text("unknown transport protocol: xhttp")
+        go(page, "inbounds")
+        mark = page.locator(f"tr[data-inbound='{restored['id']}'] [data-testid=stale-inbound]")
+        expect(mark).to_have_text("Not running as saved: the core refused the config")
+        expect(mark).to_have_attribute("title", badge.get_attribute("title"))
+        fine_row = page.locator(f"tr[data-inbound='{fine['id']}']")
+        expect(fine_row).to_be_visible()
+        expect(fine_row.locator("[data-testid=stale-inbound]")).to_have_count(0)
+    finally:
+        server.stop()
