@@ -318,7 +318,7 @@ def test_client_groups_export_import_and_bulk_adjust(browser, core_panel, api, i
     page.click("[data-testid=import]")
     page.locator("textarea[name=importData]").fill(json.dumps(items))
     page.click("button[form=import-form]")
-    page.wait_for_selector("text=1 clients imported")
+    page.wait_for_selector("text=1 client imported")
     assert ok(api.get("/panel/api/clients/get/ui-imported@example.com"))["inboundIds"] == [
         inbound["id"]
     ]
