@@ -6,9 +6,9 @@ HandlerService methods the panel calls, under Xray's `xray.` package prefix:
 
 - QueryStats: the counters under `"counters"` (`{name: value}`) in the JSON file named by
   `FAKE_XRAY_STATE`, none without it, less their values when this process started: a
-  restarted core counts from zero, as a real one does. With `"holdStats": true` the answer waits (at most
-  HOLD_SECONDS, inside the panel's call timeout) until the file no longer says so: a test
-  acts while the panel is provably in the middle of reading them;
+  restarted core counts from zero, as a real one does. With `"holdStats": true` the
+  answer waits (at most HOLD_SECONDS, inside the panel's call timeout) until the file no
+  longer says so: a test acts while the panel is provably in the middle of reading them;
 - AlterInbound: accepted (live user changes);
 - GetAllOnlineUsers and GetStatsOnlineIpList: from the JSON file named by
   `FAKE_XRAY_STATE`, read at every call, `{"online": {EMAIL: {IP: unix seconds}}}`; a user

@@ -81,10 +81,18 @@ def client_rows(world, email: str) -> list[tuple[int]]:
 
 def add_client(world, email: str) -> None:
     """Adds a client and waits until the core runs it: counters set before that would
-    be the old core's, if the core restarted to take the client on."""
+    be the old core's, if the core restarted to take the client on (as it does when the
+    core did not answer the live change)."""
     body = {"client": {"email": email}, "inboundIds": [world["inbound"]]}
     ok(world["api"].post(f"{CLIENTS}/add", body))
-    wait_until(lambda: email in core_emails(world), f"the core runs {email}")
+    core_runs(world, [email])
+
+
+def core_runs(world, emails: list[str]) -> None:
+    """Wait until the core's config holds `emails` and the core process of that config
+    has answered a read."""
+    wait_until(lambda: set(emails) <= core_emails(world), "the core runs the new clients")
+    ticks_pass(world, 1)
 
 
 def core_emails(world) -> set[str]:
@@ -154,7 +162,7 @@ def test_ticks_and_bulk_calls_on_the_same_clients_never_block_each_other(world):
             [{"client": {"email": email}, "inboundIds": [world["inbound"]]} for email in emails],
         )
     )
-    wait_until(lambda: set(emails) <= core_emails(world), "the core runs every new client")
+    core_runs(world, emails)
     moving = {"on": True}
 
     def move_counters() -> None:
