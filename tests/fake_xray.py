@@ -4,7 +4,12 @@ It answers `-version` as Xray does, accepts every config on `run -test -c FILE`,
 `run -c FILE` serves, on the API port the config names, the StatsService and
 HandlerService methods the panel calls, under Xray's `xray.` package prefix:
 
-- QueryStats: no counters; AlterInbound: accepted (live user changes);
+- QueryStats: the counters under `"counters"` (`{name: value}`) in the JSON file named by
+  `FAKE_XRAY_STATE`, none without it, less their values when this process started: a
+  restarted core counts from zero, as a real one does. With `"holdStats": true` the
+  answer waits (at most HOLD_SECONDS, inside the panel's call timeout) until the file no
+  longer says so: a test acts while the panel is provably in the middle of reading them;
+- AlterInbound: accepted (live user changes);
 - GetAllOnlineUsers and GetStatsOnlineIpList: from the JSON file named by
   `FAKE_XRAY_STATE`, read at every call, `{"online": {EMAIL: {IP: unix seconds}}}`; a user
   not in it is "not found", as in Xray. Users in its `"dropped"` list are listed online
@@ -27,6 +32,7 @@ import json
 import os
 import sys
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -35,6 +41,7 @@ VERSION = "Xray 25.10.15 (Xray, Penetrates Everything.) Custom (go1.25.1 linux/a
 STATS = "/xray.app.stats.command.StatsService/"
 HANDLER = "/xray.app.proxyman.command.HandlerService/"
 ONLINE_METHODS = (STATS + "GetAllOnlineUsers", STATS + "GetStatsOnlineIpList")
+HOLD_SECONDS = 4.0
 
 
 def field(number: int, wire_type: int, payload: bytes) -> bytes:
@@ -78,6 +85,7 @@ class FakeXray:
         self.state_path = state_path
         self.calls_path = calls_path
         self.lock = threading.Lock()
+        self.baseline = self.state().get("counters", {})
 
     def state(self) -> dict:
         try:
@@ -97,7 +105,7 @@ class FakeXray:
             self.record(method, None)
             return None
         answers = {
-            STATS + "QueryStats": lambda request, context: b"",
+            STATS + "QueryStats": self.query_stats,
             STATS + "GetAllOnlineUsers": self.online_users,
             STATS + "GetStatsOnlineIpList": self.online_ips,
             HANDLER + "AlterInbound": lambda request, context: b"",
@@ -110,6 +118,22 @@ class FakeXray:
             return answers[method](request, context)
 
         return grpc.unary_unary_rpc_method_handler(answer)
+
+    def query_stats(self, request: bytes, context) -> bytes:
+        deadline = time.monotonic() + HOLD_SECONDS
+        while self.state().get("holdStats") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        counters = {
+            name: value - self.baseline.get(name, 0)
+            for name, value in self.state().get("counters", {}).items()
+        }
+        return b"".join(
+            field(1, 2, varint(len(stat)) + stat)
+            for stat in (
+                text(1, name) + field(2, 0, varint(max(value, 0)))
+                for name, value in counters.items()
+            )
+        )
 
     def online_users(self, request: bytes, context) -> bytes:
         state = self.state()

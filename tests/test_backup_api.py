@@ -544,9 +544,13 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
         dropped = add_inbound(api, "dropped")
         [before] = restarted(server, api, dropped, kept_born)
 
-        # A refused file never touches the core.
+        # A refused file never touches the core: the same process runs on, whatever
+        # was wrong with the file.
         refused(import_db(api, b"not a database"), "neither a SQLite database")
+        for make, words in BAD_UPLOADS.values():
+            refused(import_db(api, make(api, tmp_path)), words)
         assert core_children(server) == [before]
+        assert ok(api.get(f"{SERVER}/status"))["core"]["state"] == "running"
 
         _reply, api = import_and_wait(server, api, backup)
         wait_until(lambda: core_children(server), "the core runs after the import")

@@ -66,7 +66,10 @@ def test_more_limited_users_than_the_budget_take_turns_among_themselves():
 
 
 def write_state(path: Path, **state) -> None:
-    path.write_text(json.dumps(state))
+    """Replaces the fake core's state at once: it never reads a half-written file."""
+    scratch = path.with_name(path.name + ".new")
+    scratch.write_text(json.dumps(state))
+    scratch.replace(path)
 
 
 def calls(path: Path) -> list[tuple[str, bytes]]:

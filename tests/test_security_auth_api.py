@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import time
 import uuid
 
 import bcrypt
@@ -22,6 +23,7 @@ from helpers import db_rows, ok, setting_rows
 from test_auth_api import code_at, current_step, enable_two_factor, login, refused, signed_in
 
 STATUS = "/panel/api/server/status"
+GET_DB = "/panel/api/server/getDb"
 INBOUNDS = "/panel/api/inbounds/list"
 UPDATE_USER = "/panel/api/setting/updateUser"
 TOKENS = "/panel/api/setting/apiTokens"
@@ -122,12 +124,21 @@ def test_a_hash_the_panel_cannot_read_never_signs_in_with_its_own_text(panel, st
 # ---- case 4: every bad token gets the same answer --------------------------------------
 
 
-def test_wrong_prefix_disabled_and_deleted_tokens_get_the_same_answer(panel, api):
+def test_wrong_prefix_disabled_deleted_expired_and_out_of_scope_tokens_get_the_same_answer(
+    panel, api
+):
     kept = ok(api.post(f"{TOKENS}/create", json={"name": "security kept"}))
     disabled = ok(api.post(f"{TOKENS}/create", json={"name": "security disabled"}))
     deleted = ok(api.post(f"{TOKENS}/create", json={"name": "security deleted"}))
+    later = int(time.time() * 1000) + 3_600_000
+    expired = ok(
+        api.post(f"{TOKENS}/create", json={"name": "security expired", "expiresAt": later})
+    )
+    reader = ok(api.post(f"{TOKENS}/create", json={"name": "security reader", "scope": "read"}))
     ok(api.post(f"{TOKENS}/setEnabled/{disabled['id']}", json={"enabled": False}))
     ok(api.post(f"{TOKENS}/delete/{deleted['id']}"))
+    past = int(time.time() * 1000) - 1
+    db_rows(panel, "UPDATE api_token SET expires_at = ? WHERE id = ?", (past, expired["id"]))
     good = kept["token"]
     bad = {
         "wrong": "apl_" + "0" * (len(good) - 4),
@@ -136,20 +147,27 @@ def test_wrong_prefix_disabled_and_deleted_tokens_get_the_same_answer(panel, api
         "one character more": good + "0",
         "disabled": disabled["token"],
         "deleted": deleted["token"],
+        "expired": expired["token"],
+        "read-only, asked for the database": reader["token"],
     }
     answers = {}
     for kind, token in bad.items():
         response = requests.get(
-            panel.url + STATUS, headers={"Authorization": f"Bearer {token}"}, timeout=10
+            panel.url + GET_DB, headers={"Authorization": f"Bearer {token}"}, timeout=10
         )
         answers[kind] = (response.status_code, response.content)
     assert len(set(answers.values())) == 1, answers
     status, body = answers["wrong"]
     assert status == 401 and b'"success": false' in body
+    for token in (good, reader["token"]):
+        response = requests.get(
+            panel.url + STATUS, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert response.status_code == 200
     response = requests.get(
-        panel.url + STATUS, headers={"Authorization": f"Bearer {good}"}, timeout=10
+        panel.url + GET_DB, headers={"Authorization": f"Bearer {good}"}, timeout=10
     )
-    assert response.status_code == 200
+    assert response.status_code == 200 and response.content[:6] == b"SQLite"
 
 
 # ---- case 6: two-factor drift ------------------------------------------------------------

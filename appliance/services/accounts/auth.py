@@ -417,9 +417,14 @@ class Auth:
             return False
         totp = pyotp.TOTP(admin.totp_secret)
         now_step = int(self.clock()) // TOTP_STEP
+        # A code is used once: its step must come after the last one used. A last step
+        # ahead of the whole window means the clock was set back since; the codes of the
+        # window were never used at this time, and refusing them would lock the admin
+        # out until the clock caught up.
+        last_step = admin.totp_last_step if admin.totp_last_step <= now_step + 1 else 0
         for step in (now_step - 1, now_step, now_step + 1):
             expected = totp.generate_otp(step)
-            if hmac.compare_digest(code, expected) and step > admin.totp_last_step:
+            if hmac.compare_digest(code, expected) and step > last_step:
                 admin.totp_last_step = step
                 return True
         return False

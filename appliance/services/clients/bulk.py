@@ -27,6 +27,13 @@ from appliance.store.batches import chunks
 DAY_MS = 86_400_000
 
 
+def in_lock_order(emails: list[str]) -> list[str]:
+    """`emails` in the order of their keys, the order the traffic tick writes clients'
+    rows in: two transactions that lock many of the same rows, each waiting for a row the
+    other holds, would end in a deadlock on PostgreSQL and MariaDB."""
+    return sorted(emails, key=email_key)
+
+
 class ClientBulk:
     def __init__(self, clients: Clients, query):
         self.clients = clients
@@ -171,7 +178,7 @@ class ClientBulk:
     # ---- per-email bulk operations ---------------------------------------------------------
 
     def bulk_delete(self, body: Any) -> dict:
-        emails = parse_emails(body)
+        emails = in_lock_order(parse_emails(body))
         keep = body.get("keepTraffic", False)
         if not isinstance(keep, bool):
             raise ServiceError("keepTraffic must be true or false")
@@ -187,7 +194,7 @@ class ClientBulk:
 
     def bulk_adjust(self, body: Any) -> dict:
         """Add days to expiry and bytes to quota; unlimited fields are left alone."""
-        emails = parse_emails(body)
+        emails = in_lock_order(parse_emails(body))
         days = _signed(body.get("addDays", 0), "addDays")
         extra_bytes = _signed(body.get("addBytes", 0), "addBytes")
         adjusted, skipped = 0, []
@@ -296,7 +303,7 @@ class ClientBulk:
         return {"detached": detached, "skipped": skipped, "errors": errors}
 
     def bulk_reset_traffic(self, body: Any) -> dict:
-        emails = parse_emails(body)
+        emails = in_lock_order(parse_emails(body))
         affected = 0
         with db_session:
             for email in emails:

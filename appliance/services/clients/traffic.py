@@ -146,13 +146,15 @@ class TrafficAccounting:
         store = self.store
         if tick.clients:
             # One statement per client that moved: its counters and, with them, the
-            # core's values they were measured against, in the same transaction.
+            # core's values they were measured against, in the same transaction. In the
+            # order of their keys, as bulk calls lock them (`bulk.in_lock_order`): a
+            # tick and a bulk call never wait on each other in a circle.
             store.execute_many(
                 f"UPDATE client_traffic SET {ADD_UP_DOWN}, core_up = ?, "
                 "core_down = ?, last_online = ? WHERE email_key = ?",
                 [
                     (*_added(up, down), *moved_users[key], now, key)
-                    for key, (up, down) in tick.clients.items()
+                    for key, (up, down) in sorted(tick.clients.items())
                 ],
             )
             self._start_clocks(set(tick.clients), now)
