@@ -185,11 +185,6 @@ def test_addresses_beyond_the_limit_are_logged_for_fail2ban_once_per_sighting(wo
     assert lines[0] == f"{stamp(0)} [LIMIT_IP] Email = Alice || SRC = 203.0.113.3"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the access log is cut into lines by str.splitlines, which also breaks at "
-    "U+2028, so the sighting goes to the client named by the email's first part",
-)
 def test_an_email_with_a_line_separator_stays_one_line_in_both_logs(tmp_path):
     # U+2028 is no control character, so an email may hold it; it must neither split the
     # core's access line (giving the sighting to client "ann") nor the ip-limit line.

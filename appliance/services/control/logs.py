@@ -175,7 +175,9 @@ class LogTail:
                 self.skipping = True
             return []
         self.offset += end + 1
-        return chunk[:end].decode("utf-8", errors="replace").splitlines()
+        # Split at newlines only: str.splitlines() also breaks at U+2028 and the like,
+        # which an email may hold, and would credit half a line to another client.
+        return [line.decode("utf-8", errors="replace") for line in chunk[:end].split(b"\n")]
 
     def _past_long_line(self, chunk: bytes) -> bytes:
         """What follows the end of the long line being skipped; b"" while it goes on."""
