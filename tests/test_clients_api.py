@@ -154,7 +154,7 @@ def test_add_get_and_list(api, vless):
     assert created["createdAt"] > 0 and created["updatedAt"] == created["createdAt"]
 
     got = get_client(api, email)
-    assert set(got) == {"client", "inboundIds", "externalLinks"}
+    assert set(got) == {"client", "inboundIds", "externalLinks", "subUrl"}
     assert got["inboundIds"] == sorted([vless, other])
     assert got["externalLinks"] == []
     assert got["client"] == created
