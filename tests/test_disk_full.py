@@ -17,9 +17,12 @@ import os
 import resource
 import sqlite3
 
+import pytest
 from conftest import skip_unless_sqlite
 from core_panel import core_panel, wait_until
 from helpers import create_plain_vless, db_path, db_rows, ok
+
+pytestmark = pytest.mark.slow
 
 CLIENTS = "/panel/api/clients"
 SERVER = "/panel/api/server"
