@@ -13,6 +13,7 @@ lifted, the same calls work.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sqlite3
@@ -57,6 +58,16 @@ def core_tags(api) -> set[str]:
     return {inbound.get("tag") for inbound in ok(api.get(f"{SERVER}/getConfigJson"))["inbounds"]}
 
 
+def settled_config(core_dir: str) -> bytes | None:
+    """config.json once it lists CLIENT_COUNT clients and is the only config file there."""
+    files = files_under(core_dir)
+    if [name for name in files if name.startswith("config.")] != ["config.json"]:
+        return None
+    inbounds = json.loads(files["config.json"])["inbounds"]
+    counts = [len(inbound["settings"].get("clients", [])) for inbound in inbounds]
+    return files["config.json"] if CLIENT_COUNT in counts else None
+
+
 def client_count(server) -> int:
     return db_rows(server, "SELECT COUNT(*) FROM client")[0][0]
 
@@ -78,7 +89,9 @@ def test_a_full_disk_fails_writes_with_a_sentence_and_leaves_no_partial_files(tm
             assert db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         finally:
             db.close()
-        config_before = files_under(core_dir)["config.json"]
+        # The core takes the new clients after the call answered; the files are compared
+        # once config.json holds them and no candidate is being written beside it.
+        config_before = wait_until(lambda: settled_config(core_dir), "the core has the clients")
         set_file_size_limit(server, LIMIT_BYTES)
 
         reply = api.raw("POST", f"{CLIENTS}/bulkCreate", json=bulk("full", inbound_id))
