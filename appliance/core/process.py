@@ -210,15 +210,26 @@ class CoreProcess:
             os.unlink(path)
 
     def _write_candidate(self, config: dict) -> str:
-        """`config` in a new file beside config.json, readable by the owner only."""
+        """`config` in a new file beside config.json, readable by the owner only; a failed
+        write removes the file and raises `ServiceError` with the system's reason."""
         os.makedirs(self.workdir, exist_ok=True)
         fd, path = tempfile.mkstemp(prefix="config.", suffix=".json", dir=self.workdir)
-        with os.fdopen(fd, "w") as file:
-            for piece in config_pieces(config):
-                file.write(piece)
-                self.pause()
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with os.fdopen(fd, "w") as file:
+                for piece in config_pieces(config):
+                    file.write(piece)
+                    self.pause()
+                file.flush()
+                os.fsync(file.fileno())
+        except BaseException as exc:
+            # A full disk (or a file size limit) must not leave a partial file behind.
+            os.unlink(path)
+            if isinstance(exc, OSError):
+                raise ServiceError(
+                    f"the core's config could not be written in {self.workdir}: "
+                    f"{exc.strerror or exc}; config.json was left as it was"
+                ) from None
+            raise
         return path
 
     def _test_file(self, path: str) -> None:
