@@ -205,7 +205,15 @@ class Panel:
                     release_store=self.store.release,
                 )
             ),
-            inbound_routes(InboundRouteNeeds(inbounds=self.inbounds, client_bulk=self.client_bulk)),
+            inbound_routes(
+                InboundRouteNeeds(
+                    inbounds=self.inbounds,
+                    client_bulk=self.client_bulk,
+                    subscriptions=self.subscriptions,
+                    settings=self.settings,
+                    sub_address=self.sub_address,
+                )
+            ),
             client_routes(
                 ClientRouteNeeds(
                     clients=self.clients,

@@ -231,7 +231,7 @@ def test_inbound_client_search_links_disable_and_live_update(browser, panel, wat
     if links.status_code == 200 and links.json()["success"]:
         page.wait_for_selector("svg.qr path")
         assert page.locator("code.link-text").first.inner_text().startswith("vless://")
-        page.screenshot(path=os.path.join(artifacts, "client-qr.png"))
+        page.screenshot(path=os.path.join(artifacts, "client-links.png"))
     else:
         page.wait_for_selector("text=This panel does not provide share links yet.")
     page.keyboard.press("Escape")

@@ -3,9 +3,10 @@ plain HTTP at a name that is not localhost (`panel.test`, mapped to loopback by 
 resolver), which is no secure context, so the page has no clipboard API.
 
 Each copy is read back by pasting into a text field, as a user would check it; the links
-and client info dialogs show the URL the API gives; the Settings page names the flags of
-the run; the subscription's own info page shows the QR code of its URL and copies with its
-one script, which its Content-Security-Policy lets run.
+and client info dialogs show the URL the API gives (the info dialog is the screenshot
+docs/screenshots/client-qr.png); the Settings page names the flags of the run; the
+subscription's own info page shows the QR code of its URL and copies with its one script,
+which its Content-Security-Policy lets run.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from test_ui import (
 # keep screenshots (tests/artifacts/, not committed).
 from test_ui import artifacts as artifacts
 from test_ui import watches as watches
+from test_ui_clients_tools import screenshot
 
 pytestmark = pytest.mark.ui
 
@@ -105,6 +107,8 @@ def test_links_dialog_shows_and_copies_the_subscription_url(
     wanted = sub_url_at_name(panel, client["subId"])
     assert block.locator("code").inner_text() == wanted
     assert block.locator("svg.qr").get_attribute("data-text") == wanted
+    block.locator("svg.qr path").wait_for()
+    screenshot(page, "client-qr.png")
     page.screenshot(path=os.path.join(artifacts, "links-dialog.png"))
     block.get_by_role("button", name="Copy").click()
     page.locator(".toast.success", has_text="Copied").wait_for()
@@ -125,7 +129,7 @@ def test_client_form_shows_the_subscription_url(browser, panel, api, watches):
     assert block.locator("code").inner_text() == sub_url_at_name(panel, client["subId"])
 
 
-def test_client_info_dialog(browser, panel, api, watches, artifacts):
+def test_client_info_dialog(browser, panel, api, watches):
     expiry = 1_900_000_000_000
     client = add_client(api, "ui-info@x", subId="uiinfo", totalGB=2 * GIB, expiryTime=expiry)
     ok(api.post(f"{CLIENTS}/updateTraffic/ui-info@x", {"upload": GIB, "download": GIB // 2}))
@@ -137,7 +141,6 @@ def test_client_info_dialog(browser, panel, api, watches, artifacts):
     def shown(key: str) -> str:
         return info.locator(f"[data-field={key}] dd").inner_text()
 
-    page.screenshot(path=os.path.join(artifacts, "client-info.png"))
     assert shown("up") == "1.00 GB"
     assert shown("down") == "512.00 MB"
     assert shown("used") == "1.50 GB / 2.00 GB"
@@ -146,6 +149,8 @@ def test_client_info_dialog(browser, panel, api, watches, artifacts):
     block = page.locator(".modal [data-testid=sub-url]")
     wanted = sub_url_at_name(panel, client["subId"])
     assert block.locator("svg.qr").get_attribute("data-text") == wanted
+    block.locator("svg.qr path").wait_for()
+    screenshot(page, "client-qr.png")
     block.get_by_role("button", name="Copy").click()
     assert pasted(page) == wanted
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from appliance.web.client_routes import link_address, page_host, query_text
 from appliance.web.http import Reply, body, json_object
 from appliance.web.routes import RouteTable
 
@@ -27,7 +28,10 @@ INBOUND_BODY = {
 }
 
 if TYPE_CHECKING:
+    from appliance.services.admin.settings import Settings
     from appliance.services.clients.bulk import ClientBulk
+    from appliance.services.clients.sub_address import SubscriptionAddress
+    from appliance.services.clients.subscriptions import Subscriptions
     from appliance.services.inbounds.records import Inbounds
 
 
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
 class InboundRouteNeeds:
     inbounds: Inbounds
     client_bulk: ClientBulk  # deleting an inbound's clients
+    subscriptions: Subscriptions  # an inbound's share links, client by client
+    settings: Settings  # the subscription domain the links point to
+    sub_address: SubscriptionAddress  # each client's subscription URL
 
 
 def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
@@ -125,6 +132,18 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
     )
     def import_inbound():
         return Reply("inbound imported", inbounds.import_(json_object(1 << 20).get("data")))
+
+    @table.get(
+        "/<id>/links",
+        "A page of an inbound's clients (page, pageSize up to 1000), each with its share "
+        "links on that inbound and its subscription URL (subUrl)",
+    )
+    def links(id):
+        result = needs.subscriptions.inbound_links(id, query_text(), link_address(needs.settings))
+        host = page_host()
+        for item in result["items"]:
+            item["subUrl"] = needs.sub_address.url(item.pop("subId"), host)
+        return result
 
     @table.get("/<id>/fallbacks", "Fallback rules of a master inbound")
     def list_fallbacks(id):

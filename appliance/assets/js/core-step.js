@@ -1,6 +1,7 @@
 // The core out of step with what is stored (it refused the config built from it and runs
 // an older one, or none): the header's core badge says so with the core's reason, the
-// inbounds it does not run as stored carry a mark, and a save that the core will not run
+// inbounds it does not run as stored carry a mark, as do the clients attached to any of
+// them (what their users get is not what is saved), and a save that the core will not run
 // says so instead of a plain "saved". All of it reads the core part of the live status
 // (inStep, errorMsg, staleInbounds).
 import { html } from "./lib.js";
@@ -27,6 +28,14 @@ export function staleInboundMark(inboundId) {
   if (reason === null || !(state.status.core.staleInbounds || []).includes(inboundId)) return null;
   return html`<div class="badge core-error stale-inbound" data-testid="stale-inbound" title=${reason}>${
     t("coreStep.inbound")}</div>`;
+}
+
+export function staleClientMark(inboundIds) {
+  const reason = outOfStep();
+  const stale = reason === null ? [] : state.status.core.staleInbounds || [];
+  if (!(inboundIds || []).some((id) => stale.includes(id))) return null;
+  return html`<div class="badge core-error stale-client" data-testid="stale-client" title=${reason}>${
+    t("coreStep.client")}</div>`;
 }
 
 export function savedToast(text) {

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
+from appliance.domain.parse import parse_id, parse_int
+from appliance.errors import ServiceError
 from appliance.links import (
     LinkContext,
     clash_document,
@@ -49,6 +51,9 @@ log = logging.getLogger(__name__)
 # Bodies are a few KB each: 64 MiB holds every format of some 10,000 subscriptions.
 MAX_CACHED_BYTES = 64 << 20
 MAX_SUB_ID = 64
+# An inbound's links are exported a page at a time: an inbound may carry 100,000 clients.
+EXPORT_PAGE_DEFAULT = 500
+EXPORT_PAGE_MAX = 1000
 CLIENT_SELECT = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 WIDTH = len(CLIENT_COLUMNS)
 # Enough for the subscription server's reads to overlap; on a networked database each is a
@@ -192,6 +197,49 @@ class Subscriptions:
             for inbound, client, hosts in pairs
             for link in self._links(inbound, client, hosts, ctx)
         ]
+
+    def inbound_links(self, inbound_id, query: dict, address: str) -> dict:
+        """One page (`page`, `pageSize` of `query`) of the clients attached to an inbound,
+        in the order they were created, each with its share links on that inbound only:
+        `{items: [{email, subId, links}], total, page, pageSize}`."""
+        inbound_id = parse_id(inbound_id, "inbound id")
+        page = parse_int(query.get("page"), "page", 1, 10**9, 1)
+        size = parse_int(query.get("pageSize"), "pageSize", 1, EXPORT_PAGE_MAX, EXPORT_PAGE_DEFAULT)
+        with db_session:
+            found = self.store.rows(
+                f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id]
+            )
+            if not found:
+                raise ServiceError(f"no inbound with id {inbound_id}")
+            inbound = inbound_record(found[0])
+            (total,) = self.store.rows(
+                "SELECT COUNT(*) FROM client_inbound WHERE inbound_id = ?", [inbound_id]
+            )[0]
+            page_ids = [
+                row[0]
+                for row in self.store.rows(
+                    "SELECT client_id FROM client_inbound WHERE inbound_id = ? "
+                    "ORDER BY client_id LIMIT ? OFFSET ?",
+                    [inbound_id, size, (page - 1) * size],
+                )
+            ]
+            marks = ", ".join("?" * len(page_ids))
+            clients = self._clients(f"c.id IN ({marks})", page_ids) if page_ids else {}
+            hosts = self._hosts([inbound_id]).get(inbound_id, [])
+        ctx = self._context(address)
+        return {
+            "items": [
+                {
+                    "email": client["email"],
+                    "subId": client["subId"],
+                    "links": self._links(inbound, client, hosts, ctx),
+                }
+                for client in clients.values()
+            ],
+            "total": total,
+            "page": page,
+            "pageSize": size,
+        }
 
     # ---- rendering ----------------------------------------------------------------------
 

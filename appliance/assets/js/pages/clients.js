@@ -8,7 +8,7 @@ import { t } from "../i18n.js";
 import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { toggle } from "../components.js";
-import { savedToast } from "../core-step.js";
+import { savedToast, staleClientMark } from "../core-step.js";
 import { ClientForm } from "./client-form.js";
 import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
 import { GeneratorDialog } from "./client-generator.js";
@@ -180,7 +180,8 @@ export const ClientsPage = {
           checked=${selected.value.has(item.email)} onChange=${(e) => toggleRow(item.email, e.target.checked)} /></td>
         <td data-label=${t("clients.email")}><strong class="email">${item.email}</strong>
           ${item.group ? html` <span class="tag">${item.group}</span>` : null}
-          <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span></div></td>
+          <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span></div>
+          ${staleClientMark(item.inboundIds)}</td>
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>

@@ -1,5 +1,5 @@
 // Inbounds: the list with traffic, the enable switch, add and edit, a client added from
-// an inbound's row (attached to it), fallback rules, export and import, reset and delete. The list is fetched again whenever the panel says inbounds
+// an inbound's row (attached to it), fallback rules, export and import, its links as text, reset and delete. The list is fetched again whenever the panel says inbounds
 // changed (any session) and when the traffic counters move.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
@@ -10,6 +10,7 @@ import { staleInboundMark } from "../core-step.js";
 import { ClientForm } from "./client-form.js";
 import { InboundForm } from "./inbound-form.js";
 import { CloneDialog, InboundClients } from "./inbound-clients.js";
+import { InboundLinksDialog } from "./inbound-links.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
 // Protocols whose inbounds carry clients (CLIENT_PROTOCOLS of appliance/domain/protocols.py).
@@ -96,6 +97,8 @@ export const InboundsPage = {
             onClick=${() => (tool.value = { kind: "fallbacks", inbound })}>${t("fallback.button")}</button>` : null}
           <button data-testid="clone-inbound" onClick=${() => (tool.value = { kind: "clone", inbound })}>${t("inbound.clone")}</button>
           <button data-testid="export-inbound" onClick=${() => exportInbound(inbound)}>${t("inbound.export")}</button>
+          ${CLIENT_PROTOCOLS.includes(inbound.protocol) ? html`<button data-testid="export-links"
+            onClick=${() => (tool.value = { kind: "links", inbound })}>${t("inbound.exportLinks")}</button>` : null}
           <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
           <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
         </td>
@@ -121,6 +124,8 @@ export const InboundsPage = {
         onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "fallbacks"
         ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
+      ${tool.value && tool.value.kind === "links"
+        ? html`<${InboundLinksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
       ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)}
         onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "client" ? html`<${ClientForm} inbounds=${tool.value.options}
