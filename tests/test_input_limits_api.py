@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import requests
 from helpers import INBOUNDS, free_port, ok, refused
 
 DEEP = 10_000
@@ -107,3 +108,20 @@ def test_documents_longer_than_255_characters_are_stored_on_every_backend(api):
     template["log"]["note"] = note
     ok(api.post("/panel/api/core/update", {"coreSetting": json.dumps(template)}))
     assert json.loads(ok(api.post("/panel/api/core/"))["coreSetting"])["log"]["note"] == note
+
+
+def test_a_nul_character_anywhere_is_refused_in_words(api):
+    """PostgreSQL cannot store NUL; no field takes one, so every backend refuses it alike."""
+    remark = "before\x00after"
+    refused(api.post(f"{INBOUNDS}/add", vless(free_port(), remark=remark)), "NUL", "body")
+    assert remark not in inbound_remarks(api)
+    refused(api.get("/panel/api/clients/get/a%00b"), "NUL", "address")
+    refused(api.get("/panel/api/clients/list/paged?search=a%00b"), "NUL", "address")
+    form = api.raw("POST", "/panel/api/clients/groups/create", data={"name": "a\x00b"})
+    refused(form.json(), "NUL", "body")
+
+
+def test_a_subscription_address_with_a_nul_character_is_not_found(panel):
+    for path in ("/sub/%00", "/sub/a%00b"):
+        assert requests.get(panel.sub_url + path, timeout=10).status_code == 404, path
+    assert "Traceback" not in panel.output()

@@ -95,6 +95,8 @@ class SubscriptionApp:
         if route is None:
             return _not_found()
         kind, sub_id = route
+        if "\x00" in sub_id:  # no subId holds one, and PostgreSQL could not even look
+            return _not_found()
         lookup = self.subscriptions.lookup(sub_id)
         if lookup is None:
             return _not_found()

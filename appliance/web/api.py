@@ -41,6 +41,7 @@ from appliance.web.http import (
     envelope,
     fail,
     raw_header,
+    refuse_nul,
 )
 from appliance.web.routes import UNSAFE_METHODS, Route, scope_allows
 
@@ -89,6 +90,7 @@ class ApiPlugin:
             try:
                 request.environ[SESSION_KEY] = self.identify(spec)
                 _check_declared_length(spec.max_body)
+                refuse_nul([*kwargs.values(), *request.query.values()], "the address")
                 result = callback(*args, **kwargs)
             except ServiceError as exc:
                 if isinstance(exc, TooManyRequests):

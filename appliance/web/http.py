@@ -121,15 +121,33 @@ def _read_body(max_bytes: int) -> Any:
     if not raw.strip():
         return {}
     if content_type == "application/x-www-form-urlencoded":
-        return _urlencoded_form(raw)
+        return refuse_nul(_urlencoded_form(raw), "the request body")
     if content_type == "multipart/form-data":
-        return _multipart_form(raw)
+        return refuse_nul(_multipart_form(raw), "the request body")
     if content_type not in JSON_TYPES and not content_type.endswith("+json"):
         raise UnsupportedMediaType(
             f"a body of type {content_type} is not accepted here; send application/json "
             "(or a form: application/x-www-form-urlencoded or multipart/form-data)"
         )
-    return _json(raw)
+    return refuse_nul(_json(raw), "the request body")
+
+
+def refuse_nul(value: Any, where: str) -> Any:
+    """`value` unchanged, unless a text in it holds a NUL character: no field of the panel
+    takes one, and PostgreSQL cannot store one (it would fail the request deep in the
+    database instead of saying what is wrong). Uploaded files are bytes, never checked."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise ServiceError(f"text may not contain NUL characters (found in {where})")
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return value
 
 
 def _read_raw(max_bytes: int) -> bytes:

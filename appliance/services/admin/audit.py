@@ -263,6 +263,7 @@ def _view(row: tuple) -> dict:
 
 def _text(value: Any, limit: int) -> str:
     """Text any database column holds: at most `limit` characters, with characters that
-    are not valid Unicode (half a surrogate pair from a path) replaced."""
-    text = str(value)[:limit]
+    are not valid Unicode (half a surrogate pair from a path) replaced, and NUL, which
+    PostgreSQL cannot store, written as U+FFFD."""
+    text = str(value)[:limit].replace("\x00", "\ufffd")
     return text.encode("utf-8", "replace").decode("utf-8")
