@@ -113,12 +113,12 @@ def test_documents_longer_than_255_characters_are_stored_on_every_backend(api):
 def test_a_nul_character_anywhere_is_refused_in_words(api):
     """PostgreSQL cannot store NUL; no field takes one, so every backend refuses it alike."""
     remark = "before\x00after"
-    refused(api.post(f"{INBOUNDS}/add", vless(free_port(), remark=remark)), "NUL", "body")
+    refused(api.post(f"{INBOUNDS}/add", vless(free_port(), remark=remark)), "remark", "control")
     assert remark not in inbound_remarks(api)
-    refused(api.get("/panel/api/clients/get/a%00b"), "NUL", "address")
-    refused(api.get("/panel/api/clients/list/paged?search=a%00b"), "NUL", "address")
+    refused(api.get("/panel/api/clients/get/a%00b"), "email", "control")
+    refused(api.get("/panel/api/clients/list/paged?search=a%00b"), "search", "control")
     form = api.raw("POST", "/panel/api/clients/groups/create", data={"name": "a\x00b"})
-    refused(form.json(), "NUL", "body")
+    refused(form.json(), "name", "control")
 
 
 def test_a_subscription_address_with_a_nul_character_is_not_found(panel):

@@ -90,7 +90,9 @@ class ApiPlugin:
             try:
                 request.environ[SESSION_KEY] = self.identify(spec)
                 _check_declared_length(spec.max_body)
-                refuse_nul([*kwargs.values(), *request.query.values()], "the address")
+                refuse_nul(kwargs, "the address")
+                for name, value in request.query.allitems():
+                    refuse_nul(value, name)
                 result = callback(*args, **kwargs)
             except ServiceError as exc:
                 if isinstance(exc, TooManyRequests):

@@ -135,18 +135,21 @@ def _read_body(max_bytes: int) -> Any:
 def refuse_nul(value: Any, where: str) -> Any:
     """`value` unchanged, unless a text in it holds a NUL character: no field of the panel
     takes one, and PostgreSQL cannot store one (it would fail the request deep in the
-    database instead of saying what is wrong). Uploaded files are bytes, never checked."""
-    pending = [value]
+    database instead of saying what is wrong). The refusal names the field as the
+    fields' own checks do, or `where` for a bare value. Uploaded files are bytes, never
+    checked."""
+    pending: list[tuple[str, Any]] = [(where, value)]
     while pending:
-        item = pending.pop()
+        name, item = pending.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                raise ServiceError(f"text may not contain NUL characters (found in {where})")
+                raise ServiceError(f"{name} may not contain control or invisible characters")
         elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
+            for key, inner in item.items():
+                pending.append((f"a field name in {name}", key))
+                pending.append((str(key), inner))
         elif isinstance(item, list | tuple):
-            pending.extend(item)
+            pending.extend((f"{name}[{index}]", inner) for index, inner in enumerate(item))
     return value
 
 
