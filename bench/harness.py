@@ -124,6 +124,9 @@ class Child:
                 self.process.wait()
 
 
+CREDENTIALS_WAIT = 10  # seconds after the listening line
+
+
 class Panel(Child):
     """The real panel on 127.0.0.1 with both ports ephemeral, on a data directory the
     bench prepared (or on the networked database `db`, a --db URL); the first-run
@@ -143,13 +146,20 @@ class Panel(Child):
         self.password = ""
 
     def ready(self, lines: list[str]) -> None:
-        for line in lines:
-            if "username:" in line and not self.username:
-                self.username = line.split("username:", 1)[1].strip()
-            if "password:" in line and not self.password:
-                self.password = line.split("password:", 1)[1].strip()
-        if not (self.username and self.password):
-            raise BenchError(f"{self.name} printed no first-run credentials")
+        # The credentials follow the listening line; with several panels starting at once
+        # they may not have arrived yet when that line is seen.
+        deadline = time.monotonic() + CREDENTIALS_WAIT
+        while True:
+            for line in list(lines):
+                if "username:" in line and not self.username:
+                    self.username = line.split("username:", 1)[1].strip()
+                if "password:" in line and not self.password:
+                    self.password = line.split("password:", 1)[1].strip()
+            if self.username and self.password:
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.name} printed no first-run credentials")
+            time.sleep(0.05)
 
     def client(self, sign_in: bool = True) -> Client:
         client = Client(self.url)
