@@ -12,24 +12,16 @@ import pytest
 from conftest import start_panel, stop_and_drop
 from core_panel import CORE_ENV
 from helpers import ok
-from test_ui import CHROMIUM, CHROMIUM_ARGS, expect, go, new_page, sign_in
-from test_ui import playwright_api as playwright
+from test_ui import DESKTOP, expect, go, new_page, sign_in
 
-# The fixture that fails a test whose pages logged errors or left the origin.
+# The shared browser, and the fixture that fails a test whose pages logged errors or
+# left the origin.
+from test_ui import browser as browser
 from test_ui import watches as watches
 
 pytestmark = pytest.mark.ui
 
-DESKTOP = {"width": 1280, "height": 900}
 BITTORRENT = {"type": "field", "outboundTag": "blocked", "protocol": ["bittorrent"]}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")
