@@ -75,6 +75,14 @@ class CoreApiError(ServiceError):
     """The core's API could not be reached or refused the request."""
 
 
+def lacks_xray_api(info, feature: str) -> str:
+    """Why a core known not to be Xray cannot serve `feature`, or "" when it may: only
+    Xray serves these API services, so the answer does not wait on its API port."""
+    if info is None or info.flavor == "xray":
+        return ""
+    return f"the running core ({info.flavor} {info.version}) has no {feature}; it needs Xray"
+
+
 class CoreApiUnsupported(CoreApiError):
     """The core does not serve the service or method called: a core without it (V2Ray
     has no balancer override), or an Xray whose template leaves it out of api.services."""

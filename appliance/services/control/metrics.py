@@ -26,7 +26,7 @@ from collections import deque
 
 import requests
 
-from appliance.core.api import CoreApiError, CoreApiUnsupported
+from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api
 from appliance.errors import ServiceError
 from appliance.services.admin.status import STEP_SECONDS, WINDOW_SECONDS, parse_bucket
 
@@ -167,19 +167,20 @@ class CoreMetrics:
         api = self.core.api
         if api is None:
             raise ServiceError("the core is not running")
+        info = self.core.process.info
+        lacking = lacks_xray_api(info, "observatory")
+        if lacking:
+            raise ServiceError(lacking)
         try:
             return sorted(api.outbound_status(), key=lambda status: status["tag"])
         except CoreApiUnsupported:
-            info = self.core.process.info
-            if info is not None and info.flavor == "xray":
+            if info is not None:
                 raise ServiceError(
                     'the core\'s API does not serve ObservatoryService: add "ObservatoryService" '
                     "to api.services in the core template, or set metrics.listen"
                 ) from None
-            running = f"{info.flavor} {info.version}" if info is not None else "unknown"
-            raise ServiceError(
-                f"the running core ({running}) has no observatory; it needs Xray"
-            ) from None
+            unknown = "the running core (unknown) has no observatory; it needs Xray"
+            raise ServiceError(unknown) from None
         except CoreApiError as exc:
             raise ServiceError(exc.msg) from None
 

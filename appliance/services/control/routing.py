@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 
 from appliance.core import wire
-from appliance.core.api import CoreApiError, CoreApiUnsupported
+from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api
 from appliance.domain.parse import parse_port, parse_text
 from appliance.errors import ServiceError
 
@@ -108,19 +108,20 @@ class CoreRouting:
         api = self.core.api
         if api is None:
             raise ServiceError("the core is not running; start it to ask its router")
+        info = self.core.process.info
+        lacking = lacks_xray_api(info, feature)
+        if lacking:
+            raise ServiceError(lacking)
         try:
             return call(api)
         except CoreApiUnsupported:
-            info = self.core.process.info
-            if info is not None and info.flavor == "xray":
+            if info is not None:
                 raise ServiceError(
                     f"the core's API does not serve RoutingService, which the {feature} "
                     'needs: add "RoutingService" to api.services in the core template'
                 ) from None
-            running = f"{info.flavor} {info.version}" if info is not None else "unknown"
-            raise ServiceError(
-                f"the running core ({running}) has no {feature}; it needs Xray"
-            ) from None
+            unknown = f"the running core (unknown) has no {feature}; it needs Xray"
+            raise ServiceError(unknown) from None
 
 
 def routing_context(form: dict) -> bytes:
