@@ -140,7 +140,7 @@ def test_an_explicit_list_replaces_the_domain_and_star_allows_any(fresh_panel):
         ("panel.example.com:2053", '(got "panel.example.com:2053")'),
         ("a b", '(got "a b")'),
         ("https://panel.example.com/", '(got "https://panel.example.com/")'),
-        ("under_score.example", '(got "under_score.example")'),
+        ("-dash.example", '(got "-dash.example")'),
         ("*, panel.example.com", "* allows every host; list no other name with it"),
     ],
 )

@@ -272,8 +272,13 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
 def is_host(text: str) -> bool:
     """A domain name or an IP address (what the core accepts as an address)."""
-    if is_ip(text):
-        return True
+    return is_ip(text) or is_host_name(text)
+
+
+def is_host_name(text: str) -> bool:
+    """A domain name, with or without its final dot: labels of letters, digits, `-` and
+    `_` (which service names use), none starting or ending with `-`. The one rule for
+    every host name the panel takes: addresses, server names, allowed hosts."""
     name = text[:-1] if text.endswith(".") else text
     if not name or len(name) > 253:
         return False

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from appliance.domain.parse import load_json
+from appliance.domain.protocols import is_host_name
 from appliance.errors import ServiceError
 from appliance.runtime.egress import parse_allowed
 from appliance.runtime.file_paths import FilePlaces, check_paths
@@ -117,17 +118,12 @@ def web_url(name: str, url: str) -> str:
     return url
 
 
-HOST_NAME = re.compile(
-    r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$"
-)
-
-
 def parse_host_names(raw: str) -> list[str]:
     """webAllowedHosts as a list: lower-case host names and IP addresses, or `["*"]`."""
     names = []
     for item in filter(None, (part.strip().lower() for part in raw.split(","))):
         address = item[1:-1] if item.startswith("[") and item.endswith("]") else item
-        if item == "*" or HOST_NAME.match(item):
+        if item == "*" or is_host_name(item):
             names.append(item.rstrip("."))
             continue
         try:

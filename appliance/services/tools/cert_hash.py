@@ -27,12 +27,11 @@ import base64
 import binascii
 import contextlib
 import hashlib
-import ipaddress
 import os
-import re
 import socket
 import ssl
 
+from appliance.domain.protocols import is_host, is_ip
 from appliance.errors import ServiceError
 from appliance.runtime.egress import for_host
 from appliance.runtime.file_paths import FilePlaces
@@ -40,8 +39,6 @@ from appliance.runtime.file_paths import FilePlaces
 CERT_FILE_LIMIT = 1 << 20
 REMOTE_TIMEOUT = 10  # seconds for the TCP connect and again for the TLS handshake
 DEFAULT_TLS_PORT = 443
-LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
-HOST_NAME = re.compile(rf"^(?=.{{1,253}}$)(?:{LABEL}\.)*{LABEL}\.?$")
 
 
 def cert_hashes(cert_file: object, cert_content: object, places: FilePlaces) -> list[str]:
@@ -72,7 +69,7 @@ def remote_cert_hashes(server: object, settings, timeout: float = REMOTE_TIMEOUT
     try:
         with egress.connect(host, port, timeout) as sock:
             sock.settimeout(timeout)
-            sni = None if _is_ip(host) else host
+            sni = None if is_ip(host) else host
             with context.wrap_socket(sock, server_hostname=sni) as tls:
                 leaf = tls.getpeercert(binary_form=True)
     except socket.gaierror:
@@ -114,19 +111,11 @@ def parse_server(server: object) -> tuple[str, int]:
         if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
             raise ServiceError(f"the port in server {text[:100]!r} must be from 1 to 65535")
         port = int(port_text)
-    if not (_is_ip(host) or HOST_NAME.match(host)):
+    if not is_host(host):
         raise ServiceError(
             f"server must be a domain or an IP address, optionally with :port (got {text[:100]!r})"
         )
     return host.rstrip("."), port
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _read_cert_file(path: str, places: FilePlaces) -> bytes:
