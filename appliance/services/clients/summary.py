@@ -254,13 +254,15 @@ class ClientSummary:
         try:
             if self._book is None or limits != self._limits or notes.everything:
                 self._load(now, limits)
+                self._online_keys = None
             else:
                 self._follow(notes, now)
                 self._pass_time(now)
         except BaseException:
             self.writes.give_back(notes)
             raise
-        self._follow_online()
+        # A client renamed or deleted changes the online emails as well.
+        self._follow_online(renamed=bool(notes.ids))
 
     def _load(self, now: int, limits: tuple[int, int]) -> None:
         """Read every client again: the notes taken so far are in what it reads, and
@@ -320,9 +322,9 @@ class ClientSummary:
                     self._book.put(row)
         self._now = now
 
-    def _follow_online(self) -> None:
+    def _follow_online(self, renamed: bool) -> None:
         keys = frozenset(self.presence.online())
-        if keys == self._online_keys:
+        if keys == self._online_keys and not (renamed and keys):
             return
         found: list[tuple[str, str]] = []
         ordered = sorted(keys)
