@@ -26,6 +26,7 @@ from pony.orm import db_session
 
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
+from appliance.services.clients import summary
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import FROM, ClientQuery
@@ -324,7 +325,13 @@ def recomputed(world) -> dict:
     }
 
 
-def test_summary_equals_a_recomputation_after_random_changes_in_process(world):
+@pytest.mark.parametrize("lookups", [summary.MOVED_LOOKUPS, 2], ids=["by-key", "by-scan"])
+def test_summary_equals_a_recomputation_after_random_changes_in_process(
+    world, monkeypatch, lookups
+):
+    # Ticks that move more clients than MOVED_LOOKUPS are followed by a scan of the
+    # clients near a limit rather than by key: both ways are held to the recomputation.
+    monkeypatch.setattr(summary, "MOVED_LOOKUPS", lookups)
     rng = random.Random(1818)
     clients, bulk, query = world["clients"], world["bulk"], world["query"]
     wall, writes = world["wall"], world["store"].client_writes

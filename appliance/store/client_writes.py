@@ -24,22 +24,25 @@ from gevent import getcurrent
 
 @dataclass
 class ClientNotes:
-    """Clients to re-read, by id or by email key; `recount` when rows may have been
-    inserted or deleted; `everything` when a write touched more than is worth naming."""
+    """Clients to re-read, by id or by email key; `moved`: email keys whose counters only
+    grew (a traffic tick); `recount` when rows may have been inserted or deleted;
+    `everything` when a write touched more than is worth naming."""
 
     ids: set[int] = field(default_factory=set)
     keys: set[str] = field(default_factory=set)
+    moved: set[str] = field(default_factory=set)
     recount: bool = False
     everything: bool = False
 
     def merge(self, other: ClientNotes) -> None:
         self.ids |= other.ids
         self.keys |= other.keys
+        self.moved |= other.moved
         self.recount |= other.recount
         self.everything |= other.everything
 
     def __bool__(self) -> bool:
-        return bool(self.ids or self.keys or self.recount or self.everything)
+        return bool(self.ids or self.keys or self.moved or self.recount or self.everything)
 
 
 class ClientWrites:
@@ -74,9 +77,9 @@ class ClientWrites:
             self._done.merge(notes)
             self._tell()
 
-    def committed(self, ids: Iterable[int] = (), keys: Iterable[str] = ()) -> None:
-        """Note writes that are already committed."""
-        notes = ClientNotes(set(ids), set(keys))
+    def committed(self, moved: Iterable[str] = ()) -> None:
+        """Note counters that grew, already committed, by email key."""
+        notes = ClientNotes(moved=set(moved))
         if notes:
             self._done.merge(notes)
             self._tell()

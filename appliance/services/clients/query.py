@@ -88,7 +88,9 @@ class ClientQuery:
         self.clock = clock
         self._counts: dict[tuple, int] = {}
         self._counts_version = ""
-        self.book = ClientSummary(store, settings, presence, self._bucket_rows, clock)
+        self.book = ClientSummary(
+            store, settings, presence, self._bucket_rows, self._near_limits, clock
+        )
 
     def invalidate(self) -> None:
         """After a committed change to clients, their traffic, their inbounds or the
@@ -323,6 +325,17 @@ class ClientQuery:
     def summary(self) -> Summary:
         """Counts and the emails in each bucket, over every client, as of now."""
         return self.book.current()
+
+    def _near_limits(self, now: int) -> tuple[str, list]:
+        """Clients within trafficDiff GB of their quota (or past it) or with an expiry
+        within expireDiff days (or past): those whose bucket more traffic can change."""
+        horizon = now + self.settings.get("expireDiff") * 86_400_000
+        margin = self.settings.get("trafficDiff") * 1024**3
+        return (
+            f"((c.total_bytes > 0 AND c.total_bytes - {USED} <= ?) "
+            "OR (c.expiry_time > 0 AND c.expiry_time <= ?))",
+            [margin, horizon],
+        )
 
     def _bucket_rows(self, where: str, params: list, now: int, members_only: bool) -> list:
         """Clients matching `where` as (id, email key, email, enable, depleted, expiring),

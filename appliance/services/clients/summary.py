@@ -7,7 +7,9 @@ bucket, by id, and follows what changes them:
 
 - writes: the store notes which clients a committed write touched (`ClientWrites`), and
   only those are read again;
-- traffic: the traffic tick notes the clients whose counters moved;
+- traffic: the traffic tick notes the clients whose counters grew; of those only the ones
+  now within `trafficDiff` of their quota or `expireDiff` of their expiry (a first use
+  starts an expiry) can have changed bucket, and only those are read;
 - time: a client enters "expiring" when its expiry comes within `expireDiff` days and
   "depleted" when it passes. Between two moments only the clients whose expiry lies
   between them (or between the two horizons) can change, and an index finds them;
@@ -42,13 +44,18 @@ BUCKETS = (("depleted", DEPLETED), ("expiring", EXPIRING), ("deactive", DEACTIVE
 LISTS = ("online", "depleted", "expiring", "deactive")
 DAY_MS = 86_400_000
 # Client ids per statement of a full reading: some 4 ms of SQLite each at 100,000.
-LOAD_SLICE = 10_000
+LOAD_SLICE = 2_000
+# Moved counters looked up by key up to this many; beyond, the clients near a limit are
+# scanned instead (2,000 lookups cost about what a scan of 100,000 does).
+MOVED_LOOKUPS = 20_000
 
 # A row of `ReadRows`: (id, email key, email, enable, depleted 0/1, expiring 0/1).
 Row = tuple
 # (where, params, now in ms, members_only) -> rows: the clients matching `where`, their
 # buckets judged at `now`; with `members_only`, only those in some bucket.
 ReadRows = Callable[[str, list, int, bool], list[Row]]
+# now in ms -> (where, params): clients whose bucket more traffic could change.
+NearLimits = Callable[[int], tuple[str, list]]
 
 
 class EmailList:
@@ -200,11 +207,12 @@ class Book:
 
 
 class ClientSummary:
-    def __init__(self, store, settings, presence, read: ReadRows, clock):
+    def __init__(self, store, settings, presence, read: ReadRows, near: NearLimits, clock):
         self.store = store
         self.settings = settings
         self.presence = presence
         self.read = read
+        self.near = near
         self.clock = clock
         self.writes = store.client_writes
         self._lock = Semaphore()
@@ -303,9 +311,39 @@ class ClientSummary:
                 for value in chunk:
                     if value not in found:
                         drop(value)
+        moved = notes.moved - notes.keys
+        if moved:
+            if not first:
+                breathe()
+            self._follow_traffic(moved, now)
         if notes.recount:
             with db_session:
                 book.set_total(self.store.rows("SELECT COUNT(*) FROM client")[0][0])
+
+    def _follow_traffic(self, moved: set[str], now: int) -> None:
+        """Counters that only grew: a client not near a limit now was in no bucket that
+        traffic takes it out of, nor within reach of one. Looking up thousands of keys
+        costs more than a scan of the clients near a limit, a slice of ids at a time."""
+        near, near_params = self.near(now)
+        if len(moved) > MOVED_LOOKUPS:
+            with db_session:
+                top = self.store.rows("SELECT MAX(id) FROM client")[0][0] or 0
+            slices = [
+                ("c.id > ? AND c.id <= ?", [low, low + LOAD_SLICE])
+                for low in range(0, top, LOAD_SLICE)
+            ]
+        else:
+            slices = [
+                (f"c.email_key IN ({', '.join('?' * len(chunk))})", list(chunk))
+                for chunk in chunks(sorted(moved))
+            ]
+        for n, (where, params) in enumerate(slices):
+            if n:
+                breathe()
+            with db_session:
+                rows = self.read(f"{where} AND {near}", [*params, *near_params], now, False)
+            for row in rows:
+                self._book.put(row)
 
     def _pass_time(self, now: int) -> None:
         """Between the moment the book is true at and now, only clients whose expiry lies
