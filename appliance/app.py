@@ -342,6 +342,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
+        self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()

@@ -240,9 +240,14 @@ class ClientSummary:
         if self._follower is None or self._follower.dead:
             self._follower = gevent.spawn(self._follow_quietly)
 
-    def _follow_quietly(self) -> None:
+    def warm(self) -> None:
+        """Make the first reading now, in a greenlet of its own, so that the first page
+        after the panel starts finds the summary ready."""
+        gevent.spawn(self._follow_quietly, first=True)
+
+    def _follow_quietly(self, first: bool = False) -> None:
         with self._lock:
-            if self._book is None:
+            if self._book is None and not first:
                 # Nobody has asked for a summary yet: the first one reads everything.
                 self.writes.take()
                 return
