@@ -30,6 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 import gevent
+from gevent.event import Event
 from gevent.lock import Semaphore
 from pony.orm import db_session
 
@@ -226,6 +227,8 @@ class ClientSummary:
         self._run = secrets.token_hex(4)
         self._summary: Summary | None = None
         self._follower: gevent.Greenlet | None = None
+        self._wanted = Event()
+        self._warm = False  # make the first reading without waiting for a page to ask
         self.writes.listen(self.wake)
 
     def current(self) -> Summary:
@@ -236,18 +239,27 @@ class ClientSummary:
 
     def wake(self) -> None:
         """Follow committed changes soon, in a greenlet of its own, so that the next page
-        finds the work done (a traffic tick may have moved thousands of clients)."""
+        finds the work done (a traffic tick may have moved thousands of clients). One
+        greenlet lives on for this: each would hold a database connection of its own."""
+        self._wanted.set()
         if self._follower is None or self._follower.dead:
-            self._follower = gevent.spawn(self._follow_quietly)
+            self._follower = gevent.spawn(self._follow_forever)
 
     def warm(self) -> None:
-        """Make the first reading now, in a greenlet of its own, so that the first page
-        after the panel starts finds the summary ready."""
-        gevent.spawn(self._follow_quietly, first=True)
+        """Make the first reading now, in the background, so that the first page after
+        the panel starts finds the summary ready."""
+        self._warm = True
+        self.wake()
 
-    def _follow_quietly(self, first: bool = False) -> None:
+    def _follow_forever(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            self._follow_quietly()
+
+    def _follow_quietly(self) -> None:
         with self._lock:
-            if self._book is None and not first:
+            if self._book is None and not self._warm:
                 # Nobody has asked for a summary yet: the first one reads everything.
                 self.writes.take()
                 return
