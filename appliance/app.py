@@ -439,6 +439,7 @@ class Panel:
         """A restored database replaced every record: read the settings again at once,
         then restart, so no service keeps a value it read from the old data."""
         self.settings.load()
+        self.store.client_writes.committed(everything=True)
         self.restart_later(RESTART_AFTER_RESTORE)
 
     def restart_later(self, seconds: float) -> None:

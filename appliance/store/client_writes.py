@@ -77,9 +77,10 @@ class ClientWrites:
             self._done.merge(notes)
             self._tell()
 
-    def committed(self, moved: Iterable[str] = ()) -> None:
-        """Note counters that grew, already committed, by email key."""
-        notes = ClientNotes(moved=set(moved))
+    def committed(self, moved: Iterable[str] = (), everything: bool = False) -> None:
+        """Note committed writes: counters that grew, by email key, or every client (a
+        restored database)."""
+        notes = ClientNotes(moved=set(moved), everything=everything)
         if notes:
             self._done.merge(notes)
             self._tell()
