@@ -116,7 +116,6 @@ class Summary:
         self.total = total
         self.active = active
         self.lists = lists
-        self._text: str | None = None
 
     def count(self, name: str) -> int:
         return len(self.lists[name])
@@ -129,24 +128,33 @@ class Summary:
         }
 
     def text(self) -> str:
-        """The summary as JSON text, made once per version."""
-        if self._text is None:
-            lists = ", ".join(f'"{name}": {self.lists[name].text()}' for name in LISTS)
-            self._text = f'{{"total": {self.total}, "active": {self.active}, {lists}}}'
-        return self._text
+        """The summary as JSON text, from each list's text (made once per change of that
+        list); put together anew each time rather than kept, a megabyte at 100,000."""
+        lists = ", ".join(f'"{name}": {self.lists[name].text()}' for name in LISTS)
+        return f'{{"total": {self.total}, "active": {self.active}, {lists}}}'
 
 
 class Book:
     """The clients in some bucket: id -> (email key, email, bucket flags)."""
 
-    def __init__(self, rows: Iterable[Row] = (), total: int = 0):
+    def __init__(self, total: int = 0):
         self.members: dict[int, tuple[str, str, int]] = {}
         self.by_key: dict[str, int] = {}
+        self.buckets = {name: Bucket() for name, _ in BUCKETS}
+        self.inactive = 0
+        self.total = total
+        self.changes = 0
+
+    def gather(self, rows: Iterable[Row]) -> None:
+        """Members read by a full reading, a slice at a time; `settle` files them."""
         for row in rows:
             client_id, key, email, flags = _entry(row)
             if flags:
                 self.members[client_id] = (key, email, flags)
                 self.by_key[key] = client_id
+
+    def settle(self) -> None:
+        """The buckets of the gathered members, sorted once."""
         self.buckets = {
             name: Bucket((key, email) for key, email, flags in self.members.values() if flags & bit)
             for name, bit in BUCKETS
@@ -154,8 +162,6 @@ class Book:
         self.inactive = sum(
             1 for _, _, flags in self.members.values() if flags & (DEACTIVE | DEPLETED)
         )
-        self.total = total
-        self.changes = 0
 
     def put(self, row: Row) -> None:
         """A client as read now."""
@@ -295,13 +301,13 @@ class ClientSummary:
         with db_session:
             top = self.store.rows("SELECT MAX(id) FROM client")[0][0] or 0
             total = self.store.rows("SELECT COUNT(*) FROM client")[0][0]
-        rows: list[Row] = []
+        book = Book(total)
         for low in range(0, top, LOAD_SLICE):
             if low:
                 breathe()
             with db_session:
-                rows += self.read("c.id > ? AND c.id <= ?", [low, low + LOAD_SLICE], now, True)
-        book = Book(rows, total)
+                book.gather(self.read("c.id > ? AND c.id <= ?", [low, low + LOAD_SLICE], now, True))
+        book.settle()
         if self._book is not None:
             book.changes = self._book.changes + 1
         self._book, self._limits, self._now = book, limits, now
@@ -409,4 +415,5 @@ class ClientSummary:
 def _entry(row: Row) -> tuple[int, str, str, int]:
     client_id, key, email, enable, depleted, expiring = row
     flags = (0 if enable else DEACTIVE) | (DEPLETED if depleted else 0)
-    return client_id, key, email, flags | (EXPIRING if expiring else 0)
+    # Most emails are their own key: one string kept for both.
+    return client_id, key, key if email == key else email, flags | (EXPIRING if expiring else 0)
