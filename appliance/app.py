@@ -342,6 +342,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
+        self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
@@ -438,6 +439,7 @@ class Panel:
         """A restored database replaced every record: read the settings again at once,
         then restart, so no service keeps a value it read from the old data."""
         self.settings.load()
+        self.store.client_writes.committed(everything=True)
         self.restart_later(RESTART_AFTER_RESTORE)
 
     def restart_later(self, seconds: float) -> None:

@@ -29,6 +29,7 @@ from harness import DATASETS, build_database
 from pony.orm import db_session
 
 from appliance.config import DB_FILE
+from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import FROM, ClientQuery
@@ -70,10 +71,10 @@ def main() -> int:
 def profile(path: Path, top: int) -> None:
     store = Store(str(path))
     store.open()
-    settings = Settings(store)
+    settings = Settings(store, FilePlaces(str(path.parent)))
     settings.load()
     query = ClientQuery(store, settings, Presence())
-    inbounds = Inbounds(store, lambda: [], query.by_inbound)
+    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
     statements(query, path)
     calls = {
         **{
@@ -81,7 +82,10 @@ def profile(path: Path, top: int) -> None:
             for name, params in PAGED_QUERIES.items()
         },
         "paged first_page (summary uncached)": _paged(query, {}, cached=False),
-        "summary (uncached)": (query.invalidate, query.summary),
+        "summary (full reading)": (
+            _nothing,
+            lambda: ClientQuery(store, settings, Presence()).summary().as_dict(),
+        ),
         "export": (_nothing, lambda: sum(len(piece) for piece in query.export_json())),
         "inbounds list slim": (_nothing, lambda: inbounds.list(slim=True)),
         "inbounds list": (_nothing, inbounds.list),
@@ -157,15 +161,17 @@ def statements(query: ClientQuery, path: Path) -> None:
 
 
 def _paged(query: ClientQuery, params: dict, cached: bool) -> Call:
-    """A paged call and what prepares it, untimed: a fresh summary (cached) or none."""
+    """A paged call and what prepares it, untimed: the summary read (cached), or one
+    client's enable flag flipped, which the summary must follow (uncached)."""
 
     def prepare() -> None:
-        if cached:
-            query.invalidate()
+        if not cached:
             with db_session:
-                query.summary()
-        else:
+                query.store.execute("UPDATE client SET enable = 1 - enable WHERE id = 1")
+                query.store.client_writes.note(ids=[1])
             query.invalidate()
+        else:
+            query.summary()
 
     return prepare, lambda: query.paged({"pageSize": "25", **params})
 

@@ -35,6 +35,7 @@ from pony.orm.core import ConnectionClosedError, TransactionError, local
 from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
 from appliance.errors import ServiceError
+from appliance.store.client_writes import ClientWrites
 from appliance.store.migrations import LATEST, current_version, migrate
 from appliance.store.models import define_entities
 from appliance.store.sqlite_faults import C_BUSY_SECONDS, CooperativeSQLiteProvider, fault_reason
@@ -60,7 +61,9 @@ class Store:
         self.url = parse_db_url(url) if isinstance(url, str) else url
         self.dialect = self.url.kind
         self.db = Database()
-        self.entities = define_entities(self.db)
+        # Which clients writes touched, for the summary that follows them.
+        self.client_writes = ClientWrites()
+        self.entities = define_entities(self.db, self.client_writes)
         # `appliance run` waits for a networked server that is down at start; the
         # offline commands say so and stop instead.
         self.wait_for_server = False

@@ -16,13 +16,18 @@ from types import SimpleNamespace
 
 from pony.orm import Database, Optional, Required, Set, composite_key
 
+from appliance.store.client_writes import ClientWrites
+
 # The length Pony checks for the TEXT (LONGTEXT on MariaDB) columns. Given none, Pony
 # checks its own VARCHAR default instead, which on MySQL is 255 characters: an inbound's
 # settings, a link or the core template longer than that would fail there alone.
 TEXT = 1 << 30
 
 
-def define_entities(db: Database) -> SimpleNamespace:
+def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleNamespace:
+    """The entities of `db`; writes of clients and their traffic are noted in `writes`."""
+    writes = writes if writes is not None else ClientWrites()
+
     class Setting(db.Entity):
         _table_ = "setting"
         key = Required(str, 64, unique=True)
@@ -117,6 +122,15 @@ def define_entities(db: Database) -> SimpleNamespace:
         attachments = Set("ClientInbound", cascade_delete=True)
         links = Set("ClientLink", cascade_delete=True)
 
+        def after_insert(self):
+            writes.note(ids=(self.id,), recount=True)
+
+        def after_update(self):
+            writes.note(ids=(self.id,))
+
+        def before_delete(self):
+            writes.note(ids=(self.id,), recount=True)
+
     class ClientInbound(db.Entity):
         _table_ = "client_inbound"
         client = Required(Client, column="client_id")
@@ -133,6 +147,15 @@ def define_entities(db: Database) -> SimpleNamespace:
         last_online = Required(int, size=64, default=0)
         core_up = Required(int, size=64, default=0)
         core_down = Required(int, size=64, default=0)
+
+        def after_insert(self):
+            writes.note(keys=(self.email_key,))
+
+        def after_update(self):
+            writes.note(keys=(self.email_key,))
+
+        def before_delete(self):
+            writes.note(keys=(self.email_key,))
 
     class ClientIp(db.Entity):
         _table_ = "client_ip"

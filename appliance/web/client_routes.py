@@ -49,7 +49,11 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     def list_clients():
         return query.list_all()
 
-    @table.get("/list/paged", "A page of slim client rows, filtered and sorted, with a summary")
+    @table.get(
+        "/list/paged",
+        "A page of slim client rows, filtered and sorted, with a summary and its "
+        "summaryVersion; ?summaryVersion=V leaves out a summary still at version V",
+    )
     def paged():
         return JsonText(query.paged_json(query_text()))
 

@@ -125,6 +125,7 @@ class ClientBulk:
             ],
         )
         keys = [email_key(record["email"]) for record, _, _ in ready]
+        self.store.client_writes.note(keys=keys, recount=True)
         ids = self._ids_by_key(keys)
         self.store.execute_many(
             "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)",
@@ -323,6 +324,7 @@ class ClientBulk:
     def reset_all_traffics(self) -> int:
         """Zero every counter; quotas and expiry stay. Returns the rows that moved."""
         with db_session:
+            self.store.client_writes.note(everything=True)
             return self.store.execute(
                 "UPDATE client_traffic SET up = 0, down = 0 WHERE up <> 0 OR down <> 0"
             )
@@ -353,6 +355,7 @@ class ClientBulk:
             for chunk in chunks(rows):
                 ids = [row[0] for row in chunk]
                 keys = [row[2] for row in chunk]
+                self.store.client_writes.note(ids=ids)
                 self.store.execute(
                     f"UPDATE client SET enable = ? WHERE id IN ({', '.join('?' * len(ids))})",
                     [False, *ids],
@@ -391,6 +394,7 @@ class ClientBulk:
 
     def _delete_ids(self, ids: list[int]) -> int:
         for chunk in chunks(ids):
+            self.store.client_writes.note(ids=chunk, recount=True)
             marks = ", ".join("?" * len(chunk))
             keys = [
                 row[0]

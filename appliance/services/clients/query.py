@@ -4,8 +4,8 @@ the client parts of inbound records.
 At 100,000 clients nothing here loads rows as entities or filters in Python: filters,
 sorting, paging and counts are SQL over `client` joined with `client_traffic`, using the
 indexes the migrations create. The summary (which lists every depleted, expiring and
-disabled email) costs one full scan, so it is cached and dropped on any change; the time
-limit only bounds how late a client whose expiry passes unattended moves to "depleted".
+disabled email) is kept up to date by `ClientSummary` (summary.py) rather than
+recomputed, and a page leaves it out for a caller that already has its version.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 from pony.orm import db_session
@@ -26,12 +25,16 @@ from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
 from appliance.services.clients.groups import labels_of
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.services.clients.summary import ClientSummary, Summary
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
 SORTS = ("enable", "email", "inboundIds", "traffic", "remaining", "expiryTime")
 ORDERS = {"ascend": "ASC", "descend": "DESC"}
 PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
-SUMMARY_TTL = 30.0
+VERSION_MAX = 64  # characters of a summaryVersion a caller may send back
+# Counts of conditions kept between pages, dropped when the summary changes; at most this
+# many (each filtered page judged at its own moment is a key of its own).
+COUNTS_KEPT = 256
 EXPORT_BATCH = 1000
 CORE_BATCH = 2000
 # A page is read by walking the sort order and testing each row, stopping at the page's
@@ -83,33 +86,35 @@ class ClientQuery:
         self.settings = settings
         self.presence = presence
         self.clock = clock
-        self._summary: tuple[float, dict] | None = None
-        self._generation = 0
         self._counts: dict[tuple, int] = {}
-        self._summary_text: tuple[dict, str] | None = None
+        self._counts_version = ""
+        self.book = ClientSummary(
+            store, settings, presence, self._bucket_rows, self._near_limits, clock
+        )
 
     def invalidate(self) -> None:
-        """Drop the cached summary; call after any change to clients, their traffic,
-        their inbounds or the expiry settings. A summary being computed while this runs
-        is not cached, since it may have read the data from before the change."""
-        self._generation += 1
-        self._summary = None
+        """After a committed change to clients, their traffic, their inbounds or the
+        settings, in the greenlet that made it: the summary follows the clients its writes
+        touched, and counts kept between pages are dropped."""
         self._counts = {}
+        self.store.client_writes.commit()
+        self.book.wake()
 
     # ---- conditions ------------------------------------------------------------------
 
-    def depleted_sql(self) -> tuple[str, list]:
-        """Quota used up or expiry passed (an expiry that starts on first use has not)."""
-        expired, params = self.expired_sql()
+    def depleted_sql(self, now: int | None = None) -> tuple[str, list]:
+        """Quota used up or expiry passed (an expiry that starts on first use has not),
+        at `now` (ms) or at this moment."""
+        expired, params = self.expired_sql(now)
         return f"({QUOTA_USED} OR {expired})", params
 
-    def expired_sql(self) -> tuple[str, list]:
-        return "(c.expiry_time > 0 AND c.expiry_time <= ?)", [int(self.clock() * 1000)]
+    def expired_sql(self, now: int | None = None) -> tuple[str, list]:
+        return "(c.expiry_time > 0 AND c.expiry_time <= ?)", [self._moment(now)]
 
-    def expiring_sql(self) -> tuple[str, list]:
+    def expiring_sql(self, now: int | None = None) -> tuple[str, list]:
         """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""
-        depleted, params = self.depleted_sql()
-        now = int(self.clock() * 1000)
+        now = self._moment(now)
+        depleted, params = self.depleted_sql(now)
         horizon = now + self.settings.get("expireDiff") * 86_400_000
         margin = self.settings.get("trafficDiff") * 1024**3
         return (
@@ -118,6 +123,9 @@ class ClientQuery:
             f"OR (c.total_bytes > 0 AND c.total_bytes - {USED} <= ?)))",
             [True, *params, horizon, margin],
         )
+
+    def _moment(self, now: int | None) -> int:
+        return int(self.clock() * 1000) if now is None else now
 
     def filter_sql(self, name: str) -> tuple[str, list]:
         if name == "online":
@@ -136,11 +144,32 @@ class ClientQuery:
 
     # ---- paged list ----------------------------------------------------------------------
 
-    @db_session
     def paged(self, query: dict) -> dict:
+        """A page with its summary (and the summary's version)."""
+        result, summary = self._paged(query)
+        return {**result, "summary": summary.as_dict()}
+
+    def paged_json(self, query: dict) -> str:
+        """`paged` as JSON text. The summary lists every depleted, expiring and disabled
+        email, over a megabyte at 100,000 clients: its text is made once per version,
+        and left out when the caller sends the version it has (`summaryVersion`)."""
+        known = query.get("summaryVersion") or ""
+        if not isinstance(known, str) or len(known) > VERSION_MAX:
+            raise ServiceError(
+                f"summaryVersion must be the summaryVersion of an earlier page "
+                f"(at most {VERSION_MAX} characters)"
+            )
+        result, summary = self._paged(query)
+        head = json.dumps(result, ensure_ascii=False)
+        if known == summary.version:
+            return head
+        return f'{head[:-1]}, "summary": {summary.text()}}}'
+
+    def _paged(self, query: dict) -> tuple[dict, Summary]:
         page = parse_int(query.get("page"), "page", 1, 10**9, 1)
         size = parse_int(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
-        where, params = self._conditions(query)
+        with db_session:  # a group's labels are read from the database
+            where, params = self._conditions(query)
         sort = query.get("sort") or "email"
         if sort not in SORTS:
             raise ServiceError(f"sort must be one of {', '.join(SORTS)} (got '{sort}')")
@@ -148,56 +177,49 @@ class ClientQuery:
         if order not in ORDERS:
             raise ServiceError(f"order must be ascend or descend (got '{order}')")
         summary = self.summary()
-        filtered = self._known_count(query, where, params, summary)
-        source, order_sql = _source_and_order(
-            sort, ORDERS[order], query.get("filter") in TRAFFIC_FILTERS
-        )
-        where_sql = f" WHERE {' AND '.join(where)}" if where else ""
-        offset = (page - 1) * size
-        if filtered is None or (where and (offset + size) * WALK_FACTOR > filtered):
-            filtered, page_ids = self._count_and_page(
-                where_sql, params, source, order_sql, offset, size
+        if summary.version != self._counts_version or len(self._counts) >= COUNTS_KEPT:
+            self._counts, self._counts_version = {}, summary.version
+        with db_session:
+            filtered = self._known_count(query, where, params, summary)
+            source, order_sql = _source_and_order(
+                sort, ORDERS[order], query.get("filter") in TRAFFIC_FILTERS
             )
-            self._counts[(where_sql, tuple(params))] = filtered
-        else:
-            page_ids = [
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT c.id {source}{where_sql} {order_sql} LIMIT ? OFFSET ?",
-                    [*params, size, offset],
+            where_sql = f" WHERE {' AND '.join(where)}" if where else ""
+            offset = (page - 1) * size
+            if filtered is None or (where and (offset + size) * WALK_FACTOR > filtered):
+                filtered, page_ids = self._count_and_page(
+                    where_sql, params, source, order_sql, offset, size
                 )
-            ]
-        return {
-            "items": self._slim_rows(page_ids),
-            "total": summary["total"],
+                self._counts[(where_sql, tuple(params))] = filtered
+            else:
+                page_ids = [
+                    row[0]
+                    for row in self.store.rows(
+                        f"SELECT c.id {source}{where_sql} {order_sql} LIMIT ? OFFSET ?",
+                        [*params, size, offset],
+                    )
+                ]
+            items = self._slim_rows(page_ids)
+        result = {
+            "items": items,
+            "total": summary.total,
             "filtered": filtered,
             "page": page,
             "pageSize": size,
-            "summary": summary,
+            "summaryVersion": summary.version,
         }
+        return result, summary
 
-    def paged_json(self, query: dict) -> str:
-        """`paged` as JSON text. The summary lists every depleted, expiring and disabled
-        email, over a megabyte at 100,000 clients: its text is made once per summary,
-        not once per page."""
-        result = self.paged(query)
-        summary = result.pop("summary")
-        cached = self._summary_text
-        if cached is None or cached[0] is not summary:
-            cached = self._summary_text = (summary, json.dumps(summary, ensure_ascii=False))
-        head = json.dumps(result, ensure_ascii=False)
-        return f'{head[:-1]}, "summary": {cached[1]}}}'
-
-    def _known_count(self, query: dict, where: list, params: list, summary: dict) -> int | None:
+    def _known_count(self, query: dict, where: list, params: list, summary: Summary) -> int | None:
         """How many clients match, when that is known without a scan of the clients: no
         condition, one status bucket alone (the summary's lists), one protocol or one
-        inbound alone (counted from its attachments), or conditions counted earlier since the last
-        change. The summary is at most `SUMMARY_TTL` old, so a count is too."""
+        inbound alone (counted from its attachments), or conditions counted earlier
+        since the summary last changed."""
         if not where:
-            return summary["total"]
+            return summary.total
         bucket = query.get("filter") or ""
         if len(where) == 1 and bucket:
-            return summary["active"] if bucket == "active" else len(summary[bucket])
+            return summary.active if bucket == "active" else summary.count(bucket)
         key = (f" WHERE {' AND '.join(where)}", tuple(params))
         if where == [ON_PROTOCOL] and key not in self._counts:
             self._counts[key] = self.store.rows(
@@ -300,48 +322,37 @@ class ClientQuery:
             params += labels
         return where, params
 
-    @db_session
-    def summary(self) -> dict:
-        """Counts and the emails in each bucket, over every client, from one scan that
-        returns only the clients in some bucket (usually a small share of all)."""
-        now = time.monotonic()
-        cached = self._summary
-        if cached is not None and now - cached[0] < SUMMARY_TTL:
-            return cached[1]
-        generation = self._generation
-        self._counts = {}
-        depleted, depleted_params = self.depleted_sql()
-        expiring, expiring_params = self.expiring_sql()
-        total = self.store.rows("SELECT COUNT(*) FROM client")[0][0]
-        rows = self.store.rows(
-            f"SELECT c.email, c.enable, CASE WHEN {depleted} THEN 1 ELSE 0 END, "
-            f"CASE WHEN {expiring} THEN 1 ELSE 0 END, c.email_key {FROM} "
-            f"WHERE c.enable = ? OR {depleted} OR {expiring}",
-            [*depleted_params, *expiring_params, False, *depleted_params, *expiring_params],
-        )
-        # In email order, sorted here: SQLite's sort of tens of thousands of rows took
-        # longer than the scan that found them.
-        rows.sort(key=itemgetter(4))
-        summary = {
-            "total": total,
-            "active": total - sum(1 for _, enable, gone, _, _ in rows if not enable or gone),
-            "online": self._emails("online"),
-            "depleted": [email for email, _, gone, _, _ in rows if gone],
-            "expiring": [email for email, _, _, soon, _ in rows if soon],
-            "deactive": [email for email, enable, _, _, _ in rows if not enable],
-        }
-        if generation == self._generation:
-            self._summary = (now, summary)
-        return summary
+    def summary(self) -> Summary:
+        """Counts and the emails in each bucket, over every client, as of now."""
+        return self.book.current()
 
-    def _emails(self, name: str) -> list[str]:
-        sql, params = self.filter_sql(name)
-        return [
-            row[0]
-            for row in self.store.rows(
-                f"SELECT c.email {FROM} WHERE {sql} ORDER BY c.email_key", params
-            )
-        ]
+    def _near_limits(self, now: int) -> tuple[str, list]:
+        """Clients within trafficDiff GB of their quota (or past it) or with an expiry
+        within expireDiff days (or past): those whose bucket more traffic can change."""
+        horizon = now + self.settings.get("expireDiff") * 86_400_000
+        margin = self.settings.get("trafficDiff") * 1024**3
+        return (
+            f"((c.total_bytes > 0 AND c.total_bytes - {USED} <= ?) "
+            "OR (c.expiry_time > 0 AND c.expiry_time <= ?))",
+            [margin, horizon],
+        )
+
+    def _bucket_rows(self, where: str, params: list, now: int, members_only: bool) -> list:
+        """Clients matching `where` as (id, email key, email, enable, depleted, expiring),
+        the buckets judged at `now`; with `members_only`, only those in some bucket. The
+        caller holds the db_session."""
+        depleted, depleted_params = self.depleted_sql(now)
+        expiring, expiring_params = self.expiring_sql(now)
+        condition, condition_params = where, list(params)
+        if members_only:
+            condition = f"({where}) AND (c.enable = ? OR {depleted} OR {expiring})"
+            condition_params += [False, *depleted_params, *expiring_params]
+        return self.store.rows(
+            f"SELECT c.id, c.email_key, c.email, c.enable, "
+            f"CASE WHEN {depleted} THEN 1 ELSE 0 END, CASE WHEN {expiring} THEN 1 ELSE 0 END "
+            f"{FROM} WHERE {condition}",
+            [*depleted_params, *expiring_params, *condition_params],
+        )
 
     @db_session
     def nearing_limits(self) -> list[dict]:

@@ -117,6 +117,9 @@ class TrafficAccounting:
         last.update(changed)
         users.update(moved_users)
         self.presence.seen(list(tick.clients), list(tick.inbounds))
+        # Counters that moved may take a client over its quota or near it (and its first
+        # bytes start an expiry that waited for them): the summary reads those again.
+        self.store.client_writes.committed(moved=tick.clients)
         return tick
 
     def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:

@@ -40,11 +40,19 @@ export const ClientsPage = {
     let searchTimer = 0;
     let sequence = 0;
 
+    // The summary lists every depleted, expiring and disabled email: a page after the
+    // first names the version it holds, and the server sends the summary only when it
+    // has changed since.
+    let summary = null;
     async function load() {
       const mine = ++sequence;
-      const reply = await api.get("panel/api/clients/list/paged", { query: { ...query } });
+      const ask = { ...query };
+      if (summary) ask.summaryVersion = summary.version;
+      const reply = await api.get("panel/api/clients/list/paged", { query: ask });
       if (mine !== sequence) return;
-      result.value = reply;
+      // Only the latest load gets here, and it asked with the version held.
+      if (reply.summary) summary = { version: reply.summaryVersion, lists: reply.summary };
+      result.value = { ...reply, summary: summary.lists };
       const visible = new Set(reply.items.map((item) => item.email));
       selected.value = new Set([...selected.value].filter((email) => visible.has(email)));
     }
