@@ -1,0 +1,116 @@
+"""How long the heavy admin requests keep everyone else waiting, at 100,000 clients.
+
+While one connection exports every client or bulk-creates 10,000, a second one sends
+`GET /csrf-token` (a route that does almost nothing) and a third fetches one
+subscription on the subscription port, back to back, until the heavy request has been
+answered. Their p50, p99 and slowest reply say how long the one process answered
+nobody; the same probe on the idle panel, in the same run, is the reference.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import clients_dataset
+from harness import BenchError, Client, Context, percentile, scenario, with_target
+from sub_scenarios import _sub_url
+
+DATASET = clients_dataset.DATASET_NAME
+IDLE_PROBE_SECONDS = 2.0
+BULK_COUNT = 10_000
+SUB_ID_PROBE = "/panel/api/clients/get/"
+BULK_CREATE = "/panel/api/clients/bulkCreate"
+
+
+def _probe(panel_client: Client, sub_client: Client, sub_path: str, busy) -> dict:
+    """Light requests back to back, alternating panel and subscription, while `busy()`."""
+    panel_times, sub_times = [], []
+    while busy():
+        start = time.perf_counter()
+        reply = panel_client.request("GET", "/csrf-token")
+        panel_times.append(time.perf_counter() - start)
+        if reply.status != 200:
+            raise BenchError(f"/csrf-token answered HTTP {reply.status}")
+        start = time.perf_counter()
+        reply = sub_client.request("GET", sub_path)
+        sub_times.append(time.perf_counter() - start)
+        if reply.status != 200:
+            raise BenchError(f"{sub_path} answered HTTP {reply.status}")
+    return {"csrf_token": panel_times, "subscription": sub_times}
+
+
+def _while(heavy) -> tuple[threading.Thread, list]:
+    """Run `heavy()` in a thread; the list gets its seconds (or its error)."""
+    outcome: list = []
+
+    def run() -> None:
+        start = time.perf_counter()
+        try:
+            heavy()
+        except Exception as exc:  # reported, not raised in the thread
+            outcome.append(exc)
+            return
+        outcome.append(time.perf_counter() - start)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _figure(times: list[float]) -> dict:
+    return {
+        "p50_ms": round(statistics.median(times) * 1000, 3),
+        "p99_ms": round(percentile(times, 99) * 1000, 3),
+        "slowest_ms": round(max(times) * 1000, 3),
+        "requests": len(times),
+    }
+
+
+@scenario("heavy_stall", dataset=DATASET, mutates=True)
+def heavy_stall(ctx: Context) -> dict:
+    """Light requests (panel `/csrf-token`, one cached subscription) during an export of
+    100,000 clients and during a bulk create of 10,000, `runs` times each, next to the
+    same probe on the idle panel; p99 target 25 ms."""
+    panel = ctx.panel
+    admin = panel.client()
+    probe = panel.client()
+    email = next(iter(clients_dataset.SAMPLES))
+    sub_id = admin.call("GET", SUB_ID_PROBE + email)["subId"]
+    sub_client = Client(_sub_url(panel.lines))
+    sub_path = f"/sub/{sub_id}"
+    sub_client.request("GET", sub_path)  # rendered once: the probe measures waiting
+    end = time.perf_counter() + IDLE_PROBE_SECONDS
+    samples = {"idle": _probe(probe, sub_client, sub_path, lambda: time.perf_counter() < end)}
+    heavy_seconds: dict[str, list[float]] = {"export": [], "bulk_create": []}
+    for run in range(ctx.runs):
+        exporter = panel.client()
+        items = [
+            {"client": {"email": f"stall-{run}-{n:05d}@example.com"}, "inboundIds": [n % 20 + 1]}
+            for n in range(BULK_COUNT)
+        ]
+        heavies = {
+            "export": lambda c=exporter: c.call("GET", "/panel/api/clients/export"),
+            "bulk_create": lambda c=exporter, i=items: c.call("POST", BULK_CREATE, i),
+        }
+        for name, heavy in heavies.items():
+            thread, outcome = _while(heavy)
+            seen = _probe(probe, sub_client, sub_path, thread.is_alive)
+            thread.join()
+            if not outcome or isinstance(outcome[0], Exception):
+                raise BenchError(f"{name} failed: {outcome[0] if outcome else 'no answer'}")
+            heavy_seconds[name].append(outcome[0])
+            for kind, times in seen.items():
+                samples.setdefault(name, {}).setdefault(kind, []).extend(times)
+        exporter.close()
+    figures = {}
+    for during, kinds in samples.items():
+        for kind, times in kinds.items():
+            figure = _figure(times)
+            if during in heavy_seconds:
+                figure["heavy_request_s"] = round(statistics.median(heavy_seconds[during]), 3)
+            figures[f"{kind}_{during}"] = with_target(figure, "p99_ms", 25, "ms")
+    for client in (admin, probe, sub_client):
+        client.close()
+    return figures
