@@ -203,6 +203,12 @@ class Store:
         """Write with raw SQL inside the current transaction; returns the rows changed."""
         return self.db.execute(*_pony_sql(statement, params)).rowcount
 
+    def begin_write(self) -> None:
+        """Open the current db_session's write transaction now, before its first write.
+        On SQLite that takes this process's turn among writers: what the session reads
+        from here on no other writer changes until it commits, even if it yields."""
+        self.db.get_connection()
+
     def execute_many(self, statement: str, rows: list[tuple]) -> None:
         """One statement, many parameter rows, inside the current transaction: the way
         bulk creates insert thousands of rows. psycopg2's executemany sends one row per
