@@ -166,7 +166,7 @@ class Panel:
         )
         self.base_path = "/"
         self.bound: dict[str, tuple[str, int]] = {}
-        self._status: dict | None = None
+        self._status: tuple[float, dict | None] = (0.0, None)
         self._servers: list = []
         self._stopped = Event()
         self._trusted: tuple[str, list] = ("", [])
@@ -524,19 +524,31 @@ class Panel:
         self.hub.publish({"type": "coreState", "data": state})
 
     def status(self) -> dict:
-        """The last sample, with the core's state as it is now (it changes between
-        samples, and a browser acting on it must not wait two seconds)."""
-        if self._status is None:
-            self.sample_status()
-        return {**self._status, "core": self.core_info()}
+        """The last snapshot, with the core's state as it is now (it changes between
+        samples, and a browser acting on it must not wait two seconds). While no browser
+        watches, the job takes no snapshots: the first request after STEP_SECONDS takes
+        one, so a reader never gets one older than that."""
+        taken, status = self._status
+        if status is None or time.monotonic() - taken >= STEP_SECONDS:
+            status = self._snapshot(time.time())
+        return {**status, "core": self.core_info()}
 
     def sample_status(self) -> None:
+        """The status job: a full snapshot pushed to the browsers when one watches, else
+        only what the history charts and the CPU alert need."""
         now = time.time()
+        if len(self.hub):
+            values = self.sampler.metrics(self._snapshot(now))
+        else:
+            values = self.sampler.history_values(now)
+        self.history.record(now, values)
+        self.bot_notices.cpu(values["cpu"])
+
+    def _snapshot(self, now: float) -> dict:
         status = self.sampler.sample(now)
-        self.history.record(now, self.sampler.metrics(status))
-        self._status = status
+        self._status = (time.monotonic(), status)
         self.hub.publish({"type": "status", "data": status})
-        self.bot_notices.cpu(status["cpu"])
+        return status
 
     # ---- settings that involve the admin account --------------------------------------
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import db_scenarios  # noqa: F401  (registers the backends scenario)
+import heavy_scenarios  # noqa: F401  (registers the heavy-request stalls)
+import idle_scenarios  # noqa: F401  (registers idle CPU)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 import wait_scenarios  # noqa: F401  (registers never_wait)
@@ -179,6 +181,18 @@ def _describe(figure: dict) -> str:
             f"{figure['rss_after_sign_in_mb']} MiB after sign-in, "
             f"{figure['rss_after_list_mb']} MiB after a list"
         )
+    if "panel_cpu_percent" in figure:
+        parts.append(
+            f"panel {figure['panel_cpu_percent']} % of a core, core "
+            f"{figure['core_cpu_percent']} %, over {figure['idle_seconds']} s idle"
+        )
+    if "slowest_ms" in figure:
+        parts.append(
+            f"p50 {figure['p50_ms']} ms, p99 {figure['p99_ms']} ms, slowest "
+            f"{figure['slowest_ms']} ms of {figure['requests']} light requests"
+        )
+        if "heavy_request_s" in figure:
+            parts.append(f"heavy request {figure['heavy_request_s']} s")
     if "skipped" in figure:
         parts.append(f"skipped: {figure['skipped']}")
     if "slowest_reply_ms" in figure:

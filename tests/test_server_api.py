@@ -6,12 +6,13 @@ import base64
 import time
 import uuid
 
+import psutil
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from helpers import certs_dir, write_self_signed
 
-from appliance.services.admin.status import BUCKETS, METRICS
+from appliance.services.admin.status import BUCKETS, METRICS, STEP_SECONDS
 
 SERVER = "/panel/api/server"
 STATUS_WAIT = 5
@@ -55,6 +56,17 @@ def test_status_is_refreshed(api):
         later = api.get(SERVER + "/status")["obj"]
         changed = later != first
     assert changed, "status did not change within a few seconds"
+
+
+def test_status_is_fresh_while_no_browser_watches(api):
+    """With no WebSocket open the panel samples only the charts' figures in the
+    background; a status read still gets a snapshot at most STEP_SECONDS old."""
+    api.get(SERVER + "/status")
+    time.sleep(STEP_SECONDS * 1.5)
+    status = api.get(SERVER + "/status")["obj"]
+    check_status_shape(status)
+    host_uptime = time.time() - psutil.boot_time()
+    assert host_uptime - STEP_SECONDS - 1 <= status["uptime"] <= host_uptime + 1
 
 
 def test_status_needs_sign_in(panel):

@@ -16,9 +16,9 @@ from appliance.services.admin.status import (
     WINDOW_SECONDS,
     History,
     StatusSampler,
-    count_table_rows,
     metrics,
     parse_bucket,
+    socket_counts,
 )
 
 # A start time aligned to every bucket size, so bucket boundaries are easy to predict.
@@ -178,25 +178,47 @@ def test_clock_jumping_backwards_keeps_the_history_before_the_jump():
     assert history.series("cpu", 2) == [{"t": BASE, "v": 1.0}, {"t": BASE + 1800, "v": 3.0}]
 
 
-def test_count_table_rows_counts_lines_minus_one_header_per_table(tmp_path):
-    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when\n"
-    four = tmp_path / "tcp"
-    four.write_text(header + "   0: 0100007F:1F90 00000000:0000 0A\n" * 3)
-    six = tmp_path / "tcp6"
-    six.write_text(header + "   0: 00000000000000000000000000000000:01BB 0A\n" * 2)
-    empty = tmp_path / "udp"
-    empty.write_text(header)
-    assert count_table_rows((str(four),)) == 3
-    assert count_table_rows((str(four), str(six))) == 5
-    assert count_table_rows((str(empty),)) == 0
-    assert count_table_rows((str(tmp_path / "missing"), str(six))) == 2
+SOCKSTAT = """sockets: used 252
+TCP: inuse 225 orphan 0 tw 150 alloc 235 mem 77
+UDP: inuse 4 mem 1
+UDPLITE: inuse 0
+RAW: inuse 0
+FRAG: inuse 0 memory 0
+"""
+SOCKSTAT6 = """TCP6: inuse 9
+UDP6: inuse 2
+UDPLITE6: inuse 0
+RAW6: inuse 0
+FRAG6: inuse 0 memory 0
+"""
 
 
-def test_count_table_rows_handles_100k_sockets(tmp_path):
-    table = tmp_path / "tcp"
-    row = "   1: 0100007F:1F90 0100007F:D2F0 01 00000000:00000000 00:00000000 0 0 1 1\n"
-    table.write_text("header\n" + row * 100_000)
-    assert count_table_rows((str(table),)) == 100_000
+def write_sockstat(tmp_path) -> tuple[str, str]:
+    four, six = tmp_path / "sockstat", tmp_path / "sockstat6"
+    four.write_text(SOCKSTAT)
+    six.write_text(SOCKSTAT6)
+    return str(four), str(six)
+
+
+def test_socket_counts_add_sockets_in_use_and_time_wait_of_both_families(tmp_path):
+    four, six = write_sockstat(tmp_path)
+    # TCP: 225 in use + 150 in TIME-WAIT (IPv4) + 9 in use (IPv6); UDP: 4 + 2.
+    assert socket_counts((four, six)) == (384, 6)
+    assert socket_counts((four,)) == (375, 4)
+    # No IPv6 (the file is missing): IPv4 alone; nothing readable at all: zeros.
+    assert socket_counts((four, str(tmp_path / "missing"))) == (375, 4)
+    assert socket_counts((str(tmp_path / "missing"),)) == (0, 0)
+
+
+def test_socket_counts_match_the_socket_tables_of_a_quiet_namespace():
+    """The kernel's tallies and its tables describe the same sockets: on this host the
+    two agree but for sockets opened or closed between the reads."""
+    tables = 0
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(path, "rb") as table:
+            tables += max(table.read().count(b"\n") - 1, 0)
+    tcp, _ = socket_counts()
+    assert abs(tcp - tables) <= max(20, tables // 10)
 
 
 class FakeCounters:
@@ -214,12 +236,7 @@ def make_sampler(core=None, online=7):
 
 
 def test_sample_returns_exactly_the_status_shape(tmp_path, monkeypatch):
-    header = "header\n"
-    (tmp_path / "tcp").write_text(header + "row\n" * 4)
-    (tmp_path / "tcp6").write_text(header + "row\n")
-    (tmp_path / "udp").write_text(header + "row\n" * 2)
-    monkeypatch.setattr(status, "_TCP_TABLES", (str(tmp_path / "tcp"), str(tmp_path / "tcp6")))
-    monkeypatch.setattr(status, "_UDP_TABLES", (str(tmp_path / "udp"), str(tmp_path / "nope")))
+    monkeypatch.setattr(status, "_SOCKSTAT_FILES", write_sockstat(tmp_path))
     core = {"state": "running", "version": "25.1.1", "extra": [1]}
     result = make_sampler(core=core).sample()
     assert set(result) == {
@@ -237,8 +254,8 @@ def test_sample_returns_exactly_the_status_shape(tmp_path, monkeypatch):
     assert set(result["appStats"]) == {"threads", "mem", "uptime"}
     assert result["core"] == core
     assert result["panelVersion"] == "1.2.3"
-    assert result["tcpCount"] == 5
-    assert result["udpCount"] == 2
+    assert result["tcpCount"] == 384
+    assert result["udpCount"] == 6
     assert isinstance(result["cpu"], float) and 0.0 <= result["cpu"] <= 100.0
     assert result["logicalPro"] == psutil.cpu_count()
     assert 1 <= result["cpuCores"] <= result["logicalPro"]
@@ -315,3 +332,16 @@ def test_sampler_metrics_use_online_count_and_feed_history():
     history = History()
     history.record(BASE, values)
     assert history.series("online", 2) == [{"t": BASE, "v": 42.0}]
+
+
+def test_history_values_are_the_metrics_of_a_full_sample():
+    """What the job records while nobody watches equals what a snapshot would give."""
+    sampler = make_sampler(online=5)
+    values = sampler.history_values(BASE)
+    assert set(values) == set(METRICS)
+    assert values["online"] == 5.0
+    assert 0.0 <= values["cpu"] <= 100.0
+    assert 0.0 < values["mem"] < 100.0
+    assert values["load1"] == pytest.approx(os.getloadavg()[0], abs=5)
+    full = sampler.metrics(sampler.sample(BASE + 2))
+    assert set(full) == set(values)

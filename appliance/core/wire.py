@@ -121,7 +121,73 @@ def query_stats_request(pattern: str, reset: bool) -> bytes:
 
 
 def decode_query_stats_response(data: bytes) -> dict[str, int]:
-    """QueryStatsResponse{repeated Stat stat = 1} as {name: value}."""
+    """QueryStatsResponse{repeated Stat stat = 1} as {name: value}.
+
+    At 100,000 clients the core answers 200,000 counters every traffic tick, 12 MB that
+    the general field reader took seconds of the one process's CPU to walk. The core
+    writes each Stat the same way (name, then value, each at most once), which a
+    tighter loop reads several times faster; anything else it might send is read by the
+    general reader, with the same result."""
+    try:
+        return _stats_as_written(data)
+    except _Unusual:
+        return _stats_by_fields(data)
+
+
+class _Unusual(Exception):
+    """A message not laid out the way the core writes it."""
+
+
+def _stats_as_written(data: bytes) -> dict[str, int]:
+    """Stats laid out as `0A len [0A len name] [10 value]`, in that order; lengths of one
+    byte (every Stat the core writes) are read inline, longer ones by `read_varint`."""
+    stats = {}
+    pos, end = 0, len(data)
+    while pos < end:
+        if data[pos] != 0x0A:
+            raise _Unusual
+        stop = data[pos + 1] if pos + 1 < end else 0x80
+        if stop < 0x80:
+            pos += 2
+        else:
+            stop, pos = read_varint(data, pos + 1)
+        stop += pos
+        if stop > end:
+            raise _Unusual
+        name = ""
+        if pos < stop and data[pos] == 0x0A:
+            length = data[pos + 1] if pos + 1 < stop else 0x80
+            if length < 0x80:
+                pos += 2
+            else:
+                length, pos = read_varint(data, pos + 1)
+            if pos + length > stop:
+                raise _Unusual
+            name = data[pos : pos + length].decode(errors="replace")
+            pos += length
+        count = 0
+        if pos < stop:
+            if data[pos] != 0x10:
+                raise _Unusual
+            pos += 1
+            shift = 0
+            while True:
+                if pos >= stop or shift >= 70:
+                    raise _Unusual
+                byte = data[pos]
+                pos += 1
+                count |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            count = int64(count)
+        if pos != stop:
+            raise _Unusual
+        stats[name] = count
+    return stats
+
+
+def _stats_by_fields(data: bytes) -> dict[str, int]:
     stats = {}
     for number, value in fields(data):
         if number == 1 and isinstance(value, bytes):

@@ -206,11 +206,21 @@ class Store:
         """Write with raw SQL inside the current transaction; returns the rows changed."""
         return self.db.execute(*_pony_sql(statement, params)).rowcount
 
+    def begin_write(self) -> None:
+        """Open the current db_session's write transaction now, before its first write.
+        On SQLite that takes this process's turn among writers: what the session reads
+        from here on no other writer changes until it commits, even if it yields."""
+        self.db.get_connection()
+
     def execute_many(self, statement: str, rows: list[tuple]) -> None:
         """One statement, many parameter rows, inside the current transaction: the way
         bulk creates insert thousands of rows. psycopg2's executemany sends one row per
         round trip (20,000 clients took half a minute); its execute_batch sends a page
-        of statements at once. PyMySQL already folds an INSERT's rows into one."""
+        of statements at once. PyMySQL already folds an INSERT's rows into one.
+        No rows write nothing: no write transaction is opened for them (a traffic tick
+        in which nothing moved would otherwise commit, and sync the file, every time)."""
+        if not rows:
+            return
         cursor = self.db.get_connection().cursor()
         if self.dialect == "sqlite":
             cursor.executemany(statement, rows)

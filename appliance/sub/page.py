@@ -23,8 +23,6 @@ import hashlib
 from html import escape
 from urllib.parse import quote
 
-import segno
-
 from appliance.domain.units import human_bytes
 from appliance.services.clients.subscriptions import Usage
 
@@ -94,6 +92,10 @@ def info_page(
 ) -> bytes:
     """The whole HTML document; `json_url`/`yaml_url` are empty when those formats are
     off."""
+    # Imported on the first page a browser asks for: client apps, nearly every request
+    # here, never need a QR code, and the encoder's tables stay out of an idle panel.
+    import segno
+
     used = usage.upload + usage.download
     rows = [
         ("Uploaded", human_bytes(usage.upload)),

@@ -129,7 +129,13 @@ def _read_body(max_bytes: int) -> Any:
             f"a body of type {content_type} is not accepted here; send application/json "
             "(or a form: application/x-www-form-urlencoded or multipart/form-data)"
         )
-    return refuse_nul(_json(raw), "the request body")
+    value = _json(raw)
+    # In UTF-8 JSON text a NUL can only be written as the escape \u0000 (a raw control
+    # character is not JSON): without either in the bytes, the walk over every string,
+    # tens of milliseconds for a bulk body of 10,000 items, has nothing to find.
+    if b"\x00" not in raw and b"\\u0000" not in raw:
+        return value
+    return refuse_nul(value, "the request body")
 
 
 def refuse_nul(value: Any, where: str) -> Any:

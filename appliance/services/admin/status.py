@@ -8,10 +8,16 @@ Approach:
 
 - `StatusSampler.sample()` reads psutil counters that are O(1) to obtain. CPU percent is
   psutil's non-blocking form (usage since the previous call); network rates come from the
-  delta of the interface counters between two samples. Socket counts come from counting
-  newline bytes in /proc/net/{tcp,tcp6,udp,udp6} in C (`bytes.count`), never from
-  `psutil.net_connections()`, which builds one Python object per socket and also walks
-  every process's file descriptors.
+  delta of the interface counters between two samples. Socket counts come from the
+  kernel's own tallies in /proc/net/sockstat{,6} (sockets in use plus TCP's TIME-WAIT
+  ones: the rows /proc/net/{tcp,tcp6,udp,udp6} would list), a few lines whatever the
+  number of sockets, never from those tables (100,000 proxied sockets are megabytes of
+  text for the kernel to write on every sample) nor from `psutil.net_connections()`,
+  which builds one Python object per socket and also walks every process's file
+  descriptors. The core counts, which never change, are read once.
+- `StatusSampler.history_values()` is the part the charts need (CPU, memory, network,
+  load, online): the panel takes it alone while no browser watches the status, so an
+  idle panel does not build snapshots nobody reads.
 - `History` keeps one sample per metric every `STEP_SECONDS` in preallocated
   `array('d')` ring buffers sized for `WINDOW_SECONDS`. A slot is addressed by
   `int(t) // STEP_SECONDS` modulo the capacity and carries the slot number it was written
@@ -42,8 +48,12 @@ WINDOW_SECONDS = 6 * 3600
 STEP_SECONDS = 2
 
 _EMPTY_SLOT = -1
-_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
-_UDP_TABLES = ("/proc/net/udp", "/proc/net/udp6")
+_SOCKSTAT_FILES = ("/proc/net/sockstat", "/proc/net/sockstat6")
+# The sockstat fields whose sum is the number of rows of the /proc/net socket tables:
+# sockets in use per protocol (IPv4 and IPv6 apart), and TCP's TIME-WAIT sockets, which
+# the tables list but "inuse" leaves out (counted once, for both address families).
+_TCP_FIELDS = (("TCP:", "inuse"), ("TCP:", "tw"), ("TCP6:", "inuse"))
+_UDP_FIELDS = (("UDP:", "inuse"), ("UDP6:", "inuse"))
 
 
 def parse_bucket(bucket: int | str) -> int:
@@ -127,23 +137,29 @@ class History:
         return [{"t": key, "v": round(sums[key] / counts[key], 2)} for key in sorted(sums)]
 
 
-def count_table_rows(paths: tuple[str, ...]) -> int:
-    """Count socket rows in /proc/net tables: lines minus one header line per table.
-
-    Reads in 64 KiB chunks and counts newlines in C, so even 100k sockets cost one pass
-    over the text the kernel produces. An unreadable table counts as 0.
-    """
-    total = 0
-    for path in paths:
+def socket_counts(paths: tuple[str, ...] | None = None) -> tuple[int, int]:
+    """(TCP, UDP) sockets of this network namespace, as many as /proc/net/{tcp,tcp6} and
+    /proc/net/{udp,udp6} have rows, from the kernel's tallies in `paths` (the sockstat
+    files by default). A file that cannot be read (no IPv6) or a field it lacks counts
+    as 0."""
+    fields: dict[tuple[str, str], int] = {}
+    for path in _SOCKSTAT_FILES if paths is None else paths:
         try:
-            with open(path, "rb", buffering=0) as table:
-                lines = 0
-                while chunk := table.read(1 << 16):
-                    lines += chunk.count(b"\n")
+            with open(path, "rb") as sockstat:
+                text = sockstat.read().decode("ascii", "replace")
         except OSError:
             continue
-        total += max(lines - 1, 0)
-    return total
+        for line in text.splitlines():
+            words = line.split()
+            if not words:
+                continue
+            pairs = words[1:]
+            for name, value in zip(pairs[::2], pairs[1::2], strict=False):
+                if value.isdigit():
+                    fields[(words[0], name)] = int(value)
+    tcp = sum(fields.get(field, 0) for field in _TCP_FIELDS)
+    udp = sum(fields.get(field, 0) for field in _UDP_FIELDS)
+    return tcp, udp
 
 
 class StatusSampler:
@@ -165,6 +181,9 @@ class StatusSampler:
         self._process = psutil.Process()
         self._boot_time = psutil.boot_time()
         self._previous_net: tuple[float, int, int] | None = None
+        self._logical = psutil.cpu_count(logical=True) or 0
+        # Containers and some VMs do not expose physical cores; report logical then.
+        self._cores = psutil.cpu_count(logical=False) or self._logical
         psutil.cpu_percent(interval=None)  # primes the counter; the first reading is 0.0
 
     def sample(self, now: float | None = None) -> dict[str, Any]:
@@ -177,16 +196,15 @@ class StatusSampler:
         sent, recv = _net_totals()
         up, down = self._net_rates(now, sent, recv)
         load1, load5, load15 = os.getloadavg()
-        logical = psutil.cpu_count(logical=True) or 0
+        tcp, udp = socket_counts()
         with self._process.oneshot():
             threads = self._process.num_threads()
             rss = self._process.memory_info().rss
             process_started = self._process.create_time()
         return {
             "cpu": psutil.cpu_percent(interval=None),
-            # Containers and some VMs do not expose physical cores; report logical then.
-            "cpuCores": psutil.cpu_count(logical=False) or logical,
-            "logicalPro": logical,
+            "cpuCores": self._cores,
+            "logicalPro": self._logical,
             # "Used" is total minus available: page cache the kernel can drop is free.
             "mem": {"current": memory.total - memory.available, "total": memory.total},
             "swap": {"current": swap.used, "total": swap.total},
@@ -194,8 +212,8 @@ class StatusSampler:
             "netIO": {"up": up, "down": down},
             "netTraffic": {"sent": sent, "recv": recv},
             "core": self._core_info(),
-            "tcpCount": count_table_rows(_TCP_TABLES),
-            "udpCount": count_table_rows(_UDP_TABLES),
+            "tcpCount": tcp,
+            "udpCount": udp,
             "load": {"load1": load1, "load5": load5, "load15": load15},
             "uptime": max(int(now - self._boot_time), 0),
             "appStats": {
@@ -209,6 +227,23 @@ class StatusSampler:
     def metrics(self, status: dict[str, Any]) -> dict[str, float]:
         """History values for `status`, with `online` taken from the online_count callable."""
         return metrics(status, online=self._online_count())
+
+    def history_values(self, now: float | None = None) -> dict[str, float]:
+        """The History values alone, without the rest of a snapshot: what the charts
+        need while nobody reads the status. CPU and network are measured since the
+        previous call of either this or `sample`."""
+        if now is None:
+            now = time.time()
+        memory = psutil.virtual_memory()
+        up, down = self._net_rates(now, *_net_totals())
+        load1, load5, load15 = os.getloadavg()
+        status = {
+            "cpu": psutil.cpu_percent(interval=None),
+            "mem": {"current": memory.total - memory.available, "total": memory.total},
+            "netIO": {"up": up, "down": down},
+            "load": {"load1": load1, "load5": load5, "load15": load15},
+        }
+        return self.metrics(status)
 
     def _net_rates(self, now: float, sent: int, recv: int) -> tuple[int, int]:
         previous, self._previous_net = self._previous_net, (now, sent, recv)

@@ -19,12 +19,17 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
+from appliance.runtime.jobs import breathe
 from appliance.services.clients.query import QUOTA_USED
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
+# Items checked, and rows inserted, per turn of the hub: 10,000 clients are a second or
+# two of work, which every other request would otherwise wait for in one piece.
+PREPARE_STEP = 50
+INSERT_STEP = 250
 
 
 def in_lock_order(emails: list[str]) -> list[str]:
@@ -61,11 +66,16 @@ class ClientBulk:
             inbounds: dict[int, Any] = {}
             prepared: list[tuple[str, Any]] = []  # (label, prepared item or its problem)
             for n, item in enumerate(items):
+                if n and n % PREPARE_STEP == 0:
+                    breathe()
                 try:
                     outcome = self._prepare(item, inbounds, require_inbounds, restore)
                 except ServiceError as exc:
                     outcome = exc.msg
                 prepared.append((_label(item, n), outcome))
+            # From here to the commit, one write transaction: another bulk call checks
+            # its emails only after this one's rows are in, so no two claim the same.
+            self.store.begin_write()
             # Which emails exist, in a query per chunk rather than one per item: on a
             # networked database 20,000 round trips took longer than the inserts.
             taken = self._stored_keys(
@@ -105,10 +115,18 @@ class ClientBulk:
         return record, ids, extra
 
     def _insert(self, ready: list[tuple[dict, list[int], dict]]) -> None:
-        """Insert prepared records with set-based SQL (the caller holds the session)."""
+        """Insert prepared records with set-based SQL (the caller holds the session and
+        its write transaction), INSERT_STEP at a time with a turn for the other requests
+        between steps: readers see the rows at the commit, writers wait for it."""
+        now = self.clients.now_ms()
+        for start in range(0, len(ready), INSERT_STEP):
+            if start:
+                breathe()
+            self._insert_step(ready[start : start + INSERT_STEP], now)
+
+    def _insert_step(self, ready: list[tuple[dict, list[int], dict]], now: int) -> None:
         if not ready:
             return
-        now = self.clients.now_ms()
         columns = list(columns_of(ready[0][0]))
         names = ", ".join(["email_key", *columns, "created_at", "updated_at"])
         marks = ", ".join("?" * (len(columns) + 3))

@@ -35,7 +35,9 @@ VERSION_MAX = 64  # characters of a summaryVersion a caller may send back
 # Counts of conditions kept between pages, dropped when the summary changes; at most this
 # many (each filtered page judged at its own moment is a key of its own).
 COUNTS_KEPT = 256
-EXPORT_BATCH = 1000
+# Clients read (and, for an export, encoded) per turn of the hub: 250 are a few
+# milliseconds each way, as long as any other request waits behind an export.
+EXPORT_BATCH = 250
 CORE_BATCH = 2000
 # A page is read by walking the sort order and testing each row, stopping at the page's
 # end, when matches are dense enough that the walk meets them soon: when the rows up to
@@ -416,6 +418,7 @@ class ClientQuery:
             for view in batch:
                 inbound_ids = view.pop("inboundIds")
                 items.append({"client": view, "inboundIds": inbound_ids})
+            breathe()  # reading a batch and encoding it are each a few milliseconds
             yield separator + json.dumps(items, ensure_ascii=False)[1:-1]
             separator = ", "
         yield "[]" if separator == "[" else "]"
@@ -425,6 +428,10 @@ class ClientQuery:
         a database session of its own."""
         last = 0
         while True:
+            if last:
+                # 100,000 clients are a second or more of reading and encoding: a turn
+                # for every other request between batches, not one long wait for all.
+                breathe()
             with db_session:
                 rows = self.store.rows(
                     f"SELECT c.id, {SELECT_COLUMNS}, t.up, t.down, t.enable {FROM} "

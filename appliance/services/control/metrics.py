@@ -24,8 +24,6 @@ from __future__ import annotations
 import time
 from collections import deque
 
-import requests
-
 from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api
 from appliance.errors import ServiceError
 from appliance.services.admin.status import STEP_SECONDS, WINDOW_SECONDS, parse_bucket
@@ -106,6 +104,10 @@ class CoreMetrics:
             self._observatory = _empty_observatory()
 
     def _fetch(self, listen: str) -> tuple[dict | None, str]:
+        # Imported here: most templates configure no metrics, and `requests` with what it
+        # imports holds megabytes a panel that never fetches would carry for nothing.
+        import requests
+
         url = f"http://{listen}/debug/vars"
         try:
             reply = requests.get(url, timeout=FETCH_TIMEOUT)
@@ -258,6 +260,8 @@ def _number(value) -> int:
 
 
 def _short(exc: Exception) -> str:
+    import requests
+
     if isinstance(exc, requests.ConnectionError):
         return "nothing answers there"
     if isinstance(exc, requests.Timeout):
