@@ -232,8 +232,11 @@ class CoreService:
             self.tick()
             self.process.stop()
             self._forget_state()
-        with self._config_lock:
-            self._write_config()
+        try:
+            with self._config_lock:
+                self._write_config()
+        except Exception:
+            log.exception("config.json could not be brought up to date at shutdown")
 
     def _launch(self, config: dict | None = None, target: Running | None = None) -> None:
         """(Re)start the core on `config`, or on one built now; `target` is
