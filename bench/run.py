@@ -24,6 +24,7 @@ from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import db_scenarios  # noqa: F401  (registers the backends scenario)
+import edit_scenarios  # noqa: F401  (registers the client edit scenarios)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
