@@ -13,6 +13,7 @@ transaction, a sync and a user changed in the core.
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import threading
 import time
@@ -37,6 +38,7 @@ SETTLE = 1.0  # after the last edit: its sync is done
 WRITE_WAIT = WRITE_QUIET + 3.0  # config.json is rewritten once the edits pause
 SUSTAINED_RATE = 100  # edits per second asked for
 EDIT_CONNECTIONS = 4
+ADD_COUNT = 10_000
 SUSTAINED_SECONDS = 10.0
 EDITED_CLIENTS = 200
 # Subscriptions fetched, each once per window: every fetch is a cold one, while editing
@@ -231,6 +233,62 @@ def client_edits_sustained(ctx: Context) -> dict:
             "runs": ctx.runs,
             "target": f"edits_per_s >= {SUSTAINED_RATE} with subscription p99 as when idle",
             "met": rate >= SUSTAINED_RATE * 0.95,
+        }
+    }
+
+
+@scenario("clients_add_one_by_one", dataset=None, mutates=True)
+def clients_add_one_by_one(ctx: Context) -> dict:
+    """ADD_COUNT clients added one at a time (one connection, `POST clients/add`) to a
+    VLESS inbound the core runs, on a new panel: the rate of the first thousand and of
+    the last, and the panel's CPU per add in each. Each add goes live in the core, so
+    what a sync costs shows as the clients grow."""
+    (panel,) = ctx.start_panels(["empty"])
+    client = panel.client()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inbound = client.call(
+        "POST",
+        "/panel/api/inbounds/add",
+        {
+            "protocol": "vless",
+            "remark": "one by one",
+            "listen": "127.0.0.1",
+            "port": port,
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )
+    deadline = time.monotonic() + client_scenarios.CORE_WAIT
+    while client.call("GET", "/panel/api/server/status")["core"]["state"] != "running":
+        if time.monotonic() > deadline:
+            return {"one_by_one": {"skipped": "the core did not run"}}
+        time.sleep(0.5)
+    thousands = []
+    for thousand in range(ADD_COUNT // 1000):
+        cpu, start = cpu_seconds(panel.pid), time.perf_counter()
+        for n in range(1000):
+            email = f"one.{thousand * 1000 + n:05d}@bench.example.org"
+            body = {"client": {"email": email}, "inboundIds": [inbound["id"]]}
+            client.call("POST", "/panel/api/clients/add", body)
+        elapsed = time.perf_counter() - start
+        thousands.append((1000 / elapsed, (cpu_seconds(panel.pid) - cpu) / 1000))
+    time.sleep(SETTLE)
+    synced = served_uuid(client, email) is not None
+    client.close()
+    (first_rate, first_cpu), (last_rate, last_cpu) = thousands[0], thousands[-1]
+    return {
+        "one_by_one": {
+            "first_thousand_per_s": round(first_rate, 1),
+            "last_thousand_per_s": round(last_rate, 1),
+            "ratio_last_to_first": round(last_rate / first_rate, 2),
+            "first_thousand_cpu_ms_per_add": round(first_cpu * 1000, 2),
+            "last_thousand_cpu_ms_per_add": round(last_cpu * 1000, 2),
+            "clients": ADD_COUNT,
+            "last_add_in_core": synced,
+            "target": "ratio_last_to_first about 1",
+            "met": last_rate >= 0.9 * first_rate,
         }
     }
 
