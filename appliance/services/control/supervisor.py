@@ -553,8 +553,9 @@ class CoreService:
     def _write_config(self, respawn: bool = False) -> None:
         """Make config.json hold the live changes the core took (called with the config
         lock held). Written as built from what is stored when that differs from what runs
-        in client entries only (it then also holds changes not yet taken, which the next
-        sync finds taken); else the file is read back and the changes written into it.
+        in client entries only (it may then also hold changes stored a moment ago and not
+        yet taken live, which the sync under way takes); else (a change that needs a
+        restart is waiting) the file is read back and the live changes written into it.
         `respawn`: the supervisor is about to start the core on the file, so it is built
         anew even when no live change is missing, and is what runs from then on."""
         if self.running is None or not (respawn or self._unwritten):
