@@ -19,7 +19,7 @@ import uuid
 import pytest
 from core_helpers import echo_server
 from core_panel import wait_until
-from helpers import ok
+from helpers import db_rows, ok
 from test_core_e2e import (
     CLIENTS,
     add_client,
@@ -193,3 +193,27 @@ def test_config_json_holds_an_edit_once_the_panel_stopped(tmp_path):
         panel.stop()
     assert gone(pid)
     assert file_holds(panel, inbound["tag"], new, "trojan")
+
+
+def test_config_json_keeps_what_the_core_ran_when_the_store_moved_away_from_it(tmp_path):
+    """A live edit, then the stored inbound changed behind the panel's back into one the
+    core cannot run (a database restored from an Xray panel), then the panel stops before
+    config.json was rewritten: the file holds the edit on the inbound the core ran."""
+    panel = core_panel(tmp_path)
+    try:
+        api = panel.client()
+        inbound = add_inbound(api, "vless")
+        client = add_client(api, inbound["id"])
+        in_core(api, panel, inbound)
+        new = edited(api, client, "vless")
+        time.sleep(1)  # the live change is made; config.json waits for the changes to pause
+        xhttp = json.dumps({"network": "xhttp", "security": "none"})
+        db_rows(
+            panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, inbound["id"])
+        )
+    finally:
+        panel.stop()
+    assert file_holds(panel, inbound["tag"], new, "vless")
+    with open(os.path.join(panel.data_dir, "core", "config.json")) as file:
+        written = next(i for i in json.load(file)["inbounds"] if i.get("tag") == inbound["tag"])
+    assert written["streamSettings"]["network"] == "tcp"
