@@ -247,7 +247,7 @@ def clients_change_stall(ctx: Context) -> dict:
     A second connection sends GET /csrf-token (a route that does almost nothing) back to
     back for STALL_WINDOW seconds after each edit; its slowest reply is how long the panel
     answered nobody. The core on PATH must run the config, or nothing syncs
-    (`core_on_runnable_inbounds`); `clients_in_core` says how many attachments it runs."""
+    (`core_panel`); `clients_in_core` says how many attachments it runs."""
     panel, in_core, emails = core_panel(ctx, DATASET)
     client = panel.client()
     edited = emails[0]
