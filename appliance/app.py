@@ -57,7 +57,7 @@ from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
-from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
+from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
 from appliance.web.audit_routes import AuditRouteNeeds, audit_routes
 from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
 from appliance.web.client_routes import ClientRouteNeeds, client_routes
@@ -105,7 +105,8 @@ class Panel:
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
-        self.clients = Clients(self.store)
+        self.touched_clients = TouchedClients()
+        self.clients = Clients(self.store, touched=self.touched_clients.note)
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
         self.client_bulk = ClientBulk(self.clients, self.client_query)
         self.groups = Groups(self.store)
@@ -141,6 +142,7 @@ class Panel:
             places=self.places,
             inbounds=self.inbounds,
             core_clients=self.client_query.core_clients,
+            client_views=self.clients.core_views,
             settings=self.settings,
             accounting=self.accounting,
             sweep=self.client_bulk.disable_depleted,
@@ -381,13 +383,18 @@ class Panel:
             )
             return None
 
-    def changed(self, resource: str) -> None:
-        """After a successful change: drop what caches it, tell every open browser."""
+    def changed(self, resource: str, emails: list[str] | None = None) -> None:
+        """After a successful change: drop what caches it, tell every open browser, bring
+        the core in step: with the clients of `emails` or of those the API call named
+        client by client (`TouchedClients`) alone, else with everything stored. `emails`
+        comes from the core itself, which then already took them."""
         if resource in ("clients", "inbounds", "hosts", "settings"):
             self.subscriptions.invalidate()
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
-            self.core.mark_dirty()
+            if emails is None:
+                touched = self.touched_clients.take() if resource == "clients" else None
+                self.core.mark_dirty(touched)
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:

@@ -9,6 +9,7 @@ before each timed request, outside the timing.
 
 from __future__ import annotations
 
+import sqlite3
 import statistics
 import time
 from urllib.parse import quote
@@ -17,7 +18,9 @@ from uuid import uuid4
 import clients_dataset
 import scenarios  # noqa: F401  (the first scenarios register, and so run, before these)
 from clients_dataset import CLIENT_COUNT, DATASET_NAME, INBOUND_COUNT
-from harness import Client, Context, Panel, latency, log, scenario, with_target
+from harness import BenchError, Client, Context, Panel, latency, log, scenario, with_target
+
+from appliance.config import DB_FILE
 
 DATASET = DATASET_NAME
 PAGED = "/panel/api/clients/list/paged"
@@ -43,6 +46,7 @@ STALL_WINDOW = 4.0
 CORE_WAIT = 30.0
 # The dataset's inbound kinds V2Ray 4.34 runs (see clients_change_stall).
 CORE_KINDS = ("vless-ws", "vmess-ws")
+CORE_PATTERNS = [f"%{kind}%" for kind in CORE_KINDS]
 HEAVY_REQUESTS = 3
 # The client whose counters the "uncached" figures write back to drop the summary cache.
 TOUCHED = "hana.077777@mail.example.org"
@@ -231,36 +235,22 @@ RSS_STEPS = (
 )
 
 
-@scenario("clients_change_stall", dataset=DATASET)
+@scenario("clients_change_stall", dataset=None)
 def clients_change_stall(ctx: Context) -> dict:
     """What one client edit costs everyone else at 100,000 clients: the edit (a new UUID
-    for a client the core runs) marks the core dirty, and the sync that follows rebuilds
-    the config, compares it with the running one, changes the user live and rewrites
-    config.json. A second connection sends GET /csrf-token (a route that does almost
-    nothing) back to back for STALL_WINDOW seconds after each edit; its slowest reply is
-    how long the panel answered nobody. The core on PATH must run the config, or nothing
-    syncs: the inbounds whose kind V2Ray 4.34 cannot run (REALITY, TLS with the
-    dataset's missing certificate files, Hysteria, several Shadowsocks users) are
-    disabled first, which starts the core that refused the whole config at start;
-    `clients_in_core` says how many attachments it runs."""
-    client = ctx.panel.client()
-    in_core, edited = 0, None
-    for inbound in client.call("GET", "/panel/api/inbounds/list/slim"):
-        if any(kind in inbound["remark"] for kind in CORE_KINDS):
-            clients = inbound["settings"].get("clients") or []
-            in_core += len(clients)
-            edited = edited or next((c["email"] for c in clients if c["enable"]), None)
-        else:
-            client.call("POST", f"/panel/api/inbounds/setEnable/{inbound['id']}", {"enable": False})
-    deadline = time.monotonic() + CORE_WAIT
-    while (state := client.call("GET", "/panel/api/server/status")["core"]["state"]) != "running":
-        if time.monotonic() > deadline:
-            return {"stall": {"skipped": f"the core did not run the config (state {state})"}}
-        time.sleep(0.5)
-    time.sleep(STALL_WINDOW)  # the sync of the last setEnable
+    for a client the core runs) names the client to the core, and the sync that follows
+    compares that client's entries with the running ones and changes the user live;
+    config.json is rewritten once edits pause for 5 s, which the next run's window sees.
+    A second connection sends GET /csrf-token (a route that does almost nothing) back to
+    back for STALL_WINDOW seconds after each edit; its slowest reply is how long the panel
+    answered nobody. The core on PATH must run the config, or nothing syncs
+    (`core_panel`); `clients_in_core` says how many attachments it runs."""
+    panel, in_core, emails = core_panel(ctx, DATASET)
+    client = panel.client()
+    edited = emails[0]
     path = quote(edited, safe="@")
     record = client.call("GET", f"/panel/api/clients/get/{path}")
-    probe = ctx.panel.client()
+    probe = panel.client()
     slowest, every = [], []
     for _ in range(ctx.runs):
         client.call("POST", f"/panel/api/clients/update/{path}", {**record, "id": str(uuid4())})
@@ -283,6 +273,37 @@ def clients_change_stall(ctx: Context) -> dict:
             "clients_in_core": in_core,
         }
     }
+
+
+def core_panel(ctx: Context, dataset: str) -> tuple[Panel, int, list[str]]:
+    """A panel on `dataset` whose core runs: the inbounds whose kind V2Ray 4.34 cannot run
+    (REALITY, TLS with the dataset's missing certificate files, Hysteria, several
+    Shadowsocks users) are disabled in its database before it starts, as an admin would
+    have left them (the API tests every save with the core, and the core refuses any
+    config that still holds one of them). Returns the panel, how many attachments the core
+    runs, and the emails of the enabled clients it runs."""
+    data_dir = ctx.bench.data_dir(dataset)
+    kinds = " OR ".join("remark LIKE ?" for _ in CORE_KINDS)
+    conn = sqlite3.connect(data_dir / DB_FILE)
+    with conn:
+        conn.execute(f"UPDATE inbound SET enable = 0 WHERE NOT ({kinds})", CORE_PATTERNS)
+    conn.close()
+    panel = Panel(data_dir, dataset)
+    ctx.start(panel)
+    client = panel.client()
+    deadline = time.monotonic() + CORE_WAIT
+    while (state := client.call("GET", "/panel/api/server/status")["core"]["state"]) != "running":
+        if time.monotonic() > deadline:
+            raise BenchError(f"the core did not run the config (state {state})")
+        time.sleep(0.5)
+    emails = [
+        entry["email"]
+        for inbound in client.call("GET", "/panel/api/server/getConfigJson")["inbounds"]
+        for entry in (inbound.get("settings") or {}).get("clients") or []
+    ]
+    client.close()
+    ctx.bench.check(panel)
+    return panel, len(emails), list(dict.fromkeys(emails))
 
 
 @scenario("clients_rss", dataset=None)

@@ -103,8 +103,9 @@ def inbound_payloads() -> list[dict]:
     return payloads
 
 
-def seed_clients(conn: sqlite3.Connection) -> None:
-    """Write the inbounds, groups, clients, attachments and traffic rows."""
+def seed_clients(conn: sqlite3.Connection, count: int = CLIENT_COUNT) -> None:
+    """Write the inbounds, groups, clients, attachments and traffic rows: `count` clients
+    in the mix of the full dataset (smaller ones leave the samples alone)."""
     rng = random.Random(SEED)
     now = int(time.time() * 1000)
     inbounds = _insert_inbounds(conn, now)
@@ -114,8 +115,8 @@ def seed_clients(conn: sqlite3.Connection) -> None:
         [(name, email_key(name)) for name in groups + ["empty-a", "empty-b"][:EMPTY_GROUPS]],
     )
     clients, attachments, traffic = [], [], []
-    for index in range(CLIENT_COUNT):
-        ids = _attachment(rng, index)
+    for index in range(count):
+        ids = _attachment(rng, index, count)
         payload = _client_payload(rng, index, groups, now, ids, inbounds)
         record = normalize_client(payload, [inbounds[i] for i in ids])
         key = email_key(record["email"])
@@ -124,7 +125,9 @@ def seed_clients(conn: sqlite3.Connection) -> None:
         clients.append((index + 1, key, *columns.values(), created, created))
         attachments += [(index + 1, inbound_id) for inbound_id in ids]
         traffic.append(_traffic(rng, record, key, now))
-        if index in (0, 4242, 77_777, CLIENT_COUNT - 1) or index == _first_unattached():
+        if count == CLIENT_COUNT and (
+            index in (0, 4242, 77_777, CLIENT_COUNT - 1) or index == _first_unattached(count)
+        ):
             SAMPLES[record["email"]] = {"uuid": record["id"], "inboundIds": ids}
     insert_clients(conn, list(columns), clients, attachments, traffic)
 
@@ -137,15 +140,15 @@ def _insert_inbounds(conn: sqlite3.Connection, now: int) -> dict[int, dict]:
     return records
 
 
-def _first_unattached() -> int:
-    return CLIENT_COUNT - UNATTACHED
+def _first_unattached(count: int) -> int:
+    return count - UNATTACHED * count // CLIENT_COUNT
 
 
-def _attachment(rng: random.Random, index: int) -> list[int]:
+def _attachment(rng: random.Random, index: int, count: int) -> list[int]:
     """Inbound ids: none for the last UNATTACHED clients, two or three for about one in
     eight, one otherwise. Shadowsocks 2022 shares no client with another 2022 inbound of
     a different key length (there is one 2022 cipher), so every secret fits."""
-    if index >= _first_unattached():
+    if index >= _first_unattached(count):
         return []
     count = 1 if rng.random() < 0.875 else rng.choice((2, 3))
     return sorted(rng.sample(range(1, INBOUND_COUNT + 1), count))
@@ -232,3 +235,28 @@ register_dataset(
         check=check_clients,
     )
 )
+
+
+def check_count(count: int):
+    """The check of a smaller dataset: the paged list counts every client."""
+
+    def check(client: Client) -> str:
+        total = client.call("GET", "/panel/api/clients/list/paged?pageSize=1")["total"]
+        if total != count:
+            raise BenchError(f"list/paged says total {total}, {count} were written")
+        return f"list/paged total {total}"
+
+    return check
+
+
+# The same mix at a hundredth and a tenth of the size, where a cost that should not grow
+# with the clients is compared (bench/edit_scenarios.py).
+for _count, _name in ((1_000, "clients_1k"), (10_000, "clients_10k")):
+    register_dataset(
+        Dataset(
+            _name,
+            f"{_count:,} clients in the mix of {DATASET_NAME}",
+            seed=lambda conn, count=_count: seed_clients(conn, count),
+            check=check_count(_count),
+        )
+    )

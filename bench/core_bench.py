@@ -1,7 +1,9 @@
 """The core's hot paths at 100,000 clients, in process: building the config, one traffic
-tick over every client's counters and over 100,000 counters, the live-change diff, what
-the panel does after one client change (the whole sync of a live change), and the
-latency of one live user change against the real core.
+tick over every client's counters and over 100,000 counters, the live-change diff, the
+whole comparison a change costs when it does not name its clients (a bulk call, a group,
+an inbound save: build, diff, config.json rewritten; a single-client edit costs that
+client alone, see edit_scenarios.py), and the latency of one live user change against
+the real core.
 
     python bench/core_bench.py [--runs N]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from appliance.core.live import UserOp, live_changes, running
+from appliance.core.live import UserOp, live_changes, running, took, with_ops
 
 
 def config(*inbounds: dict) -> dict:
@@ -98,3 +98,30 @@ def test_a_large_comparison_pauses_between_slices_and_finds_the_same_changes():
     found = live_changes(kept, wanted, target)
     assert found == live_changes(running(current), wanted)
     assert [(op.action, op.email) for op in found] == [("remove", "u0"), ("add", "u0")]
+
+
+def test_what_is_kept_of_the_running_config_follows_the_operations_the_core_took():
+    current = config(inbound("a", "vless", ALICE), inbound("b", "vmess", BOB, port=8443))
+    wanted = config(
+        inbound("a", "vless", {**ALICE, "flow": "xtls-rprx-vision"}, BOB),
+        inbound("b", "vmess", port=8443),
+    )
+    kept = running(current)
+    took(kept, live_changes(kept, wanted))
+    assert kept == running(wanted)
+    assert live_changes(kept, wanted) == []
+
+
+def test_operations_written_into_a_config_read_back_give_the_wanted_clients():
+    current = config(inbound("a", "vless", ALICE), inbound("b", "vmess", BOB, port=8443))
+    changed = {**ALICE, "flow": "xtls-rprx-vision"}
+    operations = [
+        UserOp("remove", "a", "vless", "alice"),
+        UserOp("remove", "b", "vmess", "bob"),
+        UserOp("add", "a", "vless", "bob", BOB),
+        UserOp("add", "a", "vless", "alice", changed),
+    ]
+    written = with_ops(copy.deepcopy(current), operations)
+    clients = {i["tag"]: i["settings"]["clients"] for i in written["inbounds"]}
+    assert clients == {"a": [BOB, changed], "b": []}
+    assert written["outbounds"] == current["outbounds"]

@@ -71,6 +71,7 @@ import copy
 import hashlib
 import json
 import time
+from collections.abc import Callable
 
 # The panel's own entry rules and pure read-side helpers, so the core gets exactly the
 # entries the inbound API shows (which flow and which cipher a client entry carries).
@@ -151,9 +152,17 @@ def build_config(
 def _servable(inbound: dict, flavor: str, now_ms: int) -> bool:
     """V2Ray 4.34's Shadowsocks inbound needs exactly one user; without one it refuses
     the whole config, so such an inbound waits outside it until a client can use it."""
-    if flavor != "v2fly" or inbound.get("protocol") != "shadowsocks":
+    if not clients_shape_inbound(inbound, flavor):
         return True
     return any(client_in_core(client, now_ms) for client in inbound.get("clientRows") or [])
+
+
+def clients_shape_inbound(inbound: dict, flavor: str) -> bool:
+    """Whether the clients of this inbound view decide more of its core inbound than its
+    client list: V2Ray's Shadowsocks inbound is left out without a client and written in
+    the single-user form with one. Elsewhere a config built without any client differs
+    from the whole one in client lists only."""
+    return flavor == "v2fly" and inbound.get("protocol") == "shadowsocks"
 
 
 def config_fingerprint(config: dict) -> str:
@@ -305,21 +314,33 @@ def _settings(inbound: dict, flavor: str, now_ms: int) -> dict:
     if protocol not in CLIENT_PROTOCOLS:
         return settings
     clients = _client_entries(inbound, now_ms)
-    if protocol == "shadowsocks" and flavor == "v2fly" and len(clients) == 1:
+    if clients_shape_inbound(inbound, flavor) and len(clients) == 1:
         return _single_user(settings, clients[0])
     settings["clients"] = clients
     return settings
 
 
 def _client_entries(inbound: dict, now_ms: int) -> list[dict]:
-    protocol = inbound["protocol"]
-    flow_capable = tls_flow_capable(inbound)
-    method = legacy_method(inbound["settings"].get("method")) if protocol == "shadowsocks" else ""
+    render = entry_renderer(inbound)
     return [
-        {**client_entry(protocol, client, flow_capable, method), "level": CLIENT_LEVEL}
+        render(client)
         for client in inbound.get("clientRows") or []
         if client_in_core(client, now_ms)
     ]
+
+
+def entry_renderer(inbound: dict) -> Callable[[dict], dict]:
+    """The function that turns a client view into its entry in this inbound's client list
+    (whether the client belongs there is `client_in_core`'s to say). One client edit
+    renders that client's entries alone with it, exactly as a whole build would."""
+    protocol = inbound["protocol"]
+    flow_capable = tls_flow_capable(inbound)
+    method = legacy_method(inbound["settings"].get("method")) if protocol == "shadowsocks" else ""
+
+    def render(client: dict) -> dict:
+        return {**client_entry(protocol, client, flow_capable, method), "level": CLIENT_LEVEL}
+
+    return render
 
 
 def _single_user(settings: dict, client: dict) -> dict:

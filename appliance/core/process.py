@@ -5,7 +5,9 @@ one and checked with the core's own test mode first; only a config the core acce
 replaces `config.json` and the running process, so a refused config leaves the running
 core alone and its reason reaches the caller as a `ServiceError`. A core that exits on its
 own is restarted after 1 s, 2 s, 4 s ... up to 30 s, the delay starting over once a run
-lasted a minute; every state change is reported through `on_state`.
+lasted a minute; every state change is reported through `on_state`, and `before_respawn`
+runs just before such a restart, so the owner can bring config.json up to date first
+(it may lag behind the changes the core took live, see `record`).
 
 Children get the panel's environment minus `LD_LIBRARY_PATH` (a frozen panel points it at
 its own unpack folder, where the core finds the wrong libraries) and the frozen panel's
@@ -90,6 +92,10 @@ def _no_pause() -> None:
     """The default `pause`: write straight through."""
 
 
+def _nothing_to_prepare() -> None:
+    """The default `before_respawn`: config.json is always current."""
+
+
 class CoreProcess:
     def __init__(
         self,
@@ -105,6 +111,7 @@ class CoreProcess:
         self.workdir = workdir
         self.on_state = on_state
         self.pause = pause
+        self.before_respawn: Callable[[], None] = _nothing_to_prepare
         self.state = STOPPED
         self.error = ""
         self.restarts = 0
@@ -291,7 +298,9 @@ class CoreProcess:
     def record(self, config: dict) -> None:
         """Make `config` the config.json of a core that took it live (its client
         entries, not a restart), so the supervisor restarts a crashed core on it. Not
-        tested again: it differs from the tested config only in users the core took."""
+        tested again: it differs from the tested config only in client entries. The
+        owner may let it lag behind the users the core took, as long as it catches up
+        in `before_respawn` and before anyone else reads the file."""
         with self._lock:
             os.replace(self._write_candidate(config), self.config_path)
 
@@ -363,6 +372,10 @@ class CoreProcess:
             )
         if wake.wait(delay):
             return
+        try:
+            self.before_respawn()
+        except Exception:
+            log.exception("preparing the restart of the core failed; it starts as it was")
         with self._lock:
             if generation == self._generation:
                 self._spawn()

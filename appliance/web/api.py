@@ -61,6 +61,34 @@ TOKEN_REFUSED = (
     "the API token is unknown, disabled or expired, or its scope does not cover this route"
 )
 INTERNAL_ERROR = "internal error; the panel log has the details"
+TOUCHED_KEY = "appliance.touched-clients"
+
+
+class TouchedClients:
+    """The emails of the clients one API call changed client by client, kept with that
+    call's request: a call that named none (a bulk call, a group) leaves nothing here,
+    so what it changed is looked for everywhere; outside a request nothing is kept."""
+
+    def note(self, emails: list[str]) -> None:
+        environ = _request_environ()
+        if environ is not None:
+            environ.setdefault(TOUCHED_KEY, set()).update(emails)
+
+    def take(self) -> set[str] | None:
+        """What this request's calls noted (an empty set: they changed no core entry),
+        or None when none noted anything."""
+        environ = _request_environ()
+        return None if environ is None else environ.pop(TOUCHED_KEY, None)
+
+
+def _request_environ() -> dict | None:
+    """The environ of the request this greenlet serves; None outside one (Bottle binds
+    an empty one to the thread that imported it)."""
+    try:
+        environ = request.environ
+    except RuntimeError:
+        return None
+    return environ if "REQUEST_METHOD" in environ else None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
 from appliance.services.clients.groups import labels_of
-from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.services.clients.records import CLIENT_COLUMNS, CORE_SELECT, client_view, core_view
 from appliance.services.clients.summary import ClientSummary, Summary
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
@@ -509,31 +509,15 @@ class ClientQuery:
         while True:
             with db_session:
                 rows = self.store.rows(
-                    "SELECT c.id, c.uuid, c.email, c.flow, c.security, c.password, c.auth, "
-                    "c.method, c.reverse_tag, c.enable, c.total_bytes, c.expiry_time, "
-                    "t.up, t.down, t.enable FROM client_inbound ci "
+                    f"SELECT c.id, {CORE_SELECT} FROM client_inbound ci "
                     "JOIN client c ON c.id = ci.client_id "
                     "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
                     "WHERE ci.inbound_id = ? AND ci.client_id > ? "
                     "ORDER BY ci.client_id LIMIT ?",
                     [inbound_id, after, CORE_BATCH],
                 )
-            for (_id, uuid, email, flow, security, password, auth, method, reverse, enable,
-                 total, expiry, up, down, t_enable) in rows:  # fmt: skip
-                yield {
-                    "id": uuid,
-                    "email": email,
-                    "flow": flow,
-                    "security": security,
-                    "password": password,
-                    "auth": auth,
-                    "method": method,
-                    "reverse": {"tag": reverse} if reverse else None,
-                    "enable": bool(enable),
-                    "totalGB": total,
-                    "expiryTime": expiry,
-                    "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
-                }
+            for row in rows:
+                yield core_view(row[1:])
             if len(rows) < CORE_BATCH:
                 return
             after = rows[-1][0]

@@ -8,6 +8,11 @@ client re-created under the same email continues from them.
 Reads over many clients (lists, pages, summaries, exports) are in `client_query`; bulk
 operations in `client_bulk`; groups in `groups`. This module holds the single-client
 operations and the rules they share.
+
+A single-client write names the emails it changed to `touched` once its transaction has
+committed (the old and the new one of a rename; none for what the core does not carry,
+such as external links), so the core takes that client alone instead of comparing every
+client it runs. A write that names nothing leaves the core to compare them all.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.services.inbounds.views import record_of
+from appliance.store.batches import chunks
 
 LINK_KINDS = ("link", "subscription")
 SHARE_SCHEMES = (
@@ -40,10 +46,15 @@ SHARE_SCHEMES = (
 MAX_LINKS = 50
 
 
+def _nobody_listens(emails: list[str]) -> None:
+    """The default `touched`: nobody keeps a core in step."""
+
+
 class Clients:
-    def __init__(self, store, clock=time.time):
+    def __init__(self, store, clock=time.time, touched=_nobody_listens):
         self.store = store
         self.clock = clock
+        self.touched = touched
 
     # ---- single-client reads -----------------------------------------------------------
 
@@ -82,6 +93,33 @@ class Clients:
             ).order_by(lambda ip, seen: -seen)[:]
         return [f"{ip} ({seen})" for ip, seen in entries]
 
+    def core_views(self, emails: list[str]) -> dict[str, tuple[dict, set[int]]]:
+        """email -> (its view as the config builder reads it, the ids of its inbounds) for
+        each of `emails` that names a client, spelled as stored."""
+        keys = sorted({email_key(email) for email in emails})
+        found: dict[str, tuple[dict, set[int]]] = {}
+        with db_session:
+            for part in chunks(keys):
+                marks = ", ".join("?" * len(part))
+                rows = self.store.rows(
+                    f"SELECT c.id, {CORE_SELECT} FROM client c "
+                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+                    f"WHERE c.email_key IN ({marks})",
+                    list(part),
+                )
+                by_id = {row[0]: core_view(row[1:]) for row in rows}
+                inbound_ids: dict[int, set[int]] = {client_id: set() for client_id in by_id}
+                if by_id:
+                    for client_id, inbound_id in self.store.rows(
+                        "SELECT client_id, inbound_id FROM client_inbound "
+                        f"WHERE client_id IN ({', '.join('?' * len(by_id))})",
+                        list(by_id),
+                    ):
+                        inbound_ids[client_id].add(inbound_id)
+                for client_id, view in by_id.items():
+                    found[view["email"]] = (view, inbound_ids[client_id])
+        return found
+
     # ---- single-client writes ------------------------------------------------------------
 
     def add(self, body: Any) -> dict:
@@ -91,7 +129,9 @@ class Clients:
             inbounds = self.inbound_rows(inbound_ids)
             record = client_rules.normalize_client(client, [record_of(i) for i in inbounds])
             row = self.create(record, inbounds)
-            return self.view(row)
+            view = self.view(row)
+        self.touched([view["email"]])
+        return view
 
     def create(self, record: dict, inbounds: list) -> Any:
         """Insert a normalised record and attach it; the caller holds the db_session."""
@@ -127,6 +167,7 @@ class Clients:
             payload = payload["client"]
         with db_session:
             row = self.row(email)
+            before = row.email
             inbounds = [a.inbound for a in row.attachments]
             record = client_rules.normalize_client(payload, [record_of(i) for i in inbounds])
             new_key = email_key(record["email"])
@@ -137,12 +178,16 @@ class Clients:
             if traffic is not None:
                 traffic.email = record["email"]
             self._flush_unique(record["email"])
-            return self.view(row)
+            view = self.view(row)
+        self.touched([before, view["email"]])
+        return view
 
     def delete(self, email, keep_traffic: bool) -> None:
         with db_session:
             row = self.row(email)
+            gone = row.email
             self.delete_row(row, keep_traffic)
+        self.touched([gone])
 
     def delete_row(self, row, keep_traffic: bool) -> None:
         key = row.email_key
@@ -166,7 +211,9 @@ class Clients:
             for inbound in new:
                 self.store.ClientInbound(client=row, inbound=inbound)
             row.updated_at = self.now_ms()
-            return sorted(attached | {i.id for i in new})
+            changed = row.email
+        self.touched([changed])
+        return sorted(attached | {i.id for i in new})
 
     def detach(self, email, body: Any) -> list[int]:
         inbound_ids = set(inbound_ids_of(body))
@@ -176,7 +223,9 @@ class Clients:
                 if attachment.inbound.id in inbound_ids:
                     attachment.delete()
             row.updated_at = self.now_ms()
-            return sorted(a.inbound.id for a in row.attachments)
+            changed, left = row.email, sorted(a.inbound.id for a in row.attachments)
+        self.touched([changed])
+        return left
 
     def set_external_links(self, email, body: Any) -> None:
         if not isinstance(body, dict) or not isinstance(body.get("externalLinks"), list):
@@ -189,6 +238,7 @@ class Clients:
             row.links.clear()
             for n, link in enumerate(links):
                 self.store.ClientLink(client=row, sort_order=n, **link)
+        self.touched([])
 
     def reset_traffic(self, email) -> None:
         """Zero the counters and re-enable a client the sweep disabled."""
@@ -199,6 +249,8 @@ class Clients:
             traffic.enable = True
             row.enable = True
             row.updated_at = self.now_ms()
+            changed = row.email
+        self.touched([changed])
 
     def update_traffic(self, email, body: Any) -> None:
         if not isinstance(body, dict):
@@ -210,13 +262,17 @@ class Clients:
                 raise ServiceError(f"{field} must be a non-negative integer of bytes")
             values[field] = value
         with db_session:
-            traffic = self.traffic_row(self.row(email))
+            row = self.row(email)
+            traffic = self.traffic_row(row)
             traffic.up, traffic.down = values["upload"], values["download"]
+            changed = row.email
+        self.touched([changed])
 
     def clear_ips(self, email) -> None:
         with db_session:
             key = self.row(email).email_key
             select(i for i in self.store.ClientIp if i.email_key == key).delete(bulk=True)
+        self.touched([])
 
     # ---- shared helpers --------------------------------------------------------------------
 
@@ -309,6 +365,34 @@ CLIENT_COLUMNS = (
     "created_at",
     "updated_at",
 )
+
+
+# What the config builder reads of a client, in `core_view` order (c: client, t: traffic).
+CORE_SELECT = (
+    "c.uuid, c.email, c.flow, c.security, c.password, c.auth, c.method, c.reverse_tag, "
+    "c.enable, c.total_bytes, c.expiry_time, t.up, t.down, t.enable"
+)
+
+
+def core_view(row: tuple) -> dict:
+    """A client as the config builder reads it, from a tuple in `CORE_SELECT` order."""
+    (uuid, email, flow, security, password, auth, method, reverse, enable,
+     total, expiry, up, down, t_enable) = row  # fmt: skip
+    return {
+        "id": uuid,
+        "email": email,
+        "flow": flow,
+        "security": security,
+        "password": password,
+        "auth": auth,
+        "method": method,
+        "reverse": {"tag": reverse} if reverse else None,
+        "enable": bool(enable),
+        "totalGB": total,
+        "expiryTime": expiry,
+        # A client without a traffic row counts as enabled.
+        "traffic": {"up": up or 0, "down": down or 0, "enable": t_enable is None or bool(t_enable)},
+    }
 
 
 def client_view(row: tuple, inbound_ids: list[int], traffic: tuple) -> dict:

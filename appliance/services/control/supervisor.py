@@ -11,6 +11,15 @@ started by the first change that makes it acceptable). So a bulk call touching
 thousands of clients restarts the core at most once, and most client edits restart
 nothing.
 
+A call that changed a few clients and names them (`mark_dirty(emails)`) costs those
+clients alone: their entries are rendered from their rows, compared with what is kept of
+the running config (a fingerprint per inbound and email), changed live, and the kept
+fingerprints updated in place. config.json is not rewritten then: the core reads it only
+when it starts, so the live changes are collected and the file written once the changes
+pause (`WRITE_QUIET`, at the latest `WRITE_LATEST` after the first), at panel shutdown,
+when the running config is asked for, and before the process supervisor starts a core
+that exited: a core restarted after a crash runs every change stored until that moment.
+
 A save of an inbound or of the template is tested first (`check_candidate`): the config
 built from what the save's open transaction holds goes through the core's own test, and a
 refusal rolls the save back with the core's words. Should the core still refuse what is
@@ -34,15 +43,33 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Iterable
 
 import gevent
 import psutil
 from gevent.event import Event
+from gevent.lock import RLock
 from pony.orm import db_session
 
 from appliance.core.api import CoreApi, CoreApiError
-from appliance.core.config import build_config
-from appliance.core.live import Running, live_changes, running, stale_tags
+from appliance.core.config import (
+    build_config,
+    client_in_core,
+    clients_shape_inbound,
+    entry_renderer,
+)
+from appliance.core.live import (
+    LIVE_PROTOCOLS,
+    Running,
+    UserOp,
+    fingerprint,
+    live_changes,
+    running,
+    skeleton_of,
+    stale_tags,
+    took,
+    with_ops,
+)
 from appliance.core.process import NOT_INSTALLED, CoreMissing
 from appliance.core.template import default_template
 from appliance.domain.client_rules import normalize_client
@@ -67,6 +94,10 @@ DEBOUNCE_SECONDS = 0.2
 STATE_FILE = "core-state.json"
 STAND_IN_EMAIL = "core-test@appliance.invalid"  # the client a config test gives a bare inbound
 ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
+# Emails one sync takes client by client; more, and comparing every client is cheaper.
+CLIENTS_AT_ONCE = 500
+WRITE_QUIET = 5.0  # seconds without a live change before config.json is rewritten
+WRITE_LATEST = 60.0  # seconds after the first unwritten live change, however busy
 
 
 class CoreService:
@@ -79,6 +110,7 @@ class CoreService:
         places: FilePlaces,
         inbounds,
         core_clients,
+        client_views,
         settings,
         accounting,
         sweep,
@@ -88,6 +120,8 @@ class CoreService:
     ):
         self.store = store
         self.core_clients = core_clients
+        # emails -> {email: (core view, inbound ids)}: the clients a targeted sync takes.
+        self.client_views = client_views
         self.process = process
         self.workdir = workdir
         self.places = places
@@ -117,6 +151,16 @@ class CoreService:
         self.left_out = LeftOut()
         self._generation_base = secrets.randbits(40)
         self._dirty = Event()
+        self._compare_all = False  # a change not named client by client is waiting
+        self._emails: set[str] = set()  # clients changed since the last sync
+        # The user operations the core took since config.json was last written.
+        self._unwritten: list[UserOp] = []
+        self._last_unwritten = 0.0
+        self._writer: gevent.Greenlet | None = None
+        self._respawned = False
+        # One change of the running config at a time: syncs, file writes, the restart
+        # of a crashed core.
+        self._config_lock = RLock()
         self._flavor = "xray"
         self._prefix = "xray"
         # The supervisor restarts a crashed core on its own, under a new pid and with its
@@ -125,6 +169,7 @@ class CoreService:
         # state change first and passes it on to whoever listened before.
         self._state_listener = process.on_state
         process.on_state = self._core_state
+        process.before_respawn = self._before_respawn
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -181,11 +226,17 @@ class CoreService:
             raise
 
     def shutdown(self) -> None:
-        """At panel exit: count the last bytes, then stop the core with the panel."""
+        """At panel exit: count the last bytes, then stop the core with the panel and
+        leave config.json holding what it ran."""
         if self.process.state == "running":
             self.tick()
             self.process.stop()
             self._forget_state()
+        try:
+            with self._config_lock:
+                self._write_config()
+        except Exception:
+            log.exception("config.json could not be brought up to date at shutdown")
 
     def _launch(self, config: dict | None = None, target: Running | None = None) -> None:
         """(Re)start the core on `config`, or on one built now; `target` is
@@ -193,6 +244,7 @@ class CoreService:
         try:
             config = config or self.build()
             self.process.restart(config)
+            self._unwritten = []
             self.running = target or running(config)
         finally:
             return_freed_memory()
@@ -210,6 +262,10 @@ class CoreService:
         """Record a core that (re)started, forget one that died; then pass `state` on."""
         if state == "running":
             self._save_state()
+            if self._respawned:
+                # Changes stored while the core was down were left for it: take them now.
+                self._respawned = False
+                self.mark_dirty()
         elif state == "error":
             self._forget_state()
             if self.left_out.core_failed(self.process.error):
@@ -339,6 +395,8 @@ class CoreService:
         """The config the core runs, as its config.json holds it (live changes included);
         the config it would run when it does not."""
         if self.running is not None:
+            with self._config_lock:
+                self._write_config()
             try:
                 with open(self.process.config_path) as file:
                     return json.load(file)
@@ -364,7 +422,13 @@ class CoreService:
 
     # ---- keeping the running core in step -------------------------------------------------
 
-    def mark_dirty(self) -> None:
+    def mark_dirty(self, emails: Iterable[str] | None = None) -> None:
+        """Bring the core in step soon: with the clients of `emails` alone, or (None)
+        with everything stored."""
+        if emails is None:
+            self._compare_all = True
+        else:
+            self._emails.update(emails)
         self._dirty.set()
 
     def _sync_loop(self) -> None:
@@ -374,12 +438,150 @@ class CoreService:
                 continue
             gevent.sleep(DEBOUNCE_SECONDS)
             self._dirty.clear()
+            compare_all, emails = self._compare_all, self._emails
+            self._compare_all, self._emails = False, set()
+            # While an inbound is left out for its port, every sync looks whether the
+            # port came free, which only the whole comparison does.
+            whole = compare_all or len(emails) > CLIENTS_AT_ONCE or bool(self.left_out.inbounds)
             try:
-                self.sync()
+                with self._config_lock:
+                    if whole:
+                        self.sync()
+                    elif emails:
+                        self.sync_clients(emails)
             except Exception:
                 log.exception("keeping the core in step failed; the next change retries")
             finally:
-                return_freed_memory()
+                if whole:
+                    # After a build of every client, not after each edit: at 100,000
+                    # clients a trim of the heap takes the hub for milliseconds.
+                    return_freed_memory()
+
+    def sync_clients(self, emails: set[str]) -> None:
+        """Bring the running core in step with the clients of `emails` (as stored, spelled
+        as the core names them): their entries alone are compared and changed live.
+        Anything a live change cannot do (a Shadowsocks user, a core out of step or not
+        running) goes the way of `sync`."""
+        if (
+            self.process.state != "running"
+            or self.running is None
+            or self.api is None
+            or self._refused is not None
+            or self.error
+        ):
+            self.sync()
+            return
+        operations = self._client_operations(emails)
+        if operations is None or not self._apply_live(operations):
+            self.sync()
+            return
+        if operations:
+            took(self.running, operations)
+            self._unwritten += operations
+            self._write_later()
+
+    def _client_operations(self, emails: set[str]) -> list[UserOp] | None:
+        """The user operations that give the running core the stored entries of these
+        clients; None when it takes more than live changes: the stored config differs
+        from the running one besides client lists (built without clients to tell, which
+        costs the inbounds, not the clients), or an entry changes where the core cannot
+        change users live."""
+        views = self.inbounds.for_core(self.core_clients)
+        if self._bare_skeleton(views) != self.running.skeleton:
+            return None
+        by_tag = {view["tag"]: view for view in views}
+        clients = self.client_views(sorted(emails))
+        now_ms = int(time.time() * 1000)
+        removals: list[UserOp] = []
+        additions: list[UserOp] = []
+        for inbound, prints in zip(
+            self.running.skeleton.get("inbounds", []), self.running.entries, strict=True
+        ):
+            tag = inbound.get("tag")
+            view = by_tag.get(tag)
+            if view is None or view["protocol"] not in CLIENT_PROTOCOLS:
+                continue
+            render = entry_renderer(view)
+            for email in emails:
+                client, inbound_ids = clients.get(email, (None, ()))
+                entry = None
+                if view["id"] in inbound_ids and client_in_core(client, now_ms):
+                    entry = render(client)
+                before = prints.get(email)
+                if before == (None if entry is None else fingerprint(entry)):
+                    continue
+                if view["protocol"] not in LIVE_PROTOCOLS:
+                    return None
+                if before is not None:
+                    removals.append(UserOp("remove", tag, view["protocol"], email))
+                if entry is not None:
+                    additions.append(UserOp("add", tag, view["protocol"], email, entry))
+        return removals + additions
+
+    def _bare_skeleton(self, views: list[dict]) -> dict:
+        """The skeleton of the config for `views`, built without the clients wherever
+        they are no more than a client list."""
+        bare = [
+            view if clients_shape_inbound(view, self._flavor) else {**view, "clientRows": ()}
+            for view in views
+        ]
+        return skeleton_of(self._config(bare))
+
+    # ---- config.json -------------------------------------------------------------------------
+
+    def _write_later(self) -> None:
+        """Write config.json once live changes pause, at the latest WRITE_LATEST after
+        the first one it lacks."""
+        self._last_unwritten = time.monotonic()
+        if self._writer is None:
+            self._writer = gevent.spawn(self._write_when_quiet, self._last_unwritten)
+
+    def _write_when_quiet(self, first: float) -> None:
+        while (
+            wait := min(self._last_unwritten + WRITE_QUIET, first + WRITE_LATEST) - time.monotonic()
+        ) > 0:
+            gevent.sleep(wait)
+        self._writer = None
+        try:
+            with self._config_lock:
+                self._write_config()
+        except Exception:
+            log.exception("config.json could not be rewritten; the next change retries")
+        finally:
+            return_freed_memory()
+
+    def _write_config(self, respawn: bool = False) -> None:
+        """Make config.json hold the live changes the core took (called with the config
+        lock held). Written as built from what is stored when that differs from what runs
+        in client entries only (it may then also hold changes stored a moment ago and not
+        yet taken live, which the sync under way takes); else (a change that needs a
+        restart is waiting) the file is read back and the live changes written into it.
+        `respawn`: the supervisor is about to start the core on the file, so it is built
+        anew even when no live change is missing, and is what runs from then on."""
+        if self.running is None or not (respawn or self._unwritten):
+            return
+        wanted = self.build()
+        if skeleton_of(wanted) == self.running.skeleton:
+            self.process.record(wanted)
+            if respawn:
+                self.running = running(wanted, pause=breathe)
+        elif self._unwritten:
+            with open(self.process.config_path) as file:
+                written = json.load(file)
+            self.process.record(with_ops(written, self._unwritten))
+        self._unwritten = []
+
+    def _before_respawn(self) -> None:
+        """The process supervisor is about to start a core that exited on config.json:
+        make it hold every change stored until now."""
+        try:
+            with self._config_lock:
+                self._write_config(respawn=True)
+        except Exception:
+            log.exception("config.json could not be brought up to date before the restart")
+        finally:
+            self._respawned = True
+            return_freed_memory()
 
     def sync(self) -> None:
         """Bring the running core to the wanted config: live when possible, else once
@@ -414,6 +616,7 @@ class CoreService:
             # A core that crashes later restarts from config.json: it must hold the
             # users added and removed live, or they would come back as they were.
             self.process.record(wanted)
+            self._unwritten = []
             self.running = target
             self._in_step()
             return
@@ -424,6 +627,7 @@ class CoreService:
             self._out_of_step(exc.msg, target)
             self.hub.notify("Core config refused", exc.msg, "error")
             return
+        self._unwritten = []
         self.running = target
         self._in_step()
         self._connect()
@@ -476,8 +680,10 @@ class CoreService:
         moved = self.accounting.tick(counters, generation)
         if moved:
             self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
-        if self.sweep():
-            self.on_change("clients")
+        disabled = self.sweep()
+        if disabled:
+            self.mark_dirty(disabled)
+            self.on_change("clients", disabled)
         if self.client_ips is not None:
             skeleton = self.running.skeleton if self.running is not None else None
             # Xray lists who is online from where; other cores leave the access log.
