@@ -344,6 +344,7 @@ def test_a_client_over_quota_is_cut_off_live_and_back_after_a_reset(
     capped_route, other_route = route(inbound, capped), route(inbound, other)
     with client_core(tmp_path, [capped_route, other_route]):
         wait_until(lambda: passes(capped_route[0], echo), "the capped client connects")
+        wait_until(lambda: passes(other_route[0], echo), "the other client connects")
         pid = core_pid(panel)
         with closing(open_tunnel(other_route[0], echo)) as open_connection:
             push(capped_route[0], echo, 100_000)
