@@ -16,12 +16,13 @@ exactly what the per-record functions give.
 
 from __future__ import annotations
 
-from appliance.links.clash import clash_document, clash_proxy
+from appliance.links.clash import YAML_EMITTER, clash_document, clash_proxy
 from appliance.links.json_config import HTTP_PORT, SOCKS_PORT, client_config
 from appliance.links.plan import LinkContext, PreparedInbound, plans_for, prepare_inbound
 from appliance.links.share import share_link
 
 __all__ = [
+    "YAML_EMITTER",
     "LinkContext",
     "PreparedInbound",
     "clash_document",
