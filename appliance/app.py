@@ -389,7 +389,7 @@ class Panel:
     def changed(self, resource: str) -> None:
         """After a successful change: drop what caches it, tell every open browser."""
         if resource in ("clients", "inbounds", "hosts", "settings"):
-            self.subscriptions.invalidate()
+            self.subscriptions.invalidate(resource)
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             self.core.mark_dirty()
