@@ -1,7 +1,7 @@
 """The Mihomo profile is written byte for byte as `yaml.safe_dump` writes it.
 
-`clash_document` uses libyaml's emitter when PyYAML has it; client apps must not see a
-single byte change for that. Every document the link cases make, and documents full of
+`clash_document` makes the YAML events itself and has libyaml write them when PyYAML has
+it; client apps must not see a single byte change for that. Every document the link cases make, and documents full of
 the text admins put into remarks, paths and rules (flag emoji, every script, quotes,
 colons, control characters, lines longer than the fold width), are compared with the
 pure-Python `safe_dump` of the same document, which wrote every profile before.
@@ -16,7 +16,7 @@ import yaml
 from links_cases import ALICE, CASES, CTX
 
 from appliance.links import clash, clash_document, client_clash_proxies
-from appliance.links.clash import clash_profile
+from appliance.links.clash import clash_profile, dump_yaml
 from appliance.links.plan import LinkContext
 
 RULES = "DOMAIN-SUFFIX,ads.example,REJECT\nGEOIP,CN,DIRECT"
@@ -64,6 +64,32 @@ def test_flag_emoji_in_remarks_are_written_as_text():
     assert document == reference(proxies, "")
 
 
+def safe_dump(document: dict) -> str:
+    return yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
+
+
+def test_text_that_reads_as_another_type_is_written_as_safe_dump_writes_it():
+    lookalikes = ["true", "False", "yes", "on", "null", "~", "", "443", "-7", "0x1F", "0o17"]
+    lookalikes += ["1e3", ".inf", "2026-11-26", "12:30:45", "<<", "=", "- a", "a: b", "#x"]
+    profile = {
+        f"field{n}": {"text": word, "list": [word, 1, -2, True, False], "empty": {}, "none": []}
+        for n, word in enumerate(lookalikes)
+    }
+    assert dump_yaml(profile) == safe_dump(profile)
+    assert clash._document_events(profile) is not None  # the fast way was taken
+
+
+def test_what_the_fast_path_cannot_say_is_written_as_safe_dump_writes_it():
+    shared = {"path": "/ws"}
+    for profile in (
+        {"proxies": [{"ws-opts": shared}, {"ws-opts": shared}]},  # an anchor and an alias
+        {"up": 1.5, "down": None, "alpn": ("h2",), "empty": ()},
+        {"udp": True, 7: "a key that is not text"},
+        {"": "an empty key", "k" * 128: "a long key", "two\nlines": "a key of two lines"},
+    ):
+        assert dump_yaml(profile) == safe_dump(profile)
+
+
 def test_admins_text_is_written_as_safe_dump_writes_it():
     rng = random.Random(20261126)
     record, user, hosts = CASES[sorted(CASES)[0]]
@@ -83,13 +109,9 @@ def test_admins_text_is_written_as_safe_dump_writes_it():
         }
         rules = "\n".join(f"DOMAIN,{word},DIRECT" for word in words)
         assert clash_document([proxy], rules) == reference([proxy], rules), words
-        if clash.FAST_DUMPER is not None:
-            text = yaml.dump(
-                clash_profile([proxy], rules),
-                Dumper=clash.FAST_DUMPER,
-                allow_unicode=True,
-                sort_keys=False,
-            )
+        events = clash._document_events(clash_profile([proxy], rules))
+        if events is not None:
+            text = yaml.emit(events, Dumper=clash.FAST_DUMPER, allow_unicode=True)
             fast += "\\" not in text
     # Both ways of writing were compared, not only the fallback.
     assert fast > 300 or clash.FAST_DUMPER is None
