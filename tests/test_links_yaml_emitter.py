@@ -1,10 +1,11 @@
 """The Mihomo profile is written byte for byte as `yaml.safe_dump` writes it.
 
 `clash_document` makes the YAML events itself and has libyaml write them when PyYAML has
-it; client apps must not see a single byte change for that. Every document the link cases make, and documents full of
-the text admins put into remarks, paths and rules (flag emoji, every script, quotes,
-colons, control characters, lines longer than the fold width), are compared with the
-pure-Python `safe_dump` of the same document, which wrote every profile before.
+it (`appliance.links.yaml_text`); client apps must not see a single byte change for that.
+Every document the link cases make, and documents full of the text admins put into
+remarks, paths and rules (flag emoji, every script, quotes, colons, control characters,
+lines longer than the fold width), are compared with the pure-Python `safe_dump` of the
+same document, which wrote every profile before.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import pytest
 import yaml
 from links_cases import ALICE, CASES, CTX
 
-from appliance.links import clash, clash_document, client_clash_proxies
-from appliance.links.clash import clash_profile, dump_yaml
+from appliance.links import clash_document, client_clash_proxies, yaml_text
+from appliance.links.clash import clash_profile
 from appliance.links.plan import LinkContext
+from appliance.links.yaml_text import dump_yaml
 
 RULES = "DOMAIN-SUFFIX,ads.example,REJECT\nGEOIP,CN,DIRECT"
 # Text an admin may type: scripts, YAML indicators, quotes, line breaks and plenty of
@@ -76,7 +78,7 @@ def test_text_that_reads_as_another_type_is_written_as_safe_dump_writes_it():
         for n, word in enumerate(lookalikes)
     }
     assert dump_yaml(profile) == safe_dump(profile)
-    assert clash._document_events(profile) is not None  # the fast way was taken
+    assert yaml_text.document_events(profile) is not None  # the fast way was taken
 
 
 def test_what_the_fast_path_cannot_say_is_written_as_safe_dump_writes_it():
@@ -109,9 +111,9 @@ def test_admins_text_is_written_as_safe_dump_writes_it():
         }
         rules = "\n".join(f"DOMAIN,{word},DIRECT" for word in words)
         assert clash_document([proxy], rules) == reference([proxy], rules), words
-        events = clash._document_events(clash_profile([proxy], rules))
+        events = yaml_text.document_events(clash_profile([proxy], rules))
         if events is not None:
-            text = yaml.emit(events, Dumper=clash.FAST_DUMPER, allow_unicode=True)
+            text = yaml.emit(events, Dumper=yaml_text.FAST_DUMPER, allow_unicode=True)
             fast += "\\" not in text
     # Both ways of writing were compared, not only the fallback.
-    assert fast > 300 or clash.FAST_DUMPER is None
+    assert fast > 300 or yaml_text.FAST_DUMPER is None

@@ -16,10 +16,11 @@ exactly what the per-record functions give.
 
 from __future__ import annotations
 
-from appliance.links.clash import YAML_EMITTER, clash_document, clash_proxy
+from appliance.links.clash import clash_document, clash_proxy
 from appliance.links.json_config import HTTP_PORT, SOCKS_PORT, client_config
 from appliance.links.plan import LinkContext, PreparedInbound, plans_for, prepare_inbound
 from appliance.links.share import share_link
+from appliance.links.yaml_text import YAML_EMITTER
 
 __all__ = [
     "YAML_EMITTER",

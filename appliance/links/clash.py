@@ -22,53 +22,17 @@ core's transports).
 (names made unique, as Mihomo refuses duplicates), one `select` group named PROXY listing
 them and DIRECT, and the rules of the `subRoutingRules` setting followed by `MATCH,PROXY`.
 
-The text is the text `yaml.safe_dump` writes, byte for byte, written faster:
-
-- by libyaml's emitter (`CSafeDumper`) when PyYAML was built with it, several times
-  faster than the pure-Python one (`YAML_EMITTER` says which is in use). The two agree
-  except where libyaml escapes what the Python emitter writes as it is (characters
-  beyond U+FFFF such as flag emoji, U+0085) or folds a double-quoted scalar otherwise;
-  each of those puts a backslash into libyaml's text, so a document whose libyaml text
-  holds one is written again by the Python emitter;
-- from events made here rather than by PyYAML's representer and serializer, which cost
-  more than libyaml's writing: a profile holds only strings, integers, booleans, lists
-  and mappings keyed by field names, whose events are simple to make exactly as they
-  make them (the same tags and implicit flags, block style). A document holding anything
-  else, one list or mapping twice (which they would write as an anchor and an alias), or
-  a key the two emitters place otherwise (empty, 128 characters long, several lines) is
-  written by `safe_dump` itself.
+The text is written by `appliance.links.yaml_text`, which writes exactly what
+`yaml.safe_dump` writes, faster.
 """
 
 from __future__ import annotations
 
-import yaml
-from yaml.events import (
-    DocumentEndEvent,
-    DocumentStartEvent,
-    MappingEndEvent,
-    MappingStartEvent,
-    ScalarEvent,
-    SequenceEndEvent,
-    SequenceStartEvent,
-    StreamEndEvent,
-    StreamStartEvent,
-)
-from yaml.nodes import ScalarNode
-from yaml.resolver import Resolver
-
 from appliance.links import transport as tr
 from appliance.links.plan import LinkPlan
 from appliance.links.share import bandwidth_mbps
+from appliance.links.yaml_text import dump_yaml
 
-# libyaml is part of the PyYAML wheels; a PyYAML built without it still works, slower.
-FAST_DUMPER = getattr(yaml, "CSafeDumper", None)
-YAML_EMITTER = "libyaml" if FAST_DUMPER is not None else "pure Python"
-TAG = "tag:yaml.org,2002:"
-STR_TAG, INT_TAG, BOOL_TAG, MAP_TAG, SEQ_TAG = (
-    TAG + name for name in ("str", "int", "bool", "map", "seq")
-)
-# Stateless as used here: whether a string written plain would read back as a string.
-RESOLVER = Resolver()
 GROUP_NAME = "PROXY"
 MIHOMO_TRANSPORTS = {
     "vless": frozenset({"tcp", "http", "ws", "httpupgrade", "grpc", "xhttp"}),
@@ -236,63 +200,6 @@ def clash_profile(proxies: list[dict], routing_rules: str) -> dict:
         "proxy-groups": [{"name": GROUP_NAME, "type": "select", "proxies": [*names, "DIRECT"]}],
         "rules": rules,
     }
-
-
-def dump_yaml(document: dict) -> str:
-    """`yaml.safe_dump(document, allow_unicode=True, sort_keys=False)`, byte for byte,
-    by the fastest emitter that writes it so (see the module docstring)."""
-    events = _document_events(document) if FAST_DUMPER is not None else None
-    if events is not None:
-        text = yaml.emit(events, Dumper=FAST_DUMPER, allow_unicode=True)
-        if "\\" not in text:
-            return text
-    return yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
-
-
-def _document_events(document: dict) -> list | None:
-    """The events PyYAML's SafeRepresenter and Serializer make of `document` (block
-    style, keys in their order); None when it holds anything but the profile's kinds of
-    values (see the module docstring)."""
-    events: list = [StreamStartEvent(), DocumentStartEvent(explicit=False)]
-    if not _node_events(document, events, set()):
-        return None
-    events += [DocumentEndEvent(explicit=False), StreamEndEvent()]
-    return events
-
-
-def _field_name(key: object) -> bool:
-    """A key both emitters write as a simple key, the same way."""
-    return isinstance(key, str) and 0 < len(key) < 100 and key.isprintable()
-
-
-def _node_events(value: object, events: list, seen: set[int]) -> bool:
-    if isinstance(value, str):
-        plain = RESOLVER.resolve(ScalarNode, value, (True, False)) == STR_TAG
-        events.append(ScalarEvent(None, STR_TAG, (plain, True), value))
-        return True
-    if isinstance(value, bool):
-        events.append(ScalarEvent(None, BOOL_TAG, (True, False), "true" if value else "false"))
-        return True
-    if type(value) is int:
-        events.append(ScalarEvent(None, INT_TAG, (True, False), str(value)))
-        return True
-    if type(value) not in (dict, list) or id(value) in seen:
-        return False
-    seen.add(id(value))
-    if isinstance(value, dict):
-        events.append(MappingStartEvent(None, MAP_TAG, True, flow_style=False))
-        for key, item in value.items():
-            if not (_field_name(key) and _node_events(key, events, seen)):
-                return False
-            if not _node_events(item, events, seen):
-                return False
-        events.append(MappingEndEvent())
-        return True
-    events.append(SequenceStartEvent(None, SEQ_TAG, True, flow_style=False))
-    if not all(_node_events(item, events, seen) for item in value):
-        return False
-    events.append(SequenceEndEvent())
-    return True
 
 
 def parse_rules(routing_rules: str) -> list[str]:
