@@ -289,7 +289,7 @@ class Subscriptions:
         are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound."""
         clients = [(_view(rows[0]), _inbound_ids(rows)) for rows in lookup.rows]
         wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids})
-        prepared = self.inbounds.enabled(wanted, lookup.generation, self._generation)
+        prepared = self.inbounds.enabled(wanted)
         pairs = [
             (inbound_id, prepared[inbound_id], client)
             for inbound_id in wanted
@@ -387,25 +387,25 @@ class InboundCatalog:
         self.reads = reads
         self._prepared: dict[int, PreparedInbound | None] = {}
         self._disabled: set[int] = set()
+        self._generation = 0
 
     def clear(self) -> None:
+        self._generation += 1
         self._prepared = {}
         self._disabled = set()
 
-    def enabled(
-        self, inbound_ids: list[int], read_at: int, current: int
-    ) -> dict[int, PreparedInbound | None]:
+    def enabled(self, inbound_ids: list[int]) -> dict[int, PreparedInbound | None]:
         """The enabled ones of `inbound_ids`, prepared. What is read here is kept only
-        when no change came since the caller's own read (`read_at` is the generation of
-        that read, `current` the generation now), so a change can never be undone by a
-        read that began before it."""
-        prepared, disabled = self._prepared, self._disabled
-        missing = [i for i in inbound_ids if i not in prepared and i not in disabled]
+        when no `clear` came while it was read (a networked database's read yields), so
+        a change can never be undone by a read that began before it."""
+        prepared = self._prepared
+        missing = [i for i in inbound_ids if i not in prepared and i not in self._disabled]
         if missing:
+            generation = self._generation
             loaded = self._load(missing)
-            if read_at == current:
-                prepared.update(loaded)
-                disabled.update(i for i in missing if i not in loaded)
+            if generation == self._generation:
+                self._prepared.update(loaded)
+                self._disabled.update(i for i in missing if i not in loaded)
             prepared = {**prepared, **loaded}
         return {i: prepared[i] for i in inbound_ids if i in prepared}
 
