@@ -541,6 +541,15 @@ def test_info_page_escapes_what_it_shows(api, panel, restore):
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
 
 
+# ---- what the panel says at start ---------------------------------------------------------
+
+
+def test_the_start_names_the_yaml_emitter(panel):
+    emitter = "libyaml" if hasattr(yaml, "CSafeDumper") else "pure Python"
+    listening = [line for line in panel.lines if "subscription server listening" in line]
+    assert listening and f"YAML written by the {emitter} emitter" in listening[-1]
+
+
 # ---- TLS ----------------------------------------------------------------------------------
 
 
