@@ -27,6 +27,7 @@ from appliance import __version__
 from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
+from appliance.links import YAML_EMITTER
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
 from appliance.services.accounts.auth import Auth
@@ -320,7 +321,12 @@ class Panel:
         scheme = "https" if tls else "http"
         log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
         sub_scheme = "https" if sub_tls else "http"
-        log.info("subscription server listening on %s://%s:%d/", sub_scheme, *self.bound["sub"])
+        log.info(
+            "subscription server listening on %s://%s:%d/ (YAML written by the %s emitter)",
+            sub_scheme,
+            *self.bound["sub"],
+            YAML_EMITTER,
+        )
         if on_listening is not None:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
@@ -389,7 +395,7 @@ class Panel:
         client by client (`TouchedClients`) alone, else with everything stored. `emails`
         comes from the core itself, which then already took them."""
         if resource in ("clients", "inbounds", "hosts", "settings"):
-            self.subscriptions.invalidate()
+            self.subscriptions.invalidate(resource)
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:

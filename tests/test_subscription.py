@@ -12,6 +12,7 @@ import base64
 import html
 import ipaddress
 import itertools
+import json
 import re
 import time
 import uuid
@@ -365,6 +366,88 @@ def test_changes_show_at_once(api, panel):
     assert len(decoded(fetch(panel, url))) == 2
 
 
+def every_format(panel, sub_id: str) -> dict[str, requests.Response]:
+    return {kind: fetch(panel, f"/{kind}/{sub_id}") for kind in ("sub", "json", "yaml")}
+
+
+def served_text(panel, sub_id: str) -> dict[str, str]:
+    """Each format's body as text (base64 decoded), each answered 200."""
+    responses = every_format(panel, sub_id)
+    assert [r.status_code for r in responses.values()] == [200] * 3, responses
+    return {
+        "sub": "\n".join(decoded(responses["sub"])),
+        "json": responses["json"].text,
+        "yaml": responses["yaml"].text,
+    }
+
+
+def test_inbound_edits_show_at_once_in_every_format(api, panel):
+    inbound = add_inbound(api)
+    other = add_inbound(api, "trojan", streamSettings=TLS)
+    client = add_client(api, [inbound["id"], other["id"]])
+    before = served_text(panel, client["subId"])  # every body rendered and cached
+    assert all("/moved" not in text for text in before.values())
+    ws = {"network": "ws", "security": "none", "wsSettings": {"path": "/moved"}}
+    ok(api.post(f"/panel/api/inbounds/update/{inbound['id']}", {**inbound, "streamSettings": ws}))
+    after = served_text(panel, client["subId"])
+    assert "path=%2Fmoved" in after["sub"] and "type=ws" in after["sub"]
+    assert after["sub"].split("\n") == expected_links(api, client, [inbound["id"], other["id"]])
+    assert json.loads(after["json"])[0]["outbounds"][0]["streamSettings"]["wsSettings"] == {
+        "path": "/moved"
+    }
+    assert yaml.safe_load(after["yaml"])["proxies"][0]["ws-opts"] == {"path": "/moved"}
+    # Disabled: the inbound leaves every format; the other one still serves.
+    edited = ok(api.get(f"/panel/api/inbounds/get/{inbound['id']}"))
+    ok(api.post(f"/panel/api/inbounds/update/{inbound['id']}", {**edited, "enable": False}))
+    assert served_text(panel, client["subId"])["sub"].split("\n") == expected_links(
+        api, client, [other["id"]]
+    )
+    assert len(yaml.safe_load(served_text(panel, client["subId"])["yaml"])["proxies"]) == 1
+    ok(api.post(f"/panel/api/inbounds/update/{inbound['id']}", {**edited, "enable": True}))
+    assert len(decoded(fetch(panel, f"/sub/{client['subId']}"))) == 2
+    # Gone: the last inbound deleted leaves nothing to serve.
+    ok(api.post(f"/panel/api/inbounds/del/{other['id']}"))
+    ok(api.post(f"/panel/api/inbounds/del/{inbound['id']}"))
+    assert [r.status_code for r in every_format(panel, client["subId"]).values()] == [404] * 3
+
+
+def test_host_edits_show_at_once_in_every_format(api, panel):
+    inbound = add_inbound(api)
+    client = add_client(api, [inbound["id"]])
+    host = ok(api.post(f"{HOSTS}/add", {"inboundId": inbound["id"], "remark": "edge",
+                                         "address": "old.example.com", "port": 8443}))  # fmt: skip
+    assert all("old.example.com" in text for text in served_text(panel, client["subId"]).values())
+    ok(api.post(f"{HOSTS}/update/{host['id']}", {**host, "address": "new.example.com"}))
+    texts = served_text(panel, client["subId"])
+    assert all("new.example.com" in t and "old.example.com" not in t for t in texts.values())
+    assert texts["sub"].split("\n") == expected_links(api, client, [inbound["id"]])
+    ok(api.post(f"{HOSTS}/setEnable/{host['id']}", {"enable": False}))
+    texts = served_text(panel, client["subId"])
+    assert all("new.example.com" not in text for text in texts.values())
+    assert yaml.safe_load(texts["yaml"])["proxies"][0]["server"] == "127.0.0.1"
+    ok(api.post(f"{HOSTS}/setEnable/{host['id']}", {"enable": True}))
+    assert "new.example.com" in served_text(panel, client["subId"])["json"]
+    ok(api.post(f"{HOSTS}/del/{host['id']}"))
+    texts = served_text(panel, client["subId"])
+    assert all("new.example.com" not in text for text in texts.values())
+
+
+def test_a_client_change_keeps_other_subscriptions_right(api, panel):
+    """A client change keeps the prepared inbounds: what it changes still shows, and
+    a subscription it does not touch is served as before."""
+    inbound = add_inbound(api)
+    first = add_client(api, [inbound["id"]])
+    second = add_client(api, [inbound["id"]])
+    untouched = served_text(panel, second["subId"])
+    new_id = str(uuid.uuid4())
+    ok(api.post(f"{CLIENTS}/update/{quote(first['email'])}", {**first, "id": new_id}))
+    assert all(new_id in text for text in served_text(panel, first["subId"]).values())
+    assert decoded(fetch(panel, f"/sub/{first['subId']}")) == expected_links(
+        api, {**first, "id": new_id}, [inbound["id"]]
+    )
+    assert served_text(panel, second["subId"]) == untouched
+
+
 # ---- JSON and YAML ------------------------------------------------------------------------
 
 
@@ -456,6 +539,15 @@ def test_info_page_escapes_what_it_shows(api, panel, restore):
     assert page.count("<script>") == 1 and f"<script>{COPY_SCRIPT}</script>" in page
     assert "<img" not in page
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+
+
+# ---- what the panel says at start ---------------------------------------------------------
+
+
+def test_the_start_names_the_yaml_emitter(panel):
+    emitter = "libyaml" if hasattr(yaml, "CSafeDumper") else "pure Python"
+    listening = [line for line in panel.lines if "subscription server listening" in line]
+    assert listening and f"YAML written by the {emitter} emitter" in listening[-1]
 
 
 # ---- TLS ----------------------------------------------------------------------------------

@@ -18,18 +18,20 @@ What Mihomo cannot express gets no proxy: mKCP and QUIC transports, Trojan witho
 XHTTP, and Shadowsocks over anything but plain TCP (Mihomo's ss has plugins, not the
 core's transports).
 
-`clash_document` writes the whole profile: the proxies (names made unique, as Mihomo
-refuses duplicates), one `select` group named PROXY listing them and DIRECT, and the
-rules of the `subRoutingRules` setting followed by `MATCH,PROXY`.
+`clash_profile` makes the whole profile and `clash_document` writes it: the proxies
+(names made unique, as Mihomo refuses duplicates), one `select` group named PROXY listing
+them and DIRECT, and the rules of the `subRoutingRules` setting followed by `MATCH,PROXY`.
+
+The text is written by `appliance.links.yaml_text`, which writes exactly what
+`yaml.safe_dump` writes, faster.
 """
 
 from __future__ import annotations
 
-import yaml
-
 from appliance.links import transport as tr
 from appliance.links.plan import LinkPlan
 from appliance.links.share import bandwidth_mbps
+from appliance.links.yaml_text import dump_yaml
 
 GROUP_NAME = "PROXY"
 MIHOMO_TRANSPORTS = {
@@ -171,7 +173,12 @@ def _hysteria(plan: LinkPlan) -> dict:
 
 
 def clash_document(proxies: list[dict], routing_rules: str) -> str:
-    """The Mihomo YAML profile for `proxies` (from `client_clash_proxies`).
+    """The Mihomo YAML profile for `proxies` (from `client_clash_proxies`), as text."""
+    return dump_yaml(clash_profile(proxies, routing_rules))
+
+
+def clash_profile(proxies: list[dict], routing_rules: str) -> dict:
+    """The Mihomo profile for `proxies` (from `client_clash_proxies`).
 
     `routing_rules` is the `subRoutingRules` setting: Mihomo rules, one per line, as
     Mihomo writes them (`DOMAIN-SUFFIX,example.com,DIRECT`, `GEOIP,CN,DIRECT`); a line may
@@ -184,7 +191,7 @@ def clash_document(proxies: list[dict], routing_rules: str) -> str:
     rules = parse_rules(routing_rules)
     if not rules or not rules[-1].upper().startswith("MATCH,"):
         rules.append(f"MATCH,{GROUP_NAME}")
-    document = {
+    return {
         "mixed-port": 7890,
         "allow-lan": False,
         "mode": "rule",
@@ -193,7 +200,6 @@ def clash_document(proxies: list[dict], routing_rules: str) -> str:
         "proxy-groups": [{"name": GROUP_NAME, "type": "select", "proxies": [*names, "DIRECT"]}],
         "rules": rules,
     }
-    return yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
 
 
 def parse_rules(routing_rules: str) -> list[str]:

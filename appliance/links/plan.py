@@ -107,7 +107,8 @@ class LinkPlan:
 
 @dataclass(frozen=True)
 class _Target:
-    """One place to connect to: a host, an external proxy or the default address."""
+    """One place to connect to: a host, an external proxy or the default address.
+    An empty `address` stands for the subscription's default address."""
 
     address: str
     port: int
@@ -116,43 +117,90 @@ class _Target:
     remark: str
 
 
-def link_plans(inbound: dict, client: dict, hosts: list[dict], ctx: LinkContext) -> list[LinkPlan]:
-    """One plan per link of `client` on `inbound`; [] when the protocol has no link form
-    or the client lacks the secret the protocol needs."""
-    if not isinstance(inbound, dict) or not isinstance(client, dict):
-        return []
+@dataclass(frozen=True)
+class _PreparedTarget:
+    """A target with what follows from it and the inbound alone."""
+
+    address: str  # "" = the subscription's default address
+    port: int
+    remark: str
+    security: Security
+    flow_allowed: bool
+
+
+@dataclass(frozen=True)
+class PreparedInbound:
+    """What the links of an inbound share whoever the client is: everything but the
+    client's secret, its name in the remark and the default address. Made once per
+    change of the inbound or its hosts (`prepare_inbound`), it turns every client on the
+    inbound into plans (`plans_for`) without parsing the inbound again or deriving its
+    REALITY public key once per link."""
+
+    protocol: str
+    remark: str
+    settings: dict
+    stream: dict
+    network: str
+    transport: dict
+    targets: tuple[_PreparedTarget, ...]
+
+
+def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
+    """The client-independent part of the links of `inbound` with its enabled `hosts` (in
+    their order); None when the protocol has no link form."""
+    if not isinstance(inbound, dict):
+        return None
     protocol = _text(inbound.get("protocol"))
     if protocol not in LINK_PROTOCOLS:
-        return []
+        return None
     settings = section(inbound, "settings")
     stream = section(inbound, "streamSettings")
-    credentials = _credentials(protocol, settings, stream, client)
-    if credentials is None:
-        return []
     network = _network(protocol, stream)
-    transport = _transport_object(stream, network)
-    plans = []
-    for target in _targets(inbound, stream, hosts, ctx):
+    targets = []
+    for target in _targets(inbound, stream, hosts):
         security = _security(protocol, stream, target)
-        remark = render_remark(
-            ctx.remark_model,
-            _text(inbound.get("remark")),
-            _text(client.get("email")),
-            target.remark,
-        )
-        flow = credentials.get("flow", "")
-        if flow and not _flow_allowed(network, settings, stream, security):
-            flow = ""
-        plans.append(
-            LinkPlan(
-                protocol=protocol,
-                remark=remark,
+        targets.append(
+            _PreparedTarget(
                 address=target.address,
                 port=target.port,
-                network=network,
+                remark=target.remark,
                 security=security,
-                transport=dict(transport),
-                **{**credentials, "flow": flow},
+                flow_allowed=_flow_allowed(network, settings, stream, security),
+            )
+        )
+    return PreparedInbound(
+        protocol=protocol,
+        remark=_text(inbound.get("remark")),
+        settings=settings,
+        stream=stream,
+        network=network,
+        transport=_transport_object(stream, network),
+        targets=tuple(targets),
+    )
+
+
+def plans_for(prepared: PreparedInbound | None, client: dict, ctx: LinkContext) -> list[LinkPlan]:
+    """One plan per link of `client` on the inbound `prepared` describes; [] when there
+    is no link form or the client lacks the secret the protocol needs."""
+    if prepared is None or not isinstance(client, dict):
+        return []
+    credentials = _credentials(prepared.protocol, prepared.settings, prepared.stream, client)
+    if credentials is None:
+        return []
+    email = _text(client.get("email"))
+    flow = credentials.get("flow", "")
+    plans = []
+    for target in prepared.targets:
+        plans.append(
+            LinkPlan(
+                protocol=prepared.protocol,
+                remark=render_remark(ctx.remark_model, prepared.remark, email, target.remark),
+                address=target.address or ctx.address,
+                port=target.port,
+                network=prepared.network,
+                security=target.security,
+                transport=dict(prepared.transport),
+                **{**credentials, "flow": flow if target.flow_allowed else ""},
             )
         )
     return plans
@@ -247,13 +295,13 @@ def _transport_object(stream: dict, network: str) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-def _targets(inbound: dict, stream: dict, hosts: list[dict], ctx: LinkContext) -> list[_Target]:
+def _targets(inbound: dict, stream: dict, hosts: list[dict]) -> list[_Target]:
     port = _port(inbound.get("port")) or 0
     usable_hosts = [host for host in hosts or [] if isinstance(host, dict)]
     if usable_hosts:
         return [
             _Target(
-                address=_text(host.get("address")) or ctx.address,
+                address=_text(host.get("address")),
                 port=_port(host.get("port")) or port,
                 security=_host_security(host.get("security")),
                 sni=_text(host.get("sni")),
@@ -268,7 +316,7 @@ def _targets(inbound: dict, stream: dict, hosts: list[dict], ctx: LinkContext) -
     if external:
         return [
             _Target(
-                address=_text(proxy.get("dest")) or ctx.address,
+                address=_text(proxy.get("dest")),
                 port=_port(proxy.get("port")) or port,
                 security=_host_security(proxy.get("forceTls")),
                 sni="",
@@ -276,7 +324,7 @@ def _targets(inbound: dict, stream: dict, hosts: list[dict], ctx: LinkContext) -
             )
             for proxy in external
         ]
-    return [_Target(address=ctx.address, port=port, security="same", sni="", remark="")]
+    return [_Target(address="", port=port, security="same", sni="", remark="")]
 
 
 def _host_security(value: object) -> str:

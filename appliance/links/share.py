@@ -252,9 +252,14 @@ def bandwidth_mbps(value: object) -> int:
 # ---------------------------------------------------------------------------------------
 
 
+_UNESCAPED = re.compile(r"[A-Za-z0-9\-_.!~*'()]*")
+
+
 def _encode(value: str) -> str:
-    """encodeURIComponent: everything but letters, digits and -_.!~*'() is escaped."""
-    return quote(value, safe="!~*'()")
+    """encodeURIComponent: everything but letters, digits and -_.!~*'() is escaped.
+    Most values (UUIDs, keys, names) need nothing, which a match tells cheaper than
+    `quote` does."""
+    return value if _UNESCAPED.fullmatch(value) else quote(value, safe="!~*'()")
 
 
 def _query(params: dict[str, str]) -> str:

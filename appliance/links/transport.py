@@ -3,7 +3,7 @@
 The inbound's `streamSettings.<network>Settings` object describes the server side; a
 client needs a few of its fields (a WebSocket path and Host, a gRPC service name, the
 request that TCP HTTP obfuscation sends ...). These readers take that object (already
-chosen by `plan.link_plans`) and return the values in one shape for the three renderers,
+chosen by `plan.prepare_inbound`) and return the values in one shape for the three renderers,
 tolerating every odd form the core itself accepts (a string where a list is usual, Host
 given inside `headers`, a missing object).
 """

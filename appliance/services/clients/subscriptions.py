@@ -1,24 +1,36 @@
-"""Subscriptions: what one subscription id serves, read cheaply and rendered once.
+"""Subscriptions: what one subscription id serves, read in one query and rendered once.
 
-Client apps poll their subscription all day, so a request must cost little. Each one
-makes a single indexed read (`client.sub_id`, joined with its traffic row) that yields
-everything that changes by the minute: which clients are active (enabled, quota left,
-not expired) and their usage, for the `Subscription-Userinfo` header. Headers are
-therefore always fresh and never cached.
+Client apps poll their subscription all day, and each app asks every few hours, so most
+requests find no rendered body: the path without one is the path that must be cheap.
+Each request makes a single indexed read (`client.sub_id`, joined with the traffic row
+and the client's attachments) that yields everything that belongs to its clients: which
+are active (enabled, quota left, not expired), their usage for the
+`Subscription-Userinfo` header (always fresh, never cached), their secrets and the
+inbounds they are on.
 
-The body (links, JSON configs, the Mihomo document) depends on the active clients, their
-inbounds, the hosts of those inbounds, and settings. It is rendered by the pure functions
-of `appliance.links` on the first request and cached under (format, subId, address, the
-ids of the active clients). The ids are in the key so that a client the traffic tick
-depletes, or whose expiry passes, changes the key by itself: no tick has to drop
-anything. Every mutation of clients, inbounds, hosts or settings empties the whole cache
-(`invalidate`, called from `Panel.changed`). A render that started before such a change
-is not stored, since it may have read the data from before it.
+What a body needs of an inbound and its hosts changes rarely and is the same for every
+client on it, so it is kept apart (`InboundCatalog`): each enabled inbound, with its
+enabled hosts, is read on the first request that needs it and turned into a
+`PreparedInbound` (settings parsed, targets and security resolved, the REALITY public key
+derived) that serves every client on it until the inbound or a host changes. A request
+for a body not rendered yet therefore costs its one query, the renderers' own work for
+its clients, and nothing else.
 
-The per-request read runs on plain DB-API connections kept for it (`ReadConnections`)
-rather than in a Pony `db_session`: on SQLite the session's bookkeeping costs more than
-the indexed query itself (about 50 of 90 microseconds), and this read needs nothing of
-Pony. Everything else here (rendering, the panel API) reads through Pony as usual.
+Bodies (links, JSON configs, the Mihomo document) are cached under (format, subId,
+address, the ids of the active clients). The ids are in the key so that a client the
+traffic tick depletes, or whose expiry passes, changes the key by itself: no tick has to
+drop anything. Every change of clients, inbounds, hosts or settings empties the body
+cache (`invalidate`, called from `Panel.changed`); a change of inbounds or hosts (or one
+of unknown kind) also empties the catalog. A body or an inbound read before such a change
+is not stored, since it may hold the data from before it.
+
+Rendering state lives in the `Subscriptions` object, never in module globals, so any
+process that serves subscriptions keeps its own and follows the same invalidation.
+
+The reads run on plain DB-API connections kept for them (`ReadConnections`) rather than
+in a Pony `db_session`: on SQLite the session's bookkeeping costs more than the indexed
+query itself, and these reads need nothing of Pony. The panel API's link lists (by email,
+by inbound) read through Pony as usual.
 """
 
 from __future__ import annotations
@@ -38,10 +50,13 @@ from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.links import (
     LinkContext,
+    PreparedInbound,
     clash_document,
-    client_clash_proxies,
-    client_json_configs,
     client_links,
+    prepare_inbound,
+    prepared_clash_proxies,
+    prepared_json_configs,
+    prepared_links,
 )
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
@@ -59,12 +74,20 @@ WIDTH = len(CLIENT_COLUMNS)
 # Enough for the subscription server's reads to overlap; on a networked database each is a
 # server connection, so they stay few.
 READ_CONNECTIONS = 8
-# Only what decides whether a client is served and what the usage headers say.
+# Everything a subscription needs of its clients, one row per attachment (one row with a
+# NULL inbound id for a client on none).
 LOOKUP_SQL = (
-    "SELECT c.id, c.email, c.enable, c.total_bytes, c.expiry_time, t.up, t.down, t.enable "
-    "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-    "WHERE c.sub_id = ? ORDER BY c.id"
+    f"SELECT c.id, {CLIENT_SELECT}, t.up, t.down, t.enable, ci.inbound_id FROM client c "
+    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+    "LEFT JOIN client_inbound ci ON ci.client_id = c.id "
+    "WHERE c.sub_id = ? ORDER BY c.id, ci.inbound_id"
 )
+# Positions in a LOOKUP_SQL row.
+EMAIL = 1 + CLIENT_COLUMNS.index("email")
+ENABLE = 1 + CLIENT_COLUMNS.index("enable")
+TOTAL = 1 + CLIENT_COLUMNS.index("total_bytes")
+EXPIRY = 1 + CLIENT_COLUMNS.index("expiry_time")
+UP, DOWN, TRAFFIC_ENABLE, INBOUND_ID = range(WIDTH + 1, WIDTH + 5)
 CLIENTS_SQL = (
     f"SELECT c.id, {CLIENT_SELECT}, t.up, t.down, t.enable FROM client c "
     "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE "
@@ -84,12 +107,16 @@ class Usage:
 
 @dataclass(frozen=True)
 class Lookup:
-    """The active clients of a subscription id, as of this request."""
+    """The active clients of a subscription id, as of this request, with the rows they
+    were read from (a tuple of LOOKUP_SQL rows per client, in client id order), from
+    which a body is rendered when none is cached."""
 
     sub_id: str
     client_ids: tuple[int, ...]
     title: str  # a display name when no subTitle is set: a lone client's email, or the subId
     usage: Usage
+    rows: tuple[tuple[tuple, ...], ...]
+    generation: int  # of the caches when the rows were read
 
 
 @dataclass(frozen=True)
@@ -121,16 +148,20 @@ class Subscriptions:
         self.settings = settings
         self.clock = clock
         self.reads = ReadConnections(store)
+        self.inbounds = InboundCatalog(self.reads)
         self._cache: dict[tuple, Rendered] = {}
         self._cached_bytes = 0
         self._generation = 0
 
-    def invalidate(self) -> None:
+    def invalidate(self, resource: str = "") -> None:
         """Drop every rendered body; call after any change to clients, inbounds, hosts
-        or settings."""
+        or settings, naming the `resource` changed. What is kept of inbounds goes too
+        unless only clients or settings changed (which no inbound or host depends on)."""
         self._generation += 1
         self._cache = {}
         self._cached_bytes = 0
+        if resource not in ("clients", "settings"):
+            self.inbounds.clear()
 
     # ---- the hot path -------------------------------------------------------------------
 
@@ -138,12 +169,23 @@ class Subscriptions:
         """The active clients with this subscription id; None when there is none."""
         if not sub_id or len(sub_id) > MAX_SUB_ID:
             return None
+        generation = self._generation
         now_ms = int(self.clock() * 1000)
-        active = [row for row in self.reads.rows(LOOKUP_SQL, [sub_id]) if _active(row, now_ms)]
+        by_client: dict[int, list[tuple]] = {}
+        for row in self.reads.rows(LOOKUP_SQL, [sub_id]):
+            by_client.setdefault(row[0], []).append(row)
+        active = [rows for rows in by_client.values() if _active(rows[0], now_ms)]
         if not active:
             return None
-        title = active[0][1] if len(active) == 1 else sub_id
-        return Lookup(sub_id, tuple(row[0] for row in active), title, _usage(active))
+        firsts = [rows[0] for rows in active]
+        return Lookup(
+            sub_id,
+            tuple(row[0] for row in firsts),
+            firsts[0][EMAIL] if len(firsts) == 1 else sub_id,
+            _usage(firsts),
+            tuple(tuple(rows) for rows in active),
+            generation,
+        )
 
     def close(self) -> None:
         self.reads.close()
@@ -155,9 +197,8 @@ class Subscriptions:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        generation = self._generation
-        rendered = self._render(kind, lookup.client_ids, address)
-        if generation == self._generation:
+        rendered = self._render(kind, lookup, address)
+        if lookup.generation == self._generation:
             self._store(key, rendered)
         return rendered
 
@@ -190,7 +231,7 @@ class Subscriptions:
             return []
         with db_session:
             clients = self._clients("c.email_key = ?", [email_key(email)])
-            pairs = self._pairs(clients, enabled_only=False) if clients else []
+            pairs = self._pairs(clients) if clients else []
         ctx = self._context(address)
         return [
             link
@@ -243,33 +284,41 @@ class Subscriptions:
 
     # ---- rendering ----------------------------------------------------------------------
 
-    def _render(self, kind: str, client_ids: tuple[int, ...], address: str) -> Rendered:
-        with db_session:
-            marks = ", ".join("?" * len(client_ids))
-            clients = self._clients(f"c.id IN ({marks})", list(client_ids))
-            pairs = self._pairs(clients, enabled_only=True) if clients else []
+    def _render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
+        """The body of `kind` from the clients of `lookup` and the prepared inbounds they
+        are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound."""
+        clients = [(_view(rows[0]), _inbound_ids(rows)) for rows in lookup.rows]
+        wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids})
+        prepared = self.inbounds.enabled(wanted)
+        pairs = [
+            (inbound_id, prepared[inbound_id], client)
+            for inbound_id in wanted
+            if inbound_id in prepared
+            for client, ids in clients
+            if inbound_id in ids
+        ]
         if not pairs:
             return NOT_FOUND
         ctx = self._context(address)
         if kind == "links":
             links = [
                 link
-                for inbound, client, hosts in pairs
-                for link in self._links(inbound, client, hosts, ctx)
+                for inbound_id, inbound, client in pairs
+                for link in _rendered(prepared_links, inbound_id, inbound, client, ctx)
             ]
             return Rendered(True, _base64("\n".join(links)))
         if kind == "json":
             configs = [
                 config
-                for inbound, client, hosts in pairs
-                for config in self._guarded(client_json_configs, inbound, client, hosts, ctx)
+                for inbound_id, inbound, client in pairs
+                for config in _rendered(prepared_json_configs, inbound_id, inbound, client, ctx)
             ]
             body = json.dumps(configs, ensure_ascii=False, separators=(",", ":"))
             return Rendered(True, body.encode())
         proxies = [
             proxy
-            for inbound, client, hosts in pairs
-            for proxy in self._guarded(client_clash_proxies, inbound, client, hosts, ctx)
+            for inbound_id, inbound, client in pairs
+            for proxy in _rendered(prepared_clash_proxies, inbound_id, inbound, client, ctx)
         ]
         document = clash_document(_unique_names(proxies), self.settings.get("subRoutingRules"))
         return Rendered(True, document.encode())
@@ -302,18 +351,15 @@ class Subscriptions:
             for row in self.store.rows(CLIENTS_SQL + condition + " ORDER BY c.id", params)
         }
 
-    def _pairs(self, by_row: dict[int, dict], enabled_only: bool) -> list[tuple[dict, dict, list]]:
+    def _pairs(self, by_row: dict[int, dict]) -> list[tuple[dict, dict, list]]:
         """(inbound, client, enabled hosts) for every attachment of the clients in
-        `by_row` (to enabled inbounds only, when asked), by inbound, then client. Runs in
-        the caller's db_session."""
+        `by_row`, by inbound, then client. Runs in the caller's db_session."""
         marks = ", ".join("?" * len(by_row))
-        condition = "AND i.enable = ? " if enabled_only else ""
-        params = [*by_row, True] if enabled_only else list(by_row)
         rows = self.store.rows(
             f"SELECT ci.client_id, {_prefixed(INBOUND_SELECT, 'i')} FROM client_inbound ci "
             "JOIN inbound i ON i.id = ci.inbound_id "
-            f"WHERE ci.client_id IN ({marks}) {condition}ORDER BY i.id, ci.client_id",
-            params,
+            f"WHERE ci.client_id IN ({marks}) ORDER BY i.id, ci.client_id",
+            list(by_row),
         )
         if not rows:
             return []
@@ -325,29 +371,109 @@ class Subscriptions:
         return [(inbounds[row[1]], by_row[row[0]], hosts.get(row[1], [])) for row in rows]
 
     def _hosts(self, inbound_ids: list[int]) -> dict[int, list[dict]]:
+        """Enabled hosts by inbound; runs in the caller's db_session."""
+        statement, params = hosts_query(inbound_ids)
+        return hosts_by_inbound(self.store.rows(statement, params))
+
+
+class InboundCatalog:
+    """The enabled inbounds subscriptions are rendered from, each prepared once with its
+    enabled hosts (`PreparedInbound`; None for a protocol without links, or an inbound
+    whose stored shape the renderers cannot read), read when first needed and kept until
+    `clear`. Inbounds that are disabled or gone are remembered as such too, so a request
+    reads the inbound table only for inbounds nobody asked for since the last change."""
+
+    def __init__(self, reads: ReadConnections):
+        self.reads = reads
+        self._prepared: dict[int, PreparedInbound | None] = {}
+        self._disabled: set[int] = set()
+        self._generation = 0
+
+    def clear(self) -> None:
+        self._generation += 1
+        self._prepared = {}
+        self._disabled = set()
+
+    def enabled(self, inbound_ids: list[int]) -> dict[int, PreparedInbound | None]:
+        """The enabled ones of `inbound_ids`, prepared. What is read here is kept only
+        when no `clear` came while it was read (a networked database's read yields), so
+        a change can never be undone by a read that began before it."""
+        prepared = self._prepared
+        missing = [i for i in inbound_ids if i not in prepared and i not in self._disabled]
+        if missing:
+            generation = self._generation
+            loaded = self._load(missing)
+            if generation == self._generation:
+                self._prepared.update(loaded)
+                self._disabled.update(i for i in missing if i not in loaded)
+            prepared = {**prepared, **loaded}
+        return {i: prepared[i] for i in inbound_ids if i in prepared}
+
+    def _load(self, inbound_ids: list[int]) -> dict[int, PreparedInbound | None]:
         marks = ", ".join("?" * len(inbound_ids))
-        rows = self.store.rows(
-            f"SELECT {HOST_SELECT} FROM host WHERE enable = ? AND inbound_id IN ({marks}) "
-            "ORDER BY inbound_id, sort_order, id",
+        rows = self.reads.rows(
+            f"SELECT {INBOUND_SELECT} FROM inbound WHERE enable = ? AND id IN ({marks})",
             [True, *inbound_ids],
         )
-        hosts: dict[int, list[dict]] = {}
-        for host_id, inbound_id, remark, address, port, security, sni, tags, enable, order in rows:
-            hosts.setdefault(inbound_id, []).append(
-                {
-                    "id": host_id,
-                    "inboundId": inbound_id,
-                    "remark": remark,
-                    "address": address,
-                    "port": port,
-                    "security": security,
-                    "sni": sni,
-                    "tags": json.loads(tags),
-                    "enable": bool(enable),
-                    "sortOrder": order,
-                }
-            )
-        return hosts
+        if not rows:
+            return {}
+        hosts = hosts_by_inbound(self.reads.rows(*hosts_query([row[0] for row in rows])))
+        return {row[0]: _prepared(row, hosts.get(row[0], [])) for row in rows}
+
+
+def _prepared(row: tuple, hosts: list[dict]) -> PreparedInbound | None:
+    """One inbound that cannot be prepared (a stored shape the renderers do not expect)
+    costs its own links, not every subscription it is in."""
+    try:
+        return prepare_inbound(inbound_record(row), hosts)
+    except Exception:
+        log.exception("cannot render the links of inbound %s", row[0])
+        return None
+
+
+def _rendered(renderer, inbound_id: int, prepared, client: dict, ctx: LinkContext) -> list:
+    """One client that cannot be rendered on an inbound costs its own entries there."""
+    try:
+        return renderer(prepared, client, ctx)
+    except Exception:
+        log.exception(
+            "cannot render %s of client %s on inbound %s",
+            renderer.__name__,
+            client["email"],
+            inbound_id,
+        )
+        return []
+
+
+def hosts_query(inbound_ids: list[int]) -> tuple[str, list]:
+    """The statement and parameters reading the enabled hosts of some inbounds."""
+    marks = ", ".join("?" * len(inbound_ids))
+    return (
+        f"SELECT {HOST_SELECT} FROM host WHERE enable = ? AND inbound_id IN ({marks}) "
+        "ORDER BY inbound_id, sort_order, id",
+        [True, *inbound_ids],
+    )
+
+
+def hosts_by_inbound(rows: list[tuple]) -> dict[int, list[dict]]:
+    """Host records by inbound id, in order, from rows of `hosts_query`."""
+    hosts: dict[int, list[dict]] = {}
+    for host_id, inbound_id, remark, address, port, security, sni, tags, enable, order in rows:
+        hosts.setdefault(inbound_id, []).append(
+            {
+                "id": host_id,
+                "inboundId": inbound_id,
+                "remark": remark,
+                "address": address,
+                "port": port,
+                "security": security,
+                "sni": sni,
+                "tags": json.loads(tags),
+                "enable": bool(enable),
+                "sortOrder": order,
+            }
+        )
+    return hosts
 
 
 class ReadConnections:
@@ -402,8 +528,8 @@ class ReadConnections:
 
 
 def _view(row: tuple) -> dict:
-    """A client's API view from a row of CLIENTS_SQL."""
-    up, down, traffic_enable = row[WIDTH + 1 :]
+    """A client's API view from a row of CLIENTS_SQL or LOOKUP_SQL."""
+    up, down, traffic_enable = row[UP : TRAFFIC_ENABLE + 1]
     return client_view(
         row[1 : WIDTH + 1],
         [],
@@ -411,10 +537,16 @@ def _view(row: tuple) -> dict:
     )
 
 
+def _inbound_ids(rows: list[tuple]) -> tuple[int, ...]:
+    """The inbounds of one client from its LOOKUP_SQL rows (NULL: attached to none)."""
+    return tuple(row[INBOUND_ID] for row in rows if row[INBOUND_ID] is not None)
+
+
 def _active(row: tuple, now_ms: int) -> bool:
-    """Whether a LOOKUP_SQL row is served: enabled, not cut off by the sweep, quota left,
-    not expired. An expiry that starts on first use (negative) has not passed."""
-    _, _, enable, total, expiry, up, down, traffic_enable = row
+    """Whether a client of a LOOKUP_SQL row is served: enabled, not cut off by the sweep,
+    quota left, not expired. An expiry that starts on first use (negative) has not passed."""
+    enable, total, expiry = row[ENABLE], row[TOTAL], row[EXPIRY]
+    up, down, traffic_enable = row[UP], row[DOWN], row[TRAFFIC_ENABLE]
     if not enable or traffic_enable == 0:  # no traffic row (None) counts as enabled
         return False
     if total > 0 and (up or 0) + (down or 0) >= total:
@@ -426,11 +558,11 @@ def _usage(rows: list[tuple]) -> Usage:
     """Counters are summed; a limit is unlimited (0) as soon as one client's is. The
     expiry is the latest date, since the subscription serves something until then; an
     expiry that starts on first use has no date yet and counts as none."""
-    totals = [row[3] for row in rows]
-    expiries = [row[4] for row in rows]
+    totals = [row[TOTAL] for row in rows]
+    expiries = [row[EXPIRY] for row in rows]
     return Usage(
-        upload=sum(row[5] or 0 for row in rows),
-        download=sum(row[6] or 0 for row in rows),
+        upload=sum(row[UP] or 0 for row in rows),
+        download=sum(row[DOWN] or 0 for row in rows),
         total=0 if 0 in totals else sum(totals),
         expire=0 if any(e <= 0 for e in expiries) else max(expiries) // 1000,
     )
