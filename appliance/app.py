@@ -29,6 +29,7 @@ from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
+from appliance.runtime.workers import ChangeCounter, WorkerPool, self_command, worker_count
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
@@ -168,6 +169,10 @@ class Panel:
         self.bound: dict[str, tuple[str, int]] = {}
         self._status: dict | None = None
         self._servers: list = []
+        # Subscription workers (one per core) and what they share with the panel.
+        self.sub_workers: WorkerPool | None = None
+        self._changes: ChangeCounter | None = None
+        self._sub_sock = None
         self._stopped = Event()
         self._trusted: tuple[str, list] = ("", [])
         self._hosts: tuple[tuple[str, ...], frozenset[str] | None] = ((), None)
@@ -308,17 +313,26 @@ class Panel:
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
         tls = self._tls("web")
         sub_tls = self._tls("sub")
-        sub_app = SubscriptionApp(self.settings, self.subscriptions)
         self._servers = [
-            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed),
-            make_server(sub_sock, sub_app, tls=sub_tls),
+            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed)
         ]
+        workers = worker_count(self.options.sub_workers)
+        if workers > 1:
+            self._start_sub_workers(sub_sock, sub_tls is not None, workers)
+        else:
+            sub_app = SubscriptionApp(self.settings, self.subscriptions)
+            self._servers.append(make_server(sub_sock, sub_app, tls=sub_tls))
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
         log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
         sub_scheme = "https" if sub_tls else "http"
-        log.info("subscription server listening on %s://%s:%d/", sub_scheme, *self.bound["sub"])
+        log.info(
+            "subscription server listening on %s://%s:%d/ %s",
+            sub_scheme,
+            *self.bound["sub"],
+            f"in {workers} worker processes" if workers > 1 else "in the panel process",
+        )
         if on_listening is not None:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
@@ -346,6 +360,31 @@ class Panel:
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def _start_sub_workers(self, sock, tls: bool, count: int) -> None:
+        """Serve the subscription socket with `count` worker processes (runtime.workers);
+        the panel keeps the socket open, so the port stays bound while one restarts."""
+        self._sub_sock = sock
+        self._changes = ChangeCounter.create()
+        spec = {
+            "db": self.options.db,
+            "dataDir": self.options.data_dir,
+            "certDirs": list(self.options.cert_dirs),
+            "logLevel": self.options.log_level,
+            "listenFd": sock.fileno(),
+            "counterFd": self._changes.fileno(),
+            # Only a pair that loaded here (see _tls); otherwise plain HTTP, as in-process.
+            "certFile": self.settings.get("subCertFile") if tls else "",
+            "keyFile": self.settings.get("subKeyFile") if tls else "",
+        }
+        self.sub_workers = WorkerPool(
+            self_command("sub-worker"),
+            spec,
+            (sock.fileno(), self._changes.fileno()),
+            count,
+            describe="subscription worker",
+        )
+        self.sub_workers.start()
 
     def _tls(self, door: str) -> ssl.SSLContext | None:
         """The TLS context of the `web` (panel) or `sub` (subscription) port from its
@@ -384,6 +423,8 @@ class Panel:
         """After a successful change: drop what caches it, tell every open browser."""
         if resource in ("clients", "inbounds", "hosts", "settings"):
             self.subscriptions.invalidate()
+            if self._changes is not None:
+                self._changes.bump()
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             self.core.mark_dirty()
@@ -430,6 +471,12 @@ class Panel:
         for server in self._servers:
             server.stop(timeout=RESTART_EXIT_GRACE)
         self._servers = []
+        if self.sub_workers is not None:
+            self.sub_workers.stop()
+            self.sub_workers = None
+            self._sub_sock.close()
+            self._changes.close()
+            self._changes = None
         self.subscriptions.close()
         self.store.close()
         log.info("panel stopped")
@@ -526,7 +573,8 @@ class Panel:
         samples, and a browser acting on it must not wait two seconds)."""
         if self._status is None:
             self.sample_status()
-        return {**self._status, "core": self.core_info()}
+        workers = [] if self.sub_workers is None else self.sub_workers.pids()
+        return {**self._status, "core": self.core_info(), "subWorkers": workers}
 
     def sample_status(self) -> None:
         now = time.time()

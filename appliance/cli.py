@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sub-port", help=f"subscription port, overrides the setting (env {ENV['sub_port']})"
     )
     run.add_argument(
+        "--sub-workers",
+        help="processes serving the subscription port; 1 serves it in the panel's own "
+        f"(env {ENV['sub_workers']}; default one per core)",
+    )
+    run.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         help=f"panel log level (env {ENV['log_level']}; default info)",

@@ -117,6 +117,12 @@ class Store:
             log.info("database %s now at schema version %d", self.url.redacted(), applied[-1])
         return applied
 
+    def attach(self) -> None:
+        """Map the entities onto a database another process opened and migrated, without
+        touching its schema: how a subscription worker reads the panel's database."""
+        self.db.bind(**self._bind_args())
+        self.db.generate_mapping(create_tables=False, check_tables=True)
+
     def _connect_at_start(self):
         """The first connection; a networked server that does not answer is waited for
         with growing pauses when `wait_for_server` is set, and refused with a sentence

@@ -1,0 +1,258 @@
+"""Worker processes that serve one listening socket beside the panel, one per core.
+
+One gevent process uses one core. The subscription port is what client apps hit all day,
+and it only reads, so on a host with several cores it is served by worker processes, one
+per core, while the panel process stays the only writer and the only one that
+supervises. This module is the panel's side of that arrangement and the small protocol
+both sides share; what a worker serves is composed elsewhere (`appliance.sub_worker`).
+
+- **One socket, shared.** The panel binds and listens, as it always did, and each worker
+  inherits the listening socket and accepts on it. The port stays bound while a worker
+  restarts (connections wait in the backlog instead of being refused), a worker that is
+  busy does not accept, so new connections go to the one that is free, and the panel
+  still knows and reserves the port it bound. SO_REUSEPORT, the alternative, would
+  spread connections by a hash, busy worker or not, and drop the backlog of a worker that
+  dies.
+- **Started anew, not forked.** The panel has a gevent hub, gRPC's threads, open database
+  connections and the core's watcher by the time it listens; a fork would copy all of it.
+  A worker is this program started again (`self_command`): `python -m appliance
+  sub-worker`, or the one-file binary with `sub-worker`, which reuses the folder the
+  running binary unpacked itself into.
+- **Told what to serve on stdin.** The first line a worker reads is a JSON object with
+  what it needs (the database URL, which may hold a password, never shows in `ps`). The
+  pipe then stays open: when the panel is gone, however it ended, the worker reads EOF
+  and stops, so no worker outlives its panel.
+- **Changes by a shared counter.** The panel bumps a counter in a small shared file
+  (`ChangeCounter`) after every change that a subscription could show, before its answer
+  goes out; a worker compares it with the value it last saw at the start of each request
+  (an 8-byte read) and drops its caches when it moved. A change therefore reaches the very
+  next request to any worker, which a message through a pipe, read whenever the worker's
+  loop comes round to it, would not promise.
+- **Logs through the panel.** A worker writes its log records as JSON lines to stdout;
+  the panel logs them as its own, so they reach the panel's log file and log page, which
+  only the panel writes.
+
+A worker that exits is started again after a pause that doubles from one second up to
+half a minute, and starts from one second again once a worker has run for a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gevent
+
+log = logging.getLogger(__name__)
+
+WORKERS_ENV = "APPLIANCE_SUB_WORKERS"
+COUNTER = struct.Struct("<Q")
+RESTART_FIRST_SECONDS = 1.0
+RESTART_MAX_SECONDS = 30.0
+HEALTHY_SECONDS = 60.0
+STOP_GRACE_SECONDS = 5.0
+
+
+def worker_count(wanted: int | None) -> int:
+    """How many processes serve the port: `wanted` when given, else one per core this
+    process may run on. One means no worker: the panel serves the port itself."""
+    if wanted is not None:
+        return wanted
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def self_command(*args: str) -> list[str]:
+    """The command that runs this program again with `args`: the one-file binary is its
+    own interpreter (`sys.executable`), a Python install runs the package."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, *args]
+    return [sys.executable, "-m", "appliance", *args]
+
+
+def self_environment() -> dict[str, str]:
+    """The environment of a process that is this program again: the panel's own, whole.
+
+    Unlike the core and other tools (`environment.child_environment`), a worker keeps the
+    one-file binary's LD_LIBRARY_PATH and `_PYI_*` markers: they make the binary reuse the
+    folder the panel unpacked instead of unpacking itself again, and its libraries are the
+    worker's own. PYTHONPATH, which points a development checkout's interpreter at its
+    package, stays for the same reason."""
+    return dict(os.environ)
+
+
+class ChangeCounter:
+    """A counter in a file both sides map into memory: the panel bumps it, workers read
+    it. The file is anonymous (unlinked at creation) and reaches a worker as an inherited
+    descriptor, so nothing else can open it, and it vanishes with the last process."""
+
+    def __init__(self, fileno: int, owner: bool):
+        self._fileno = fileno
+        self._map = mmap.mmap(fileno, COUNTER.size)
+        self._owner = owner
+
+    @classmethod
+    def create(cls) -> ChangeCounter:
+        with tempfile.TemporaryFile() as handle:
+            fileno = os.dup(handle.fileno())
+        os.ftruncate(fileno, COUNTER.size)
+        return cls(fileno, owner=True)
+
+    @classmethod
+    def attach(cls, fileno: int) -> ChangeCounter:
+        return cls(fileno, owner=False)
+
+    def fileno(self) -> int:
+        return self._fileno
+
+    def bump(self) -> None:
+        COUNTER.pack_into(self._map, 0, self.read() + 1)
+
+    def read(self) -> int:
+        return COUNTER.unpack_from(self._map, 0)[0]
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fileno)
+
+
+@dataclass
+class Worker:
+    slot: int
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    pause: float = RESTART_FIRST_SECONDS
+    readers: list[gevent.Greenlet] = field(default_factory=list)
+
+
+class WorkerPool:
+    """`count` processes running `command`, each handed `spec` (a JSON line on its stdin)
+    and the descriptors `pass_fds`; restarted when they exit until `stop()`."""
+
+    def __init__(
+        self,
+        command: list[str],
+        spec: dict,
+        pass_fds: tuple[int, ...],
+        count: int,
+        describe: str = "worker",
+        env: Callable[[], dict[str, str]] = self_environment,
+    ):
+        self.command = command
+        self.spec = spec
+        self.pass_fds = pass_fds
+        self.describe = describe
+        self.env = env
+        self.workers = [Worker(slot) for slot in range(count)]
+        self._supervisors: list[gevent.Greenlet] = []
+        self._stopping = False
+
+    def start(self) -> None:
+        for worker in self.workers:
+            self._launch(worker)
+            self._supervisors.append(gevent.spawn(self._supervise, worker))
+
+    def pids(self) -> list[int]:
+        """The process ids of the workers running now."""
+        return [
+            worker.process.pid
+            for worker in self.workers
+            if worker.process is not None and worker.process.poll() is None
+        ]
+
+    def _launch(self, worker: Worker) -> None:
+        process = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            pass_fds=self.pass_fds,
+            env=self.env(),
+        )
+        process.stdin.write(json.dumps({**self.spec, "slot": worker.slot}).encode() + b"\n")
+        process.stdin.flush()
+        worker.process = process
+        worker.started = time.monotonic()
+        worker.readers = [gevent.spawn(self._relay_log, process)]
+        log.debug("%s %d started as process %d", self.describe, worker.slot, process.pid)
+
+    def _supervise(self, worker: Worker) -> None:
+        """Wait for the worker to exit; start it again after a pause, unless stopping."""
+        while True:
+            code = worker.process.wait()
+            if self._stopping:
+                return
+            lived = time.monotonic() - worker.started
+            if lived >= HEALTHY_SECONDS:
+                worker.pause = RESTART_FIRST_SECONDS
+            log.warning(
+                "%s process %d exited (%s) after %.0f s; starting it again in %g s",
+                self.describe,
+                worker.process.pid,
+                _exit_text(code),
+                lived,
+                worker.pause,
+            )
+            gevent.sleep(worker.pause)
+            worker.pause = min(worker.pause * 2, RESTART_MAX_SECONDS)
+            if self._stopping:
+                return
+            _close_pipes(worker.process)
+            self._launch(worker)
+
+    def _relay_log(self, process: subprocess.Popen) -> None:
+        """Log the worker's records (JSON lines on its stdout) as the panel's own."""
+        for line in process.stdout:
+            try:
+                record = json.loads(line)
+                level, name, message = record["level"], record["name"], record["message"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            logging.getLogger(name).log(level, "[%s %d] %s", self.describe, process.pid, message)
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop every worker: SIGTERM, then SIGKILL for any still running after `grace`
+        seconds. Returns once all have exited, so their sockets are closed."""
+        self._stopping = True
+        gevent.killall(self._supervisors)
+        running = [w.process for w in self.workers if w.process and w.process.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s process %d did not stop; killing it", self.describe, process.pid)
+                process.kill()
+                process.wait()
+        for worker in self.workers:
+            if worker.process is not None:
+                gevent.killall(worker.readers)
+                _close_pipes(worker.process)
+
+
+def _close_pipes(process: subprocess.Popen) -> None:
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"

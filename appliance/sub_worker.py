@@ -1,0 +1,124 @@
+"""One subscription worker process: the subscription server and nothing else.
+
+On a host with several cores the panel starts one of these per core
+(`appliance.runtime.workers`); each serves the subscription port's socket it inherits,
+with the same `SubscriptionApp` the panel serves it with on one core. It reads the
+panel's database directly (SQLite in WAL mode, so readers never wait for the panel's
+writes, or the networked server) and writes nothing: the panel stays the only writer.
+
+A worker keeps the same caches the panel keeps (settings, rendered bodies) and drops
+them when the panel's change counter moved since its last request, so what an admin
+changed is what the next subscription shows. Its log records go to the panel as JSON
+lines on stdout. It stops on SIGTERM or SIGINT, and when its stdin reaches EOF: the
+panel is gone.
+
+Started as `python -m appliance sub-worker` (or the one-file binary with `sub-worker`),
+never by hand: it reads what to serve from its stdin.
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+import gevent  # noqa: E402
+from gevent.event import Event  # noqa: E402
+from gevent.fileobject import FileObject  # noqa: E402
+
+from appliance.runtime.file_paths import FilePlaces  # noqa: E402
+from appliance.runtime.logbuffer import parse_level  # noqa: E402
+from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
+from appliance.runtime.workers import ChangeCounter  # noqa: E402
+from appliance.services.admin.settings import Settings  # noqa: E402
+from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
+from appliance.store import Store  # noqa: E402
+from appliance.sub.app import SubscriptionApp  # noqa: E402
+from appliance.web.server import make_server, tls_context  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 1
+
+
+class JsonLines(logging.Handler):
+    """A log record as one JSON line on stdout, which the panel reads and logs."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            line = json.dumps({"level": record.levelno, "name": record.name, "message": message})
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class FollowChanges:
+    """Drops the worker's caches when the panel's change counter moved: the settings
+    are read again and every rendered body is forgotten. Called at the start of each
+    request, so a change the panel answered for is in the next body."""
+
+    def __init__(self, counter: ChangeCounter, settings: Settings, subscriptions: Subscriptions):
+        self.counter = counter
+        self.settings = settings
+        self.subscriptions = subscriptions
+        self.seen = counter.read()
+
+    def __call__(self) -> None:
+        now = self.counter.read()
+        if now != self.seen:
+            self.subscriptions.invalidate()
+            self.settings.load()
+            self.seen = now
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.readline())
+    _setup_logging(spec["logLevel"])
+    serve_large_blocks_from_mmap()
+    store = Store(spec["db"])
+    store.attach()
+    settings = Settings(store, FilePlaces(spec["dataDir"], tuple(spec["certDirs"])))
+    subscriptions = Subscriptions(store, settings)
+    # The counter is read before the settings: a change meanwhile is followed at once.
+    follow = FollowChanges(ChangeCounter.attach(spec["counterFd"]), settings, subscriptions)
+    settings.load()
+    sock = socket.socket(fileno=spec["listenFd"])
+    tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
+    server = make_server(sock, SubscriptionApp(settings, subscriptions, refresh=follow), tls=tls)
+    server.start()
+    log.info("serving the subscription port")
+    stopped = Event()
+    gevent.signal_handler(signal.SIGTERM, stopped.set)
+    gevent.signal_handler(signal.SIGINT, stopped.set)
+    gevent.spawn(_until_eof, FileObject(sys.stdin.fileno(), "rb", close=False), stopped)
+    stopped.wait()
+    server.stop(timeout=STOP_GRACE_SECONDS)
+    subscriptions.close()
+    store.close()
+    return 0
+
+
+def _until_eof(stream, stopped: Event) -> None:
+    """Stop when the panel closes our stdin: on purpose, or because it ended."""
+    while stream.readline():
+        pass
+    stopped.set()
+
+
+def _setup_logging(level: str) -> None:
+    root = logging.getLogger()
+    root.addHandler(JsonLines())
+    root.setLevel(logging.WARNING)
+    logging.getLogger("appliance").setLevel(parse_level(level))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Subscription workers: the subscription port served by one process per core.
+
+Each panel here runs with two workers (`APPLIANCE_SUB_WORKERS=2`, whatever this host has)
+or with one (the panel serves the port itself). Every fetch opens a new connection, as a
+client app does, so consecutive fetches land on either worker; a change made through the
+API must show in every one of them. Worker processes are found where a user finds them:
+`subWorkers` in `server/status`, and the panel's children in /proc.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from urllib.parse import quote
+
+import pytest
+import requests
+from conftest import start_panel, stop_and_drop
+from helpers import clean_env, create_inbound, ok
+
+from appliance.links import LinkContext, client_links
+
+CLIENTS = "/panel/api/clients"
+HOSTS = "/panel/api/hosts"
+STATUS = "/panel/api/server/status"
+FETCHES = 8  # new connections per check: both workers serve some of them
+RESTART_WAIT = 15
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    server = start_panel(tmp_path_factory.mktemp("workers"), env={"APPLIANCE_SUB_WORKERS": "2"})
+    yield server
+    stop_and_drop(server)
+
+
+@pytest.fixture(scope="module")
+def api(panel):
+    return panel.client()
+
+
+def add_inbound(api, port: int, remark: str = "workers") -> dict:
+    return create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "remark": remark,
+            "port": port,
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )
+
+
+def add_client(api, inbound_id: int) -> dict:
+    client = {"email": f"{uuid.uuid4().hex[:10]}@workers", "subId": uuid.uuid4().hex[:16]}
+    ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound_id]}))
+    return ok(api.get(f"{CLIENTS}/get/{quote(client['email'])}"))["client"]
+
+
+def fetch(panel, sub_id: str) -> requests.Response:
+    """One request on a new connection (no keep-alive), as a client app polls."""
+    return requests.get(
+        f"{panel.sub_url}/sub/{sub_id}", timeout=10, headers={"Connection": "close"}
+    )
+
+
+def links_served(panel, sub_id: str) -> list[str]:
+    response = fetch(panel, sub_id)
+    assert response.status_code == 200, response.text
+    return base64.b64decode(response.content).decode().split("\n")
+
+
+def expected_links(api, client: dict, inbound_id: int) -> list[str]:
+    inbound = ok(api.get(f"/panel/api/inbounds/get/{inbound_id}"))
+    hosts = [h for h in ok(api.get(f"{HOSTS}/byInbound/{inbound_id}")) if h["enable"]]
+    return client_links(inbound, client, hosts, LinkContext("127.0.0.1", "-ieo"))
+
+
+def worker_pids(api) -> list[int]:
+    return ok(api.get(STATUS))["subWorkers"]
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            found |= {int(child) for child in fh.read().split()}
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().decode().split("\0")[:-1]
+
+
+def wait_for(predicate, timeout: float = RESTART_WAIT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not true within {timeout} s")
+
+
+# ---- serving -------------------------------------------------------------------------------
+
+
+def test_the_workers_are_the_panels_children_and_shown_in_its_status(panel, api):
+    pids = worker_pids(api)
+    assert len(pids) == 2
+    assert set(pids) <= children(panel.process.pid)
+    for pid in pids:
+        assert command_line(pid)[-3:] == ["-m", "appliance", "sub-worker"]
+    assert "in 2 worker processes" in panel.output()
+
+
+def test_a_client_added_a_moment_ago_is_served(panel, api):
+    inbound = add_inbound(api, 28101)
+    for _ in range(FETCHES):
+        client = add_client(api, inbound["id"])
+        assert links_served(panel, client["subId"]) == expected_links(api, client, inbound["id"])
+
+
+def test_a_deleted_client_is_gone_from_every_worker(panel, api):
+    inbound = add_inbound(api, 28102)
+    client = add_client(api, inbound["id"])
+    for _ in range(FETCHES):  # rendered and cached by both
+        assert links_served(panel, client["subId"])
+    ok(api.post(f"{CLIENTS}/del/{quote(client['email'])}"))
+    assert [fetch(panel, client["subId"]).status_code for _ in range(FETCHES)] == [404] * FETCHES
+
+
+def test_inbound_host_and_setting_changes_reach_the_next_body(panel, api):
+    inbound = add_inbound(api, 28103)
+    client = add_client(api, inbound["id"])
+    sub_id = client["subId"]
+    for _ in range(FETCHES):
+        assert links_served(panel, sub_id) == expected_links(api, client, inbound["id"])
+
+    ok(api.post(f"/panel/api/inbounds/update/{inbound['id']}", {**inbound, "remark": "Renamed"}))
+    for _ in range(FETCHES):
+        assert "Renamed" in links_served(panel, sub_id)[0]
+
+    host = {"inboundId": inbound["id"], "remark": "edge", "address": "edge.example.com"}
+    ok(api.post(f"{HOSTS}/add", host))
+    for _ in range(FETCHES):
+        links = links_served(panel, sub_id)
+        assert links == expected_links(api, client, inbound["id"])
+        assert "edge.example.com" in links[0]
+
+    ok(api.post("/panel/api/setting/update", {"subPath": "/feed/"}))
+    try:
+        for _ in range(FETCHES):
+            moved = requests.get(
+                f"{panel.sub_url}/feed/{sub_id}", timeout=10, headers={"Connection": "close"}
+            )
+            assert moved.status_code == 200
+            assert fetch(panel, sub_id).status_code == 404
+    finally:
+        ok(api.post("/panel/api/setting/update", {"subPath": "/sub/"}))
+
+
+def test_the_workers_log_through_the_panel(panel, api):
+    """A worker's records reach the panel's log file, which only the panel writes,
+    marked with the worker's process id."""
+    with open(os.path.join(panel.data_dir, "logs", "panel.log")) as fh:
+        text = fh.read()
+    for pid in worker_pids(api):
+        assert f"[subscription worker {pid}] serving the subscription port" in text
+
+
+# ---- supervision ---------------------------------------------------------------------------
+
+
+def test_a_killed_worker_is_restarted_and_serves_again(panel, api):
+    inbound = add_inbound(api, 28104)
+    client = add_client(api, inbound["id"])
+    before = worker_pids(api)
+    os.kill(before[0], signal.SIGKILL)
+    # The other worker serves meanwhile, and the port stays bound: no fetch fails.
+    assert links_served(panel, client["subId"])
+
+    def replaced() -> list[int] | None:
+        pids = worker_pids(api)
+        return pids if len(pids) == 2 and pids != before else None
+
+    after = wait_for(replaced)
+    assert before[0] not in after and before[1] in after
+    assert set(after) <= children(panel.process.pid)
+    assert "exited (signal SIGKILL)" in panel.output()
+    for _ in range(FETCHES):
+        assert links_served(panel, client["subId"]) == expected_links(api, client, inbound["id"])
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_stopping_the_panel_leaves_no_worker_behind(tmp_path, how):
+    """SIGTERM (systemd) and SIGINT (Ctrl-C) stop the workers with the panel; a panel
+    killed outright closes their stdin, and they stop by themselves."""
+    server = start_panel(tmp_path, env={"APPLIANCE_SUB_WORKERS": "2"})
+    try:
+        pids = worker_pids(server.client())
+        assert len(pids) == 2
+        server.process.send_signal(getattr(signal, how))
+        code = server.process.wait(10)
+        assert code == (-signal.SIGKILL if how == "SIGKILL" else 0)
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)
+    finally:
+        stop_and_drop(server)
+
+
+def test_a_restart_replaces_the_workers(tmp_path):
+    server = start_panel(tmp_path, env={"APPLIANCE_SUB_WORKERS": "2"})
+    try:
+        api = server.client()
+        before = worker_pids(api)
+        mark = len(server.lines)
+        ok(api.post("/panel/api/setting/restartPanel"))
+        server.wait_listening(mark, timeout=RESTART_WAIT + 15)
+        assert not any(alive(pid) for pid in before)
+        after = worker_pids(server.client())
+        assert len(after) == 2 and not set(after) & set(before)
+        assert fetch(server, "nothing-here").status_code == 404
+    finally:
+        stop_and_drop(server)
+
+
+# ---- one process ---------------------------------------------------------------------------
+
+
+def test_one_worker_means_the_panel_serves_the_port_itself(tmp_path):
+    server = start_panel(tmp_path, env={"APPLIANCE_SUB_WORKERS": "1"})
+    try:
+        api = server.client()
+        assert worker_pids(api) == []
+        assert not children(server.process.pid)
+        assert "in the panel process" in server.output()
+        inbound = add_inbound(api, 28105)
+        client = add_client(api, inbound["id"])
+        assert links_served(server, client["subId"]) == expected_links(api, client, inbound["id"])
+    finally:
+        stop_and_drop(server)
+
+
+@pytest.mark.parametrize("value", ["0", "many", "65"])
+def test_a_bad_worker_count_is_refused_with_a_sentence(tmp_path, value):
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance", "run", "--data-dir", str(tmp_path), "--port", "0"],
+        env=clean_env(APPLIANCE_SUB_WORKERS=value),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode != 0
+    assert f"--sub-workers must be a number of processes from 1 to 64 (got '{value}')" in (
+        result.stderr
+    )
+    assert not os.path.exists(tmp_path / "appliance.db")
