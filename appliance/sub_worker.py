@@ -43,6 +43,10 @@ from appliance.web.server import make_server, tls_context  # noqa: E402
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 1
+# Connections a worker takes from the shared socket each time it is ready: gevent's 100
+# let whichever worker woke first take a whole burst of connections while the others
+# idled; one at a time spreads them over the workers that are free.
+ACCEPT_AT_ONCE = 1
 
 
 class JsonLines(logging.Handler):
@@ -93,6 +97,7 @@ def main() -> int:
     sock = socket.socket(fileno=spec["listenFd"])
     tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
     server = make_server(sock, SubscriptionApp(settings, subscriptions, refresh=follow), tls=tls)
+    server.max_accept = ACCEPT_AT_ONCE
     server.start()
     log.info("serving the subscription port")
     stopped = Event()

@@ -26,6 +26,7 @@ import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import db_scenarios  # noqa: F401  (registers the backends scenario)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
+import worker_scenarios  # noqa: F401  (registers the subscription workers scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
 
 from appliance import __version__
