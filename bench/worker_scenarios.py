@@ -13,7 +13,11 @@ compares figures taken under the same load of a shared machine:
 
 `rps_ratio_to_single` is the workers' rate over the single process's (target: 1.7 on two
 cores), `rps_ratio_to_hello` each one's rate over the hello ceiling with the same number
-of processes; both are medians of per-round ratios. `rss_idle_mb` adds up the resident
+of processes; both are medians of per-round ratios. On a machine other work shares, the
+hello ceiling's own gain from more processes (`hello_ratio_workers_to_single`) says how
+much of the other cores was there to be had; `cpu_ms_per_request` (CPU time of the panel
+and its workers over the requests served) says what a request costs either way, which
+load on the machine does not change. `rss_idle_mb` adds up the resident
 memory of the panel and of every worker after IDLE_SECONDS without requests.
 """
 
@@ -80,7 +84,11 @@ def subscription_workers(ctx: Context) -> dict:
                 else:
                     _wrk(urls[label] + "/sub/", str(script))
                 measured[f"hello_{label}"] = _wrk(hello.url + "/hello")
+                panel = single if label == "single" else workers
+                cpu_before = _cpu_seconds(panel.pid)
                 measured[label] = _wrk(urls[label] + "/sub/", str(script))
+                cpu = _cpu_seconds(panel.pid) - cpu_before
+                measured[label]["cpu_ms_per_request"] = cpu * 1000 / measured[label]["requests"]
             rounds.append(measured)
         figures[name] = _figure(rounds, cores)
     figures["rss_idle_mb"] = memory
@@ -104,6 +112,8 @@ def _figure(rounds: list[dict], cores: int) -> dict:
         "single_p99_ms": round(median("single", "p99_ms"), 2),
         "hello_single_rps": round(median("hello_single")),
         "hello_workers_rps": round(median("hello_workers")),
+        "cpu_ms_per_request": round(median("workers", "cpu_ms_per_request"), 3),
+        "single_cpu_ms_per_request": round(median("single", "cpu_ms_per_request"), 3),
         "rps_ratio_to_single": ratio("workers", "single"),
         "rps_ratio_to_hello": ratio("workers", "hello_workers"),
         "single_rps_ratio_to_hello": ratio("single", "hello_single"),
@@ -114,11 +124,24 @@ def _figure(rounds: list[dict], cores: int) -> dict:
     return figure
 
 
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(child) for child in fh.read().split()]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by the panel and its running workers."""
+    ticks = 0
+    for process in (pid, *_children(pid)):
+        with open(f"/proc/{process}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_mb(pid: int) -> dict:
     """VmRSS of the panel and of each of its children (the workers), and their sum."""
-    with open(f"/proc/{pid}/task/{pid}/children") as fh:
-        children = [int(child) for child in fh.read().split()]
-    each = {"panel": _vm_rss(pid), **{f"worker_{child}": _vm_rss(child) for child in children}}
+    each = {"panel": _vm_rss(pid), **{f"worker_{c}": _vm_rss(c) for c in _children(pid)}}
     return {**each, "total": round(sum(each.values()), 1)}
 
 
@@ -146,9 +169,14 @@ def _wrk(url: str, script: str = "") -> dict:
     if "Non-2xx" in output or "Socket errors" in output:
         raise BenchError(f"wrk saw failed requests on {url}:\n{output}")
     rate = re.search(r"Requests/sec:\s*([\d.]+)", output)
+    total = re.search(r"(\d+) requests in", output)
     p99 = re.search(r"^\s*99%\s+([\d.]+)(us|ms|s)\s*$", output, re.MULTILINE)
-    if not rate or not p99:
+    if not rate or not p99 or not total:
         raise BenchError(f"wrk printed no Requests/sec or 99% line:\n{output}")
     scale = {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)]
     log(f"  {url}: {float(rate.group(1)):.0f} req/s")
-    return {"rps": float(rate.group(1)), "p99_ms": float(p99.group(1)) * scale}
+    return {
+        "rps": float(rate.group(1)),
+        "p99_ms": float(p99.group(1)) * scale,
+        "requests": int(total.group(1)),
+    }
