@@ -27,9 +27,10 @@ from appliance import __version__
 from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
+from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
-from appliance.runtime.workers import ChangeCounter, WorkerPool, self_command, worker_count
+from appliance.runtime.workers import ChangeCounter, WorkerPool, worker_count
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog

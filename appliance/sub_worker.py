@@ -9,8 +9,8 @@ writes, or the networked server) and writes nothing: the panel stays the only wr
 A worker keeps the same caches the panel keeps (settings, rendered bodies) and drops
 them when the panel's change counter moved since its last request, so what an admin
 changed is what the next subscription shows. Its log records go to the panel as JSON
-lines on stdout. It stops on SIGTERM or SIGINT, and when its stdin reaches EOF: the
-panel is gone.
+lines on stdout. It stops on SIGTERM, and when its stdin reaches EOF: the panel is gone.
+SIGINT (Ctrl-C in a terminal) is left to the panel, which then stops its workers.
 
 Started as `python -m appliance sub-worker` (or the one-file binary with `sub-worker`),
 never by hand: it reads what to serve from its stdin.
@@ -102,7 +102,9 @@ def main() -> int:
     log.info("serving the subscription port")
     stopped = Event()
     gevent.signal_handler(signal.SIGTERM, stopped.set)
-    gevent.signal_handler(signal.SIGINT, stopped.set)
+    # Ctrl-C reaches the whole process group: the panel stops the workers then, and one
+    # that stopped first would be taken for a crash and started again.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.spawn(_until_eof, FileObject(sys.stdin.fileno(), "rb", close=False), stopped)
     stopped.wait()
     server.stop(timeout=STOP_GRACE_SECONDS)

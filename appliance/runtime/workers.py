@@ -15,9 +15,9 @@ both sides share; what a worker serves is composed elsewhere (`appliance.sub_wor
   dies.
 - **Started anew, not forked.** The panel has a gevent hub, gRPC's threads, open database
   connections and the core's watcher by the time it listens; a fork would copy all of it.
-  A worker is this program started again (`self_command`): `python -m appliance
+  A worker is this program started again (`environment.self_command`): `python -m appliance
   sub-worker`, or the one-file binary with `sub-worker`, which reuses the folder the
-  running binary unpacked itself into.
+  running binary unpacked itself into (`environment.self_environment`).
 - **Told what to serve on stdin.** The first line a worker reads is a JSON object with
   what it needs (the database URL, which may hold a password, never shows in `ps`). The
   pipe then stays open: when the panel is gone, however it ended, the worker reads EOF
@@ -45,13 +45,14 @@ import os
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gevent
+
+from appliance.runtime.environment import self_environment
 
 log = logging.getLogger(__name__)
 
@@ -72,25 +73,6 @@ def worker_count(wanted: int | None) -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def self_command(*args: str) -> list[str]:
-    """The command that runs this program again with `args`: the one-file binary is its
-    own interpreter (`sys.executable`), a Python install runs the package."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, *args]
-    return [sys.executable, "-m", "appliance", *args]
-
-
-def self_environment() -> dict[str, str]:
-    """The environment of a process that is this program again: the panel's own, whole.
-
-    Unlike the core and other tools (`environment.child_environment`), a worker keeps the
-    one-file binary's LD_LIBRARY_PATH and `_PYI_*` markers: they make the binary reuse the
-    folder the panel unpacked instead of unpacking itself again, and its libraries are the
-    worker's own. PYTHONPATH, which points a development checkout's interpreter at its
-    package, stays for the same reason."""
-    return dict(os.environ)
 
 
 class ChangeCounter:
