@@ -36,7 +36,7 @@ from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.runtime.workers import ChangeCounter  # noqa: E402
 from appliance.services.admin.settings import Settings  # noqa: E402
 from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
-from appliance.store import Store  # noqa: E402
+from appliance.store import RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS, Store  # noqa: E402
 from appliance.sub.app import SubscriptionApp  # noqa: E402
 from appliance.web.server import make_server, tls_context  # noqa: E402
 
@@ -87,30 +87,51 @@ def main() -> int:
     spec = json.loads(sys.stdin.readline())
     _setup_logging(spec["logLevel"])
     serve_large_blocks_from_mmap()
-    store = Store(spec["db"])
-    store.attach()
-    settings = Settings(store, FilePlaces(spec["dataDir"], tuple(spec["certDirs"])))
-    subscriptions = Subscriptions(store, settings)
-    # The counter is read before the settings: a change meanwhile is followed at once.
-    follow = FollowChanges(ChangeCounter.attach(spec["counterFd"]), settings, subscriptions)
-    settings.load()
-    sock = socket.socket(fileno=spec["listenFd"])
-    tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
-    server = make_server(sock, SubscriptionApp(settings, subscriptions, refresh=follow), tls=tls)
-    server.max_accept = ACCEPT_AT_ONCE
-    server.start()
-    log.info("serving the subscription port")
     stopped = Event()
     gevent.signal_handler(signal.SIGTERM, stopped.set)
     # Ctrl-C reaches the whole process group: the panel stops the workers then, and one
     # that stopped first would be taken for a crash and started again.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.spawn(_until_eof, FileObject(sys.stdin.fileno(), "rb", close=False), stopped)
+    store = Store(spec["db"])
+    settings = Settings(store, FilePlaces(spec["dataDir"], tuple(spec["certDirs"])))
+    subscriptions = Subscriptions(store, settings)
+    # The counter is read before the settings: a change meanwhile is followed at once.
+    follow = FollowChanges(ChangeCounter.attach(spec["counterFd"]), settings, subscriptions)
+    if not _open(store, settings, stopped):
+        return 0
+    sock = socket.socket(fileno=spec["listenFd"])
+    tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
+    server = make_server(sock, SubscriptionApp(settings, subscriptions, refresh=follow), tls=tls)
+    server.max_accept = ACCEPT_AT_ONCE
+    server.start()
+    log.info("serving the subscription port")
     stopped.wait()
     server.stop(timeout=STOP_GRACE_SECONDS)
     subscriptions.close()
     store.close()
     return 0
+
+
+def _open(store: Store, settings: Settings, stopped: Event) -> bool:
+    """Map the database and read the settings; False when told to stop first. A database
+    that is unavailable (a networked server down, the SQLite file locked) is waited for
+    with a warning, as the panel waits for it at its start, rather than ending the worker
+    with a traceback."""
+    pause = RETRY_FIRST_SECONDS
+    while True:
+        try:
+            store.attach()
+            settings.load()
+            return True
+        except Exception as exc:
+            unavailable = store.unavailable(exc)
+            if unavailable is None:
+                raise
+        log.warning("%s; trying again in %d s", unavailable.msg, pause)
+        if stopped.wait(pause):
+            return False
+        pause = min(pause * 2, RETRY_MAX_SECONDS)
 
 
 def _until_eof(stream, stopped: Event) -> None:

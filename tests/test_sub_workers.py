@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from urllib.parse import quote
 import pytest
 import requests
 from conftest import start_panel, stop_and_drop
-from helpers import clean_env, create_inbound, ok
+from helpers import NETWORKED, clean_env, create_inbound, free_port, fresh_database, ok
+from test_db_resilience import Relay, via
 
 from appliance.links import LinkContext, client_links
 
@@ -206,6 +208,36 @@ def test_a_killed_worker_is_restarted_and_serves_again(panel, api):
     assert "exited (signal SIGKILL)" in panel.output()
     for _ in range(FETCHES):
         assert links_served(panel, client["subId"]) == expected_links(api, client, inbound["id"])
+
+
+@pytest.mark.parametrize("kind", sorted(NETWORKED))
+def test_a_worker_started_while_the_database_is_down_waits_for_it(tmp_path, kind):
+    """The database server is away when a worker starts (here: the one that replaces a
+    killed worker): it says so in the panel's log and serves once the server is back."""
+    with fresh_database(kind) as url:
+        relay = Relay(NETWORKED[kind], free_port()).resume()
+        server = start_panel(
+            tmp_path, env={"APPLIANCE_DB": via(url, relay.port), "APPLIANCE_SUB_WORKERS": "2"}
+        )
+        try:
+            api = server.client()
+            inbound = add_inbound(api, 28106)
+            client = add_client(api, inbound["id"])
+            before = worker_pids(api)
+            relay.cut()
+            os.kill(before[0], signal.SIGKILL)
+            waiting = re.compile(
+                r"\[subscription worker \d+\] the database is unavailable: .*; trying again in"
+            )
+            wait_for(lambda: waiting.search(server.output()))
+            relay.resume()
+            for _ in range(FETCHES):
+                assert links_served(server, client["subId"])
+            assert wait_for(lambda: len(worker_pids(api)) == 2)
+        finally:
+            server.stop()
+            relay.cut()
+        assert "Traceback" not in server.output()
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])

@@ -121,9 +121,13 @@ class Store:
 
     def attach(self) -> None:
         """Map the entities onto a database another process opened and migrated, without
-        touching its schema: how a subscription worker reads the panel's database."""
-        self.db.bind(**self._bind_args())
-        self.db.generate_mapping(create_tables=False, check_tables=True)
+        touching its schema: how a subscription worker reads the panel's database. Binding
+        connects; after a failure (`unavailable()` says whether the database is to blame)
+        a call again picks up where this one stopped."""
+        if self.db.provider is None:
+            self.db.bind(**self._bind_args())
+        if self.db.schema is None:
+            self.db.generate_mapping(create_tables=False, check_tables=True)
 
     def _connect_at_start(self):
         """The first connection; a networked server that does not answer is waited for
