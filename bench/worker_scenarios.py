@@ -17,8 +17,9 @@ of processes; both are medians of per-round ratios. On a machine other work shar
 hello ceiling's own gain from more processes (`hello_ratio_workers_to_single`) says how
 much of the other cores was there to be had; `cpu_ms_per_request` (CPU time of the panel
 and its workers over the requests served) says what a request costs either way, which
-load on the machine does not change. `rss_idle_mb` adds up the resident
-memory of the panel and of every worker after IDLE_SECONDS without requests.
+load on the machine does not change. `rss_idle_mb` gives the resident memory of
+the panel and of every worker after IDLE_SECONDS without requests, their sum, and the sum
+of their proportional set sizes (shared pages counted once).
 """
 
 from __future__ import annotations
@@ -140,9 +141,21 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _rss_mb(pid: int) -> dict:
-    """VmRSS of the panel and of each of its children (the workers), and their sum."""
-    each = {"panel": _vm_rss(pid), **{f"worker_{c}": _vm_rss(c) for c in _children(pid)}}
-    return {**each, "total": round(sum(each.values()), 1)}
+    """VmRSS of the panel and of each of its children (the workers) and their sum; and
+    the sum of their proportional set sizes (Pss), which counts the pages they share
+    (the interpreter, its libraries) once instead of once per process."""
+    processes = {"panel": pid, **{f"worker_{c}": c for c in _children(pid)}}
+    each = {name: _vm_rss(process) for name, process in processes.items()}
+    pss = sum(_pss(process) for process in processes.values())
+    return {**each, "total": round(sum(each.values()), 1), "pss_total": round(pss, 1)}
+
+
+def _pss(pid: int) -> float:
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    raise BenchError(f"no Pss for process {pid}")
 
 
 def _vm_rss(pid: int) -> float:
