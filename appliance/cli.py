@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--sub-workers",
-        help="processes serving the subscription port; 1 serves it in the panel's own "
+        help="processes serving the subscription port, 1 for the panel's own process "
         f"(env {ENV['sub_workers']}; default one per core)",
     )
     run.add_argument(

@@ -36,9 +36,9 @@ def self_command(*args: str) -> list[str]:
 def self_environment() -> dict[str, str]:
     """The environment of a process that is this program again: the panel's own, whole.
 
-    Unlike the core and other tools (`environment.child_environment`), a worker keeps the
-    one-file binary's LD_LIBRARY_PATH and `_PYI_*` markers: they make the binary reuse the
-    folder the panel unpacked instead of unpacking itself again, and its libraries are the
+    Unlike the core and other tools (`child_environment`), a worker keeps the one-file
+    binary's LD_LIBRARY_PATH and `_PYI_*` markers: they make the binary reuse the folder
+    the panel unpacked instead of unpacking itself again, and its libraries are the
     worker's own. PYTHONPATH, which points a development checkout's interpreter at its
     package, stays for the same reason."""
     return dict(os.environ)
