@@ -22,16 +22,28 @@ from urllib.parse import quote
 import pytest
 import requests
 from conftest import start_panel, stop_and_drop
-from helpers import NETWORKED, clean_env, create_inbound, free_port, fresh_database, ok
+from helpers import (
+    NETWORKED,
+    clean_env,
+    create_inbound,
+    db_path,
+    free_port,
+    fresh_database,
+    ok,
+)
+from pony.orm import db_session
 from test_db_resilience import Relay, via
 
 from appliance.links import LinkContext, client_links
+from appliance.store import Store
 
 CLIENTS = "/panel/api/clients"
 HOSTS = "/panel/api/hosts"
 STATUS = "/panel/api/server/status"
 FETCHES = 8  # new connections per check: both workers serve some of them
 RESTART_WAIT = 15
+# How SQLite, PostgreSQL and MariaDB word the refusal of a write on a read-only session.
+READ_ONLY_REFUSAL = r"(?i)read.only|readonly"
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +197,32 @@ def test_the_workers_log_through_the_panel(panel, api):
         text = fh.read()
     for pid in worker_pids(api):
         assert f"[subscription worker {pid}] serving the subscription port" in text
+
+
+def test_the_workers_store_refuses_every_write(panel, api):
+    """What a worker reads the database through (`Store.attach`) cannot write: the
+    panel stays the only writer, on each backend, whatever a bug in a worker might try."""
+    add_client(api, add_inbound(api, 28107)["id"])
+    store = Store(panel.db_url or db_path(panel))
+    store.attach()
+    try:
+        with db_session:
+            (count,) = store.rows("SELECT COUNT(*) FROM client")[0]
+        assert count >= 1
+        with pytest.raises(Exception, match=READ_ONLY_REFUSAL), db_session:
+            store.execute("DELETE FROM client")
+        connection = store.raw_connect()
+        try:
+            cursor = connection.cursor()
+            with pytest.raises(Exception, match=READ_ONLY_REFUSAL):
+                cursor.execute("DELETE FROM client_traffic")
+        finally:
+            connection.close()
+    finally:
+        store.close()
+    with db_session:
+        pass
+    assert ok(api.get(f"{CLIENTS}/list"))
 
 
 # ---- supervision ---------------------------------------------------------------------------
