@@ -3,7 +3,8 @@
 Each panel here runs with two workers (`APPLIANCE_SUB_WORKERS=2`, whatever this host has)
 or with one (the panel serves the port itself). Every fetch opens a new connection, as a
 client app does, so consecutive fetches land on either worker; a change made through the
-API must show in every one of them. Worker processes are found where a user finds them:
+API must show in every one of them, so those tests fetch from each worker in turn while
+the others are paused. Worker processes are found where a user finds them:
 `subWorkers` in `server/status`, and the panel's children in /proc.
 """
 
@@ -40,7 +41,7 @@ from appliance.store import Store
 CLIENTS = "/panel/api/clients"
 HOSTS = "/panel/api/hosts"
 STATUS = "/panel/api/server/status"
-FETCHES = 8  # new connections per check: both workers serve some of them
+FETCHES = 8
 RESTART_WAIT = 15
 # How SQLite, PostgreSQL and MariaDB word the refusal of a write on a read-only session.
 READ_ONLY_REFUSAL = r"(?i)read.only|readonly"
@@ -84,6 +85,19 @@ def fetch(panel, sub_id: str) -> requests.Response:
     )
 
 
+def served(panel, sub_id: str, wanted: list[str], path: str = "/sub/") -> None:
+    response = requests.get(
+        f"{panel.sub_url}{path}{sub_id}", timeout=10, headers={"Connection": "close"}
+    )
+    assert response.status_code == 200, response.text
+    assert base64.b64decode(response.content).decode().split("\n") == wanted
+
+
+def not_found(panel, path: str) -> None:
+    response = requests.get(f"{panel.sub_url}{path}", timeout=10, headers={"Connection": "close"})
+    assert response.status_code == 404
+
+
 def links_served(panel, sub_id: str) -> list[str]:
     response = fetch(panel, sub_id)
     assert response.status_code == 200, response.text
@@ -122,6 +136,21 @@ def command_line(pid: int) -> list[str]:
         return fh.read().decode().split("\0")[:-1]
 
 
+def on_every_worker(api, check) -> None:
+    """Run `check` (a fetch on a new connection and what it must show) once per worker,
+    with every other worker paused (SIGSTOP): the one left is the only one to accept."""
+    pids = worker_pids(api)
+    for pid in pids:
+        others = [other for other in pids if other != pid]
+        for other in others:
+            os.kill(other, signal.SIGSTOP)
+        try:
+            check()
+        finally:
+            for other in others:
+                os.kill(other, signal.SIGCONT)
+
+
 def wait_for(predicate, timeout: float = RESTART_WAIT):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -154,38 +183,33 @@ def test_a_client_added_a_moment_ago_is_served(panel, api):
 def test_a_deleted_client_is_gone_from_every_worker(panel, api):
     inbound = add_inbound(api, 28102)
     client = add_client(api, inbound["id"])
-    for _ in range(FETCHES):  # rendered and cached by both
-        assert links_served(panel, client["subId"])
+    on_every_worker(api, lambda: links_served(panel, client["subId"]))  # cached by each
     ok(api.post(f"{CLIENTS}/del/{quote(client['email'])}"))
-    assert [fetch(panel, client["subId"]).status_code for _ in range(FETCHES)] == [404] * FETCHES
+    on_every_worker(api, lambda: not_found(panel, f"/sub/{client['subId']}"))
 
 
 def test_inbound_host_and_setting_changes_reach_the_next_body(panel, api):
     inbound = add_inbound(api, 28103)
     client = add_client(api, inbound["id"])
     sub_id = client["subId"]
-    for _ in range(FETCHES):
-        assert links_served(panel, sub_id) == expected_links(api, client, inbound["id"])
+    wanted = expected_links(api, client, inbound["id"])
+    on_every_worker(api, lambda: served(panel, sub_id, wanted))
 
     ok(api.post(f"/panel/api/inbounds/update/{inbound['id']}", {**inbound, "remark": "Renamed"}))
-    for _ in range(FETCHES):
-        assert "Renamed" in links_served(panel, sub_id)[0]
+    wanted = expected_links(api, client, inbound["id"])
+    assert "Renamed" in wanted[0]
+    on_every_worker(api, lambda: served(panel, sub_id, wanted))
 
     host = {"inboundId": inbound["id"], "remark": "edge", "address": "edge.example.com"}
     ok(api.post(f"{HOSTS}/add", host))
-    for _ in range(FETCHES):
-        links = links_served(panel, sub_id)
-        assert links == expected_links(api, client, inbound["id"])
-        assert "edge.example.com" in links[0]
+    wanted = expected_links(api, client, inbound["id"])
+    assert "edge.example.com" in wanted[0]
+    on_every_worker(api, lambda: served(panel, sub_id, wanted))
 
     ok(api.post("/panel/api/setting/update", {"subPath": "/feed/"}))
     try:
-        for _ in range(FETCHES):
-            moved = requests.get(
-                f"{panel.sub_url}/feed/{sub_id}", timeout=10, headers={"Connection": "close"}
-            )
-            assert moved.status_code == 200
-            assert fetch(panel, sub_id).status_code == 404
+        on_every_worker(api, lambda: served(panel, sub_id, wanted, path="/feed/"))
+        on_every_worker(api, lambda: not_found(panel, f"/sub/{sub_id}"))
     finally:
         ok(api.post("/panel/api/setting/update", {"subPath": "/sub/"}))
 
