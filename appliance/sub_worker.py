@@ -91,7 +91,10 @@ class FollowChanges:
 
 
 def main() -> int:
-    spec = json.loads(sys.stdin.readline())
+    first = sys.stdin.readline()
+    if not first:  # the panel ended before it said what to serve
+        return 0
+    spec = json.loads(first)
     _setup_logging(spec["logLevel"])
     serve_large_blocks_from_mmap()
     stopped = Event()

@@ -216,11 +216,18 @@ def test_inbound_host_and_setting_changes_reach_the_next_body(panel, api):
 
 def test_the_workers_log_through_the_panel(panel, api):
     """A worker's records reach the panel's log file, which only the panel writes,
-    marked with the worker's process id."""
-    with open(os.path.join(panel.data_dir, "logs", "panel.log")) as fh:
-        text = fh.read()
-    for pid in worker_pids(api):
-        assert f"[subscription worker {pid}] serving the subscription port" in text
+    marked with the worker's process id (a worker says it serves once it does, which
+    may come a moment after the panel started)."""
+
+    def logged() -> bool:
+        with open(os.path.join(panel.data_dir, "logs", "panel.log")) as fh:
+            text = fh.read()
+        return all(
+            f"[subscription worker {pid}] serving the subscription port" in text
+            for pid in worker_pids(api)
+        )
+
+    assert wait_for(logged)
 
 
 def test_the_workers_store_refuses_every_write(panel, api):
