@@ -30,7 +30,13 @@ from appliance.errors import ServiceError
 from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
-from appliance.runtime.workers import ChangeCounter, WorkerPool, worker_count
+from appliance.runtime.workers import (
+    ChangeCounter,
+    DemandMeter,
+    WorkerPool,
+    idle_seconds,
+    worker_count,
+)
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
@@ -318,11 +324,17 @@ class Panel:
             make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed)
         ]
         workers = worker_count(self.options.sub_workers)
+        on_demand = self.options.sub_workers is None and workers > 1
         if workers > 1:
-            self._start_sub_workers(sub_sock, sub_tls is not None, workers)
-        else:
+            self._start_sub_workers(sub_sock, sub_tls is not None, workers, on_demand)
+        if workers == 1 or on_demand:
             sub_app = SubscriptionApp(self.settings, self.subscriptions)
-            self._servers.append(make_server(sub_sock, sub_app, tls=sub_tls))
+            if on_demand:
+                sub_app = DemandMeter(sub_app, self.sub_workers.grow)
+            server = make_server(sub_sock, sub_app, tls=sub_tls)
+            if on_demand:  # as the workers do, so that connections go to whoever is free
+                server.max_accept = 1
+            self._servers.append(server)
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
@@ -332,7 +344,11 @@ class Panel:
             "subscription server listening on %s://%s:%d/ %s",
             sub_scheme,
             *self.bound["sub"],
-            f"in {workers} worker processes" if workers > 1 else "in the panel process",
+            f"in the panel process and up to {workers} worker processes on demand"
+            if on_demand
+            else f"in {workers} worker processes"
+            if workers > 1
+            else "in the panel process",
         )
         if on_listening is not None:
             on_listening(
@@ -362,9 +378,10 @@ class Panel:
         self._stopped.wait()
         self.stop()
 
-    def _start_sub_workers(self, sock, tls: bool, count: int) -> None:
-        """Serve the subscription socket with `count` worker processes (runtime.workers);
-        the panel keeps the socket open, so the port stays bound while one restarts."""
+    def _start_sub_workers(self, sock, tls: bool, count: int, on_demand: bool) -> None:
+        """Serve the subscription socket with `count` worker processes (runtime.workers),
+        from now on or, `on_demand`, once the panel's share of it is busy; the panel keeps
+        the socket open, so the port stays bound while one restarts."""
         self._sub_sock = sock
         self._changes = ChangeCounter.create()
         spec = {
@@ -377,6 +394,7 @@ class Panel:
             # Only a pair that loaded here (see _tls); otherwise plain HTTP, as in-process.
             "certFile": self.settings.get("subCertFile") if tls else "",
             "keyFile": self.settings.get("subKeyFile") if tls else "",
+            "idleSeconds": idle_seconds() if on_demand else 0,
         }
         self.sub_workers = WorkerPool(
             self_command("sub-worker"),
@@ -384,6 +402,7 @@ class Panel:
             (sock.fileno(), self._changes.fileno()),
             count,
             describe="subscription worker",
+            on_demand=on_demand,
         )
         self.sub_workers.start()
 

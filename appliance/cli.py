@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--sub-workers",
-        help="processes serving the subscription port, 1 for the panel's own process "
-        f"(env {ENV['sub_workers']}; default one per core)",
+        help="processes serving the subscription port, always: 1 for the panel's own "
+        "process; auto for the panel, and a worker per core while the demand lasts "
+        f"(env {ENV['sub_workers']}; default auto)",
     )
     run.add_argument(
         "--log-level",

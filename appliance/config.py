@@ -44,7 +44,8 @@ class Options:
     # Directories beyond the standard ones that certificate and key files may be in
     # (services.file_paths); only the host's owner sets them, never the API.
     cert_dirs: tuple[str, ...] = ()
-    # Processes serving the subscription port; None: one per core. One: the panel itself.
+    # Processes serving the subscription port, always; None (`auto`): the panel, and up
+    # to one worker per core while the demand lasts. One: the panel itself.
     sub_workers: int | None = None
 
     @property
@@ -94,7 +95,7 @@ def _cert_dirs(flags: list[str] | None) -> tuple[str, ...]:
 
 
 def _workers(value) -> int | None:
-    if value is None:
+    if value is None or str(value).strip().lower() == "auto":
         return None
     try:
         count = int(value)
@@ -102,7 +103,7 @@ def _workers(value) -> int | None:
         count = 0
     if not 1 <= count <= MAX_SUB_WORKERS:
         raise SystemExit(
-            f"--sub-workers must be a number of processes from 1 to {MAX_SUB_WORKERS} "
+            f"--sub-workers must be auto or a number of processes from 1 to {MAX_SUB_WORKERS} "
             f"(got {value!r})"
         )
     return count

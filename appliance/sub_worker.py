@@ -11,6 +11,8 @@ A worker keeps the same caches the panel keeps (settings, rendered bodies) and d
 them when the panel's change counter moved since its last request, so what an admin
 changed is what the next subscription shows. Its log records go to the panel as JSON
 lines on stdout. It stops on SIGTERM, and when its stdin reaches EOF: the panel is gone.
+One started on demand also stops, with `IDLE_EXIT`, once it served little for the idle
+period the panel gives it (`LeaveWhenIdle`).
 SIGINT (Ctrl-C in a terminal) is left to the panel, which then stops its workers.
 
 It serves with the panel's own gevent server rather than waitress's threads, which suit
@@ -40,7 +42,7 @@ from gevent.fileobject import FileObject  # noqa: E402
 from appliance.runtime.file_paths import FilePlaces  # noqa: E402
 from appliance.runtime.logbuffer import parse_level  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
-from appliance.runtime.workers import ChangeCounter  # noqa: E402
+from appliance.runtime.workers import IDLE_EXIT, IDLE_RATE, ChangeCounter  # noqa: E402
 from appliance.services.admin.settings import Settings  # noqa: E402
 from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
 from appliance.store import RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS, Store  # noqa: E402
@@ -90,6 +92,34 @@ class FollowChanges:
             self.seen = now
 
 
+class LeaveWhenIdle:
+    """Counts the requests served (a WSGI app wrapped around another) and, run as a
+    greenlet, sets `idle` once fewer than IDLE_RATE a second came over `seconds`: a
+    look every sixth of the period over the last six, so a worker leaves between one
+    period and seven sixths of it after the demand ended."""
+
+    LOOKS = 6
+
+    def __init__(self, app, seconds: float):
+        self.app = app
+        self.seconds = seconds
+        self.served = 0
+        self.idle = Event()
+
+    def __call__(self, environ, start_response):
+        self.served += 1
+        return self.app(environ, start_response)
+
+    def watch(self, stopped: Event) -> None:
+        counts = [self.served]
+        while not stopped.wait(self.seconds / self.LOOKS):
+            counts = [*counts, self.served][-(self.LOOKS + 1) :]
+            if len(counts) > self.LOOKS and counts[-1] - counts[0] < IDLE_RATE * self.seconds:
+                self.idle.set()
+                stopped.set()
+                return
+
+
 def main() -> int:
     first = sys.stdin.readline()
     if not first:  # the panel ended before it said what to serve
@@ -112,15 +142,19 @@ def main() -> int:
         return 0
     sock = socket.socket(fileno=spec["listenFd"])
     tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
-    server = make_server(sock, SubscriptionApp(settings, subscriptions, refresh=follow), tls=tls)
+    app = SubscriptionApp(settings, subscriptions, refresh=follow)
+    leave = LeaveWhenIdle(app, spec["idleSeconds"]) if spec.get("idleSeconds") else None
+    server = make_server(sock, leave or app, tls=tls)
     server.max_accept = ACCEPT_AT_ONCE
     server.start()
     log.info("serving the subscription port")
+    if leave is not None:
+        gevent.spawn(leave.watch, stopped)
     stopped.wait()
     server.stop(timeout=STOP_GRACE_SECONDS)
     subscriptions.close()
     store.close()
-    return 0
+    return IDLE_EXIT if leave is not None and leave.idle.is_set() else 0
 
 
 def _open(store: Store, settings: Settings, stopped: Event) -> bool:

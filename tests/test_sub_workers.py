@@ -1,7 +1,9 @@
 """Subscription workers: the subscription port served by one process per core.
 
-Each panel here runs with two workers (`APPLIANCE_SUB_WORKERS=2`, whatever this host has)
-or with one (the panel serves the port itself). Every fetch opens a new connection, as a
+Most panels here run with two workers always (`APPLIANCE_SUB_WORKERS=2`, whatever this
+host has) or with one (the panel serves the port itself); the last ones run as a user's
+does by default, with workers started on demand (`auto`) and an idle period of seconds
+rather than minutes. Every fetch opens a new connection, as a
 client app does, so consecutive fetches land on either worker; a change made through the
 API must show in every one of them, so those tests fetch from each worker in turn while
 the others are paused. Worker processes are found where a user finds them:
@@ -16,8 +18,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from urllib.parse import quote
 
 import pytest
@@ -368,7 +372,131 @@ def test_a_bad_worker_count_is_refused_with_a_sentence(tmp_path, value):
         timeout=30,
     )
     assert result.returncode != 0
-    assert f"--sub-workers must be a number of processes from 1 to 64 (got '{value}')" in (
+    assert f"--sub-workers must be auto or a number of processes from 1 to 64 (got '{value}')" in (
         result.stderr
     )
     assert not os.path.exists(tmp_path / "appliance.db")
+
+
+# ---- on demand -----------------------------------------------------------------------------
+
+IDLE_SECONDS = 4
+on_two_cores = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="one core: the panel serves the port alone"
+)
+
+
+def start_auto_panel(tmp_path):
+    return start_panel(tmp_path, env={"APPLIANCE_SUB_WORKER_IDLE": str(IDLE_SECONDS)})
+
+
+def sub_worker_children(pid: int) -> list[int]:
+    return [
+        child
+        for child in children(pid)
+        if alive(child) and command_line(child)[-1:] == ["sub-worker"]
+    ]
+
+
+@contextmanager
+def burst(panel, sub_id: str, threads: int = 6):
+    """Threads fetching one subscription back to back, each on a new connection, until
+    the block ends; every answer must be the client's links."""
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def hammer():
+        while not stop.is_set():
+            try:
+                response = fetch(panel, sub_id)
+                if response.status_code != 200:
+                    failures.append(f"{response.status_code} {response.text[:200]}")
+            except requests.RequestException as exc:
+                failures.append(repr(exc))
+
+    workers = [threading.Thread(target=hammer, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(15)
+    assert not failures, failures[:3]
+
+
+@on_two_cores
+def test_an_idle_panel_runs_no_worker(tmp_path):
+    server = start_auto_panel(tmp_path)
+    try:
+        api = server.client()
+        inbound = add_inbound(api, 28111)
+        client = add_client(api, inbound["id"])
+        for _ in range(FETCHES):
+            assert links_served(server, client["subId"]) == expected_links(
+                api, client, inbound["id"]
+            )
+        assert worker_pids(api) == []
+        assert sub_worker_children(server.process.pid) == []
+        assert "in the panel process and up to 2 worker processes on demand" in server.output()
+    finally:
+        stop_and_drop(server)
+
+
+@on_two_cores
+def test_workers_come_with_demand_serve_and_leave_when_it_ends(tmp_path):
+    server = start_auto_panel(tmp_path)
+    try:
+        api = server.client()
+        inbound = add_inbound(api, 28112)
+        loaded = add_client(api, inbound["id"])
+        with burst(server, loaded["subId"]):
+            pids = wait_for(lambda: len(worker_pids(api)) == 2 and worker_pids(api), 30)
+            assert set(pids) == set(sub_worker_children(server.process.pid))
+            client = add_client(api, inbound["id"])
+            wanted = expected_links(api, client, inbound["id"])
+            # The panel paused: only the workers accept, and they show the new client.
+            os.kill(server.process.pid, signal.SIGSTOP)
+            try:
+                for _ in range(FETCHES):
+                    assert links_served(server, client["subId"]) == wanted
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+        wait_for(lambda: worker_pids(api) == [], IDLE_SECONDS * 4)
+        wait_for(lambda: not any(alive(pid) for pid in pids), 10)
+        assert sub_worker_children(server.process.pid) == []
+        output = server.output()
+        assert output.count("left after") == 2
+        assert "exited (" not in output and "starting it again" not in output
+        assert "Traceback" not in output and " ERROR " not in output
+        # Nothing comes back while it stays quiet, and the panel alone serves.
+        time.sleep(2)
+        assert worker_pids(api) == []
+        assert links_served(server, client["subId"]) == wanted
+    finally:
+        stop_and_drop(server)
+
+
+@on_two_cores
+def test_a_worker_killed_during_demand_is_restarted_and_sigterm_leaves_none(tmp_path):
+    server = start_auto_panel(tmp_path)
+    try:
+        api = server.client()
+        inbound = add_inbound(api, 28113)
+        client = add_client(api, inbound["id"])
+        with burst(server, client["subId"]):
+            before = wait_for(lambda: len(worker_pids(api)) == 2 and worker_pids(api), 30)
+            os.kill(before[0], signal.SIGKILL)
+
+            def replaced() -> list[int] | None:
+                pids = worker_pids(api)
+                return pids if len(pids) == 2 and before[0] not in pids else None
+
+            after = wait_for(replaced)
+            assert "exited (signal SIGKILL)" in server.output()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(10) == 0
+        wait_for(lambda: not any(alive(pid) for pid in before + after), timeout=10)
+    finally:
+        stop_and_drop(server)

@@ -34,6 +34,26 @@ both sides share; what a worker serves is composed elsewhere (`appliance.sub_wor
 
 A worker that exits is started again after a pause that doubles from one second up to
 half a minute, and starts from one second again once a worker has run for a minute.
+
+**On demand, by default.** Each worker holds about 43 MiB of its own, which an idle host
+should not pay. Unless a fixed count is asked for, the panel serves the port itself, as
+on one core, and counts the subscription requests it accepts (`DemandMeter`); once they
+keep up `DEMAND_RATE` a second over `DEMAND_WINDOW_SECONDS`, it starts the workers that
+are not running, up to one per core. A worker that then serves fewer than `IDLE_RATE`
+requests a second over `idle_seconds()` exits with `IDLE_EXIT`, which is not a crash:
+it is not started again until the demand comes back. A worker that crashes is started
+again as above, and leaves by itself if the demand is gone by then.
+
+The panel keeps accepting on the shared socket while workers run, one connection at a
+time as they do. Nobody accepts only when nobody can: a worker leaving or starting
+leaves no moment when the port is served by no process, and the panel's own count of
+what it accepts stays the signal of demand whether workers run or not (if the workers
+keep up, they take most connections and the panel's count drops, and it starts none;
+if they do not, the panel's share rises and it starts the ones that left).
+
+The figures are measured in bench (`subscription_workers`): below `DEMAND_RATE` the
+panel answers within a few milliseconds with most of a core to spare, so a worker would
+cost memory for no latency a client sees.
 """
 
 from __future__ import annotations
@@ -62,17 +82,66 @@ RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
 HEALTHY_SECONDS = 60.0
 STOP_GRACE_SECONDS = 5.0
+# On demand: the panel starts the workers once it accepted DEMAND_RATE subscription
+# requests a second over DEMAND_WINDOW_SECONDS; a worker leaves (with IDLE_EXIT) once it
+# served fewer than IDLE_RATE a second over the idle period (IDLE_ENV, in seconds).
+DEMAND_RATE = 100
+DEMAND_WINDOW_SECONDS = 3.0
+IDLE_RATE = 1
+IDLE_SECONDS = 300.0
+IDLE_ENV = "APPLIANCE_SUB_WORKER_IDLE"
+IDLE_EXIT = 3
 
 
 def worker_count(wanted: int | None) -> int:
-    """How many processes serve the port: `wanted` when given, else one per core this
-    process may run on. One means no worker: the panel serves the port itself."""
+    """How many processes serve the port: `wanted` when given, else (on demand) at most
+    one per core this process may run on. One means no worker: the panel serves the port
+    itself."""
     if wanted is not None:
         return wanted
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def idle_seconds() -> float:
+    """How long a worker started on demand serves little before it leaves: IDLE_ENV
+    when set to a positive number of seconds, else IDLE_SECONDS."""
+    try:
+        seconds = float(os.environ.get(IDLE_ENV) or IDLE_SECONDS)
+    except ValueError:
+        return IDLE_SECONDS
+    return seconds if seconds > 0 else IDLE_SECONDS
+
+
+class DemandMeter:
+    """Counts the requests one process accepts and calls `on_demand` each time they
+    reached `rate` a second over `window` seconds: a WSGI app wrapped around another."""
+
+    def __init__(
+        self,
+        app: Callable,
+        on_demand: Callable[[], None],
+        rate: float = DEMAND_RATE,
+        window: float = DEMAND_WINDOW_SECONDS,
+    ):
+        self.app = app
+        self.on_demand = on_demand
+        self.wanted = rate * window
+        self.window = window
+        self.since = time.monotonic()
+        self.count = 0
+
+    def __call__(self, environ, start_response):
+        now = time.monotonic()
+        if now - self.since > self.window:
+            self.since, self.count = now, 0
+        self.count += 1
+        if self.count >= self.wanted:
+            self.since, self.count = now, 0
+            gevent.spawn(self.on_demand)
+        return self.app(environ, start_response)
 
 
 class ChangeCounter:
@@ -117,11 +186,14 @@ class Worker:
     started: float = 0.0
     pause: float = RESTART_FIRST_SECONDS
     readers: list[gevent.Greenlet] = field(default_factory=list)
+    supervisor: gevent.Greenlet | None = None
 
 
 class WorkerPool:
     """`count` processes running `command`, each handed `spec` (a JSON line on its stdin)
-    and the descriptors `pass_fds`; restarted when they exit until `stop()`."""
+    and the descriptors `pass_fds`; restarted when they exit until `stop()`. With
+    `on_demand`, none runs until `grow()`, and one that exits with IDLE_EXIT stays away
+    until the next `grow()`."""
 
     def __init__(
         self,
@@ -131,20 +203,33 @@ class WorkerPool:
         count: int,
         describe: str = "worker",
         env: Callable[[], dict[str, str]] = self_environment,
+        on_demand: bool = False,
     ):
         self.command = command
         self.spec = spec
         self.pass_fds = pass_fds
         self.describe = describe
         self.env = env
+        self.on_demand = on_demand
         self.workers = [Worker(slot) for slot in range(count)]
-        self._supervisors: list[gevent.Greenlet] = []
         self._stopping = False
 
     def start(self) -> None:
-        for worker in self.workers:
+        if not self.on_demand:
+            self.grow()
+
+    def grow(self) -> None:
+        """Start every worker that is not running (nor waiting to be started again)."""
+        if self._stopping:
+            return
+        idle = [w for w in self.workers if w.supervisor is None or w.supervisor.dead]
+        for worker in idle:
+            if worker.process is not None:
+                _close_pipes(worker.process)
             self._launch(worker)
-            self._supervisors.append(gevent.spawn(self._supervise, worker))
+            worker.supervisor = gevent.spawn(self._supervise, worker)
+        if idle and self.on_demand:
+            log.info("subscription demand: %d %s processes started", len(idle), self.describe)
 
     def pids(self) -> list[int]:
         """The process ids of the workers running now."""
@@ -176,6 +261,14 @@ class WorkerPool:
             if self._stopping:
                 return
             lived = time.monotonic() - worker.started
+            if code == IDLE_EXIT and self.on_demand:
+                log.info(
+                    "%s process %d left after %.0f s: little demand",
+                    self.describe,
+                    worker.process.pid,
+                    lived,
+                )
+                return
             if lived >= HEALTHY_SECONDS:
                 worker.pause = RESTART_FIRST_SECONDS
             log.warning(
@@ -207,7 +300,7 @@ class WorkerPool:
         """Stop every worker: SIGTERM, then SIGKILL for any still running after `grace`
         seconds. Returns once all have exited, so their sockets are closed."""
         self._stopping = True
-        gevent.killall(self._supervisors)
+        gevent.killall([w.supervisor for w in self.workers if w.supervisor is not None])
         running = [w.process for w in self.workers if w.process and w.process.poll() is None]
         for process in running:
             process.send_signal(signal.SIGTERM)
