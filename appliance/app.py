@@ -86,6 +86,7 @@ from appliance.web.ui import UiRouteNeeds, ui_routes
 
 if TYPE_CHECKING:
     import bottle
+    from gevent.pywsgi import WSGIServer
 
     from appliance.web.routes import Route
 
@@ -325,16 +326,15 @@ class Panel:
         ]
         workers = worker_count(self.options.sub_workers)
         on_demand = self.options.sub_workers is None and workers > 1
-        if workers > 1:
-            self._start_sub_workers(sub_sock, sub_tls is not None, workers, on_demand)
+        sub_server = None
         if workers == 1 or on_demand:
             sub_app = SubscriptionApp(self.settings, self.subscriptions)
             if on_demand:
-                sub_app = DemandMeter(sub_app, self.sub_workers.grow)
-            server = make_server(sub_sock, sub_app, tls=sub_tls)
-            if on_demand:  # as the workers do, so that connections go to whoever is free
-                server.max_accept = 1
-            self._servers.append(server)
+                sub_app = DemandMeter(sub_app, self._more_sub_workers)
+            sub_server = make_server(sub_sock, sub_app, tls=sub_tls)
+            self._servers.append(sub_server)
+        if workers > 1:
+            self._start_sub_workers(sub_sock, sub_tls is not None, workers, sub_server)
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
@@ -378,10 +378,12 @@ class Panel:
         self._stopped.wait()
         self.stop()
 
-    def _start_sub_workers(self, sock, tls: bool, count: int, on_demand: bool) -> None:
-        """Serve the subscription socket with `count` worker processes (runtime.workers),
-        from now on or, `on_demand`, once the panel's share of it is busy; the panel keeps
-        the socket open, so the port stays bound while one restarts."""
+    def _start_sub_workers(self, sock, tls: bool, count: int, own: WSGIServer | None) -> None:
+        """Serve the subscription socket with `count` worker processes (runtime.workers):
+        from now on, or, when the panel serves it too (`own`), once that is busy, the
+        panel then leaving the socket to them while all run. The panel keeps the socket
+        open, so the port stays bound while one restarts."""
+        on_demand = own is not None
         self._sub_sock = sock
         self._changes = ChangeCounter.create()
         spec = {
@@ -403,8 +405,13 @@ class Panel:
             count,
             describe="subscription worker",
             on_demand=on_demand,
+            on_full=_accept_unless(own) if on_demand else None,
         )
         self.sub_workers.start()
+
+    def _more_sub_workers(self) -> None:
+        if self.sub_workers is not None:
+            self.sub_workers.grow()
 
     def _tls(self, door: str) -> ssl.SSLContext | None:
         """The TLS context of the `web` (panel) or `sub` (subscription) port from its
@@ -488,11 +495,13 @@ class Panel:
 
     def stop(self) -> None:
         self.core.shutdown()
+        # The workers first: one leaving meanwhile would have the panel accept again.
+        if self.sub_workers is not None:
+            self.sub_workers.stop()
         for server in self._servers:
             server.stop(timeout=RESTART_EXIT_GRACE)
         self._servers = []
         if self.sub_workers is not None:
-            self.sub_workers.stop()
             self.sub_workers = None
             self._sub_sock.close()
             self._changes.close()
@@ -624,6 +633,19 @@ class Panel:
             changed.append("twoFactorEnable")
         self.settings.write(changes)
         return changed
+
+
+def _accept_unless(server: WSGIServer) -> Callable[[bool], None]:
+    """What tells the panel's own subscription server to leave the shared socket to the
+    workers while they all run, and to take it up again when one has left."""
+
+    def full(running: bool) -> None:
+        if running:
+            server.stop_accepting()
+        else:
+            server.start_accepting()
+
+    return full
 
 
 def _listen_or_explain(host: str, port: int, what: str):

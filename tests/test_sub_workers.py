@@ -463,6 +463,16 @@ def test_workers_come_with_demand_serve_and_leave_when_it_ends(tmp_path):
                     assert links_served(server, client["subId"]) == wanted
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
+            # The workers paused: the panel, which left the port to them, answers nobody.
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(requests.Timeout):
+                    requests.get(f"{server.sub_url}/sub/{client['subId']}", timeout=1)
+                assert ok(api.get(STATUS))  # while the panel's own port answers
+            finally:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
         wait_for(lambda: worker_pids(api) == [], IDLE_SECONDS * 4)
         wait_for(lambda: not any(alive(pid) for pid in pids), 10)
         assert sub_worker_children(server.process.pid) == []

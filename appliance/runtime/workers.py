@@ -44,12 +44,13 @@ requests a second over `idle_seconds()` exits with `IDLE_EXIT`, which is not a c
 it is not started again until the demand comes back. A worker that crashes is started
 again as above, and leaves by itself if the demand is gone by then.
 
-The panel keeps accepting on the shared socket while workers run, one connection at a
-time as they do. Nobody accepts only when nobody can: a worker leaving or starting
-leaves no moment when the port is served by no process, and the panel's own count of
-what it accepts stays the signal of demand whether workers run or not (if the workers
-keep up, they take most connections and the panel's count drops, and it starts none;
-if they do not, the panel's share rises and it starts the ones that left).
+While every worker runs, the panel stops accepting on the shared socket, and takes it up
+again as soon as one has left (`on_full`): the panel's hub is then left to the admin's
+requests, and the port's load to processes that do nothing else (measured, a panel that
+went on accepting beside two workers on two cores served fewer cold subscriptions than
+the two workers alone: three processes on two cores, three caches to fill). Nothing is
+refused meanwhile: the panel holds the socket open, so a connection nobody takes at
+once waits in the backlog for the next process that accepts.
 
 The figures are measured in bench (`subscription_workers`): below `DEMAND_RATE` the
 panel answers within a few milliseconds with most of a core to spare, so a worker would
@@ -193,7 +194,8 @@ class WorkerPool:
     """`count` processes running `command`, each handed `spec` (a JSON line on its stdin)
     and the descriptors `pass_fds`; restarted when they exit until `stop()`. With
     `on_demand`, none runs until `grow()`, and one that exits with IDLE_EXIT stays away
-    until the next `grow()`."""
+    until the next `grow()`; `on_full` hears whether every worker runs (or waits to be
+    started again after a crash) each time that changes."""
 
     def __init__(
         self,
@@ -204,6 +206,7 @@ class WorkerPool:
         describe: str = "worker",
         env: Callable[[], dict[str, str]] = self_environment,
         on_demand: bool = False,
+        on_full: Callable[[bool], None] | None = None,
     ):
         self.command = command
         self.spec = spec
@@ -211,6 +214,7 @@ class WorkerPool:
         self.describe = describe
         self.env = env
         self.on_demand = on_demand
+        self.on_full = on_full
         self.workers = [Worker(slot) for slot in range(count)]
         self._stopping = False
 
@@ -222,7 +226,7 @@ class WorkerPool:
         """Start every worker that is not running (nor waiting to be started again)."""
         if self._stopping:
             return
-        idle = [w for w in self.workers if w.supervisor is None or w.supervisor.dead]
+        idle = [w for w in self.workers if w.supervisor is None]
         for worker in idle:
             if worker.process is not None:
                 _close_pipes(worker.process)
@@ -230,6 +234,11 @@ class WorkerPool:
             worker.supervisor = gevent.spawn(self._supervise, worker)
         if idle and self.on_demand:
             log.info("subscription demand: %d %s processes started", len(idle), self.describe)
+        self._tell_full()
+
+    def _tell_full(self) -> None:
+        if self.on_full is not None:
+            self.on_full(all(w.supervisor is not None for w in self.workers))
 
     def pids(self) -> list[int]:
         """The process ids of the workers running now."""
@@ -268,6 +277,8 @@ class WorkerPool:
                     worker.process.pid,
                     lived,
                 )
+                worker.supervisor = None
+                self._tell_full()
                 return
             if lived >= HEALTHY_SECONDS:
                 worker.pause = RESTART_FIRST_SECONDS
