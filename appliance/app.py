@@ -177,7 +177,7 @@ class Panel:
         self.bound: dict[str, tuple[str, int]] = {}
         self._status: dict | None = None
         self._servers: list = []
-        # Subscription workers (one per core) and what they share with the panel.
+        # Subscription workers (up to one per core) and what they share with the panel.
         self.sub_workers: WorkerPool | None = None
         self._changes: ChangeCounter | None = None
         self._sub_sock = None

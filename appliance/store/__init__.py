@@ -18,7 +18,7 @@ the greenlet's life, and closes it when the greenlet ends. That is one per open 
 connection to the panel (browsers keep two to six) plus one per background job (traffic,
 status) and one for the subscription server's open connections; an idle panel with one
 browser holds about five. An open WebSocket gives its connection back once subscribed
-(`release`), so hundreds of open tabs hold none. Subscription workers (one per core,
+(`release`), so hundreds of open tabs hold none. Subscription workers (up to one per core,
 appliance.sub_worker) hold their own: a few each for their reads, and one per client app
 connection they are rendering for. Size the server's connection limit (PostgreSQL's
 default is 100) for the browsers, API clients and client apps expected at once.
