@@ -28,8 +28,16 @@ from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
 from appliance.links import YAML_EMITTER
+from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
+from appliance.runtime.workers import (
+    ChangeCounter,
+    DemandMeter,
+    WorkerPool,
+    idle_seconds,
+    worker_count,
+)
 from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
@@ -79,6 +87,7 @@ from appliance.web.ui import UiRouteNeeds, ui_routes
 
 if TYPE_CHECKING:
     import bottle
+    from gevent.pywsgi import WSGIServer
 
     from appliance.web.routes import Route
 
@@ -171,6 +180,10 @@ class Panel:
         self.bound: dict[str, tuple[str, int]] = {}
         self._status: tuple[float, dict | None] = (0.0, None)
         self._servers: list = []
+        # Subscription workers (up to one per core) and what they share with the panel.
+        self.sub_workers: WorkerPool | None = None
+        self._changes: ChangeCounter | None = None
+        self._sub_sock = None
         self._stopped = Event()
         self._trusted: tuple[str, list] = ("", [])
         self._hosts: tuple[tuple[str, ...], frozenset[str] | None] = ((), None)
@@ -311,20 +324,34 @@ class Panel:
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
         tls = self._tls("web")
         sub_tls = self._tls("sub")
-        sub_app = SubscriptionApp(self.settings, self.subscriptions)
         self._servers = [
-            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed),
-            make_server(sub_sock, sub_app, tls=sub_tls),
+            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed)
         ]
+        workers = worker_count(self.options.sub_workers)
+        on_demand = self.options.sub_workers is None and workers > 1
+        sub_server = None
+        if workers == 1 or on_demand:
+            sub_app = SubscriptionApp(self.settings, self.subscriptions)
+            if on_demand:
+                sub_app = DemandMeter(sub_app, self._more_sub_workers)
+            sub_server = make_server(sub_sock, sub_app, tls=sub_tls)
+            self._servers.append(sub_server)
+        if workers > 1:
+            self._start_sub_workers(sub_sock, sub_tls is not None, workers, sub_server)
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
         log.info("panel listening on %s://%s:%d%s", scheme, *self.bound["web"], self.base_path)
         sub_scheme = "https" if sub_tls else "http"
         log.info(
-            "subscription server listening on %s://%s:%d/ (YAML written by the %s emitter)",
+            "subscription server listening on %s://%s:%d/ %s (YAML written by the %s emitter)",
             sub_scheme,
             *self.bound["sub"],
+            f"in the panel process and up to {workers} worker processes on demand"
+            if on_demand
+            else f"in {workers} worker processes"
+            if workers > 1
+            else "in the panel process",
             YAML_EMITTER,
         )
         if on_listening is not None:
@@ -355,6 +382,41 @@ class Panel:
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def _start_sub_workers(self, sock, tls: bool, count: int, own: WSGIServer | None) -> None:
+        """Serve the subscription socket with `count` worker processes (runtime.workers):
+        from now on, or, when the panel serves it too (`own`), once that is busy, the
+        panel then leaving the socket to them while all run. The panel keeps the socket
+        open, so the port stays bound while one restarts."""
+        on_demand = own is not None
+        self._sub_sock = sock
+        self._changes = ChangeCounter.create()
+        spec = {
+            "db": self.options.db,
+            "dataDir": self.options.data_dir,
+            "certDirs": list(self.options.cert_dirs),
+            "logLevel": self.options.log_level,
+            "listenFd": sock.fileno(),
+            "counterFd": self._changes.fileno(),
+            # Only a pair that loaded here (see _tls); otherwise plain HTTP, as in-process.
+            "certFile": self.settings.get("subCertFile") if tls else "",
+            "keyFile": self.settings.get("subKeyFile") if tls else "",
+            "idleSeconds": idle_seconds() if on_demand else 0,
+        }
+        self.sub_workers = WorkerPool(
+            self_command("sub-worker"),
+            spec,
+            (sock.fileno(), self._changes.fileno()),
+            count,
+            describe="subscription worker",
+            on_demand=on_demand,
+            on_full=_accept_unless(own) if on_demand else None,
+        )
+        self.sub_workers.start()
+
+    def _more_sub_workers(self) -> None:
+        if self.sub_workers is not None:
+            self.sub_workers.grow()
 
     def _tls(self, door: str) -> ssl.SSLContext | None:
         """The TLS context of the `web` (panel) or `sub` (subscription) port from its
@@ -396,6 +458,8 @@ class Panel:
         comes from the core itself, which then already took them."""
         if resource in ("clients", "inbounds", "hosts", "settings"):
             self.subscriptions.invalidate(resource)
+            if self._changes is not None:
+                self._changes.bump()
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:
@@ -441,9 +505,17 @@ class Panel:
 
     def stop(self) -> None:
         self.core.shutdown()
+        # The workers first: one leaving meanwhile would have the panel accept again.
+        if self.sub_workers is not None:
+            self.sub_workers.stop()
         for server in self._servers:
             server.stop(timeout=RESTART_EXIT_GRACE)
         self._servers = []
+        if self.sub_workers is not None:
+            self.sub_workers = None
+            self._sub_sock.close()
+            self._changes.close()
+            self._changes = None
         self.subscriptions.close()
         self.store.close()
         log.info("panel stopped")
@@ -544,7 +616,8 @@ class Panel:
         taken, status = self._status
         if status is None or time.monotonic() - taken >= STEP_SECONDS:
             status = self._snapshot(time.time())
-        return {**status, "core": self.core_info()}
+        workers = [] if self.sub_workers is None else self.sub_workers.pids()
+        return {**status, "core": self.core_info(), "subWorkers": workers}
 
     def sample_status(self) -> None:
         """The status job: a full snapshot pushed to the browsers when one watches, else
@@ -583,6 +656,19 @@ class Panel:
             changed.append("twoFactorEnable")
         self.settings.write(changes)
         return changed
+
+
+def _accept_unless(server: WSGIServer) -> Callable[[bool], None]:
+    """What tells the panel's own subscription server to leave the shared socket to the
+    workers while they all run, and to take it up again when one has left."""
+
+    def full(running: bool) -> None:
+        if running:
+            server.stop_accepting()
+        else:
+            server.start_accepting()
+
+    return full
 
 
 def _listen_or_explain(host: str, port: int, what: str):

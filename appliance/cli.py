@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--sub-port", help=f"subscription port, overrides the setting (env {ENV['sub_port']})"
     )
     run.add_argument(
+        "--sub-workers",
+        help="processes serving the subscription port, always: 1 for the panel's own "
+        "process; auto for the panel, and a worker per core while the demand lasts "
+        f"(env {ENV['sub_workers']}; default auto)",
+    )
+    run.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         help=f"panel log level (env {ENV['log_level']}; default info)",

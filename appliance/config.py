@@ -20,8 +20,10 @@ ENV = {
     "log_level": "APPLIANCE_LOG_LEVEL",
     "core": "APPLIANCE_CORE",
     "cert_dirs": "APPLIANCE_CERT_DIRS",
+    "sub_workers": "APPLIANCE_SUB_WORKERS",
 }
 DB_FILE = "appliance.db"
+MAX_SUB_WORKERS = 64
 # (option, its flag, the setting it overrides for the run): the Settings page says so.
 SETTING_OVERRIDES = (
     ("listen", "--listen", "webListen"),
@@ -42,6 +44,9 @@ class Options:
     # Directories beyond the standard ones that certificate and key files may be in
     # (services.file_paths); only the host's owner sets them, never the API.
     cert_dirs: tuple[str, ...] = ()
+    # Processes serving the subscription port, always; None (`auto`): the panel, and up
+    # to one worker per core while the demand lasts. One: the panel itself.
+    sub_workers: int | None = None
 
     @property
     def log_file(self) -> str:
@@ -78,6 +83,7 @@ def resolve(args) -> Options:
         log_level=pick("log_level") or "info",
         core=pick("core"),
         cert_dirs=_cert_dirs(getattr(args, "cert_dirs", None)),
+        sub_workers=_workers(pick("sub_workers")),
     )
 
 
@@ -86,6 +92,21 @@ def _cert_dirs(flags: list[str] | None) -> tuple[str, ...]:
     ':'; each made absolute."""
     dirs = flags or (os.environ.get(ENV["cert_dirs"]) or "").split(os.pathsep)
     return tuple(os.path.abspath(d) for d in dirs if d.strip())
+
+
+def _workers(value) -> int | None:
+    if value is None or str(value).strip().lower() == "auto":
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if not 1 <= count <= MAX_SUB_WORKERS:
+        raise SystemExit(
+            f"--sub-workers must be auto or a number of processes from 1 to {MAX_SUB_WORKERS} "
+            f"(got {value!r})"
+        )
+    return count
 
 
 def _port(value, flag: str) -> int | None:

@@ -30,6 +30,7 @@ import idle_scenarios  # noqa: F401  (registers idle CPU)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 import wait_scenarios  # noqa: F401  (registers never_wait)
+import worker_scenarios  # noqa: F401  (registers the subscription workers scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
 
 from appliance import __version__

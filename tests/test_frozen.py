@@ -321,6 +321,35 @@ def test_stopped_binary_leaves_no_unpacked_files(binary, tmp_path):
     assert not os.path.exists(unpacked)
 
 
+def test_subscription_workers_are_the_binary_in_its_unpacked_folder(binary, tmp_path):
+    """A worker is the binary started again with `sub-worker`: it runs from the folder the
+    panel unpacked (no second copy in TMPDIR), keeps the binary's own environment, and
+    is gone, with that folder, once the panel stopped."""
+    unpack_root = tmp_path / "unpack"
+    unpack_root.mkdir()
+    server = frozen_panel(
+        binary, tmp_path / "data", APPLIANCE_SUB_WORKERS="2", TMPDIR=str(unpack_root)
+    )
+    try:
+        python = psutil.Process(server.process.pid).children()[0]
+        unpacked = python.environ()["_PYI_APPLICATION_HOME_DIR"]
+        pids = ok(server.client().get("/panel/api/server/status"))["subWorkers"]
+        workers = [psutil.Process(pid) for pid in pids]
+        assert len(workers) == 2
+        for worker in workers:
+            assert worker.ppid() == python.pid
+            assert worker.cmdline()[1:] == ["sub-worker"]
+            assert worker.environ()["_PYI_APPLICATION_HOME_DIR"] == unpacked
+        assert [path.name for path in unpack_root.iterdir()] == [os.path.basename(unpacked)]
+        reply = requests.get(f"{server.sub_url}/sub/nothing-here", timeout=10)
+        assert reply.status_code == 404
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+    assert not any(worker.is_running() for worker in workers)
+    assert list(unpack_root.iterdir()) == []
+
+
 # ---- databases of earlier versions ---------------------------------------------------------
 
 

@@ -26,8 +26,10 @@ ALLOWED = {
     "config": BOTTOM,
     "app": BOTTOM
     | {"config", "runtime", "domain", "store", "links", "core", "services", "sub", "web"},
+    # A subscription worker process: composed like `app`, without the core or the panel.
+    "sub_worker": BOTTOM | {"runtime", "domain", "store", "links", "services", "sub", "web"},
     "cli": BOTTOM | {"runtime", "domain", "store", "core", "services", "app", "config"},
-    "__main__": {"cli"},
+    "__main__": {"cli", "sub_worker"},
 }
 
 

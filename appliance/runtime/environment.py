@@ -2,12 +2,14 @@
 
 A one-file build unpacks itself and points LD_LIBRARY_PATH at its own folder; the core,
 journalctl and a new panel binary must not load libraries from there. One function says
-what a child gets, so no place that starts a process forgets it.
+what a child gets, so no place that starts a process forgets it; another says what a
+process gets that is this program again (a subscription worker), which keeps them.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 
 def child_environment() -> dict[str, str]:
@@ -21,3 +23,22 @@ def child_environment() -> dict[str, str]:
     if original:
         env["LD_LIBRARY_PATH"] = original
     return env
+
+
+def self_command(*args: str) -> list[str]:
+    """The command that runs this program again with `args`: the one-file binary is its
+    own interpreter (`sys.executable`), a Python install runs the package."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, *args]
+    return [sys.executable, "-m", "appliance", *args]
+
+
+def self_environment() -> dict[str, str]:
+    """The environment of a process that is this program again: the panel's own, whole.
+
+    Unlike the core and other tools (`child_environment`), a worker keeps the one-file
+    binary's LD_LIBRARY_PATH and `_PYI_*` markers: they make the binary reuse the folder
+    the panel unpacked instead of unpacking itself again, and its libraries are the
+    worker's own. PYTHONPATH, which points a development checkout's interpreter at its
+    package, stays for the same reason."""
+    return dict(os.environ)

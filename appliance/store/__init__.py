@@ -18,8 +18,10 @@ the greenlet's life, and closes it when the greenlet ends. That is one per open 
 connection to the panel (browsers keep two to six) plus one per background job (traffic,
 status) and one for the subscription server's open connections; an idle panel with one
 browser holds about five. An open WebSocket gives its connection back once subscribed
-(`release`), so hundreds of open tabs hold none. Size the server's connection limit
-(PostgreSQL's default is 100) for the browsers and API clients expected at once.
+(`release`), so hundreds of open tabs hold none. Subscription workers (up to one per core,
+appliance.sub_worker) hold their own: a few each for their reads, and one per client app
+connection they are rendering for. Size the server's connection limit (PostgreSQL's
+default is 100) for the browsers, API clients and client apps expected at once.
 """
 
 from __future__ import annotations
@@ -67,12 +69,21 @@ class Store:
         # `appliance run` waits for a networked server that is down at start; the
         # offline commands say so and stop instead.
         self.wait_for_server = False
+        # Every connection refuses writes (`attach`).
+        self.read_only = False
 
     def __getattr__(self, name: str):
         return getattr(self.entities, name)
 
     def raw_connect(self):
-        """A plain DB-API connection, for migrations and bulk copies."""
+        """A plain DB-API connection, for migrations, bulk copies and single reads."""
+        connection = self._raw_connect()
+        if self.read_only and self.dialect in READ_ONLY_SESSION:
+            _execute(connection, READ_ONLY_SESSION[self.dialect])
+            connection.commit()
+        return connection
+
+    def _raw_connect(self):
         url = self.url
         if url.kind == "sqlite":
             conn = sqlite3.connect(url.path, isolation_level=None)
@@ -90,6 +101,7 @@ class Store:
                 user=url.user,
                 password=url.password,
                 dbname=url.database,
+                **self._pg_options(),
             )
         import pymysql
 
@@ -119,6 +131,26 @@ class Store:
         if applied:
             log.info("database %s now at schema version %d", self.url.redacted(), applied[-1])
         return applied
+
+    def attach(self) -> None:
+        """Map the entities onto a database another process opened and migrated, without
+        touching its schema, on read-only connections: how a subscription worker reads the
+        panel's database, which only the panel writes (the database itself refuses any
+        write through this store). Binding connects; after a failure (`unavailable()` says
+        whether the database is to blame) a call again picks up where this one stopped."""
+        if not self.read_only:
+            self.read_only = True
+            statement = READ_ONLY_SESSION.get(self.dialect)
+            if statement is not None:
+
+                def read_only_session(db: Database, connection) -> None:
+                    _execute(connection, statement)
+
+                self.db.on_connect(read_only_session)  # Pony commits after it
+        if self.db.provider is None:
+            self.db.bind(**self._bind_args())
+        if self.db.schema is None:
+            self.db.generate_mapping(create_tables=False, check_tables=True)
 
     def _connect_at_start(self):
         """The first connection; a networked server that does not answer is waited for
@@ -241,6 +273,12 @@ class Store:
     def close(self) -> None:
         self.db.disconnect()
 
+    def _pg_options(self) -> dict:
+        """A read-only store's PostgreSQL sessions start read-only: a setting made with
+        SET would not last, since Pony's pool ends each use with DISCARD ALL, which
+        resets what SET changed but not what the connection started with."""
+        return {"options": PG_READ_ONLY_OPTIONS} if self.read_only else {}
+
     def _bind_args(self) -> dict:
         url = self.url
         if url.kind == "sqlite":
@@ -257,6 +295,7 @@ class Store:
                 "user": url.user,
                 "password": url.password,
                 "database": url.database,
+                **self._pg_options(),
             }
         return {
             "provider": "mysql",
@@ -296,6 +335,21 @@ def _migrate_sqlite_or_restore(conn: sqlite3.Connection, path: str) -> list[int]
         ) from exc
     os.remove(copy_path)
     return applied
+
+
+# Run on each connection of a read-only store: every write on it is refused from then on.
+# PostgreSQL's sessions are made read-only when they start (`Store._pg_options`).
+READ_ONLY_SESSION = {
+    "sqlite": "PRAGMA query_only = ON",
+    "mysql": "SET SESSION TRANSACTION READ ONLY",
+}
+PG_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
+
+
+def _execute(connection, statement: str) -> None:
+    cursor = connection.cursor()
+    cursor.execute(statement)
+    cursor.close()
 
 
 def _first_line(exc: BaseException) -> str:

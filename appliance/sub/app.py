@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
 from appliance.runtime.wsgi import request_host
@@ -61,9 +62,18 @@ HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]")
 
 
 class SubscriptionApp:
-    def __init__(self, settings, subscriptions: Subscriptions):
+    """`refresh`, when given, runs first in every request: a worker process drops there
+    what it cached from before the panel's last change (appliance.sub_worker)."""
+
+    def __init__(
+        self,
+        settings,
+        subscriptions: Subscriptions,
+        refresh: Callable[[], None] | None = None,
+    ):
         self.settings = settings
         self.subscriptions = subscriptions
+        self.refresh = refresh
 
     def __call__(self, environ, start_response):
         try:
@@ -86,6 +96,8 @@ class SubscriptionApp:
         return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
 
     def respond(self, environ) -> tuple[str, list[tuple[str, str]], bytes]:
+        if self.refresh is not None:
+            self.refresh()
         get = self.settings.get
         if not get("subEnable"):
             return _not_found()
