@@ -459,7 +459,7 @@ class Panel:
         if resource in ("clients", "inbounds", "hosts", "settings"):
             self.subscriptions.invalidate(resource)
             if self._changes is not None:
-                self._changes.bump()
+                self._changes.bump(resource)
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:

@@ -75,8 +75,9 @@ class JsonLines(logging.Handler):
 
 class FollowChanges:
     """Drops the worker's caches when the panel's change counter moved: the settings
-    are read again and every rendered body is forgotten. Called at the start of each
-    request, so a change the panel answered for is in the next body."""
+    are read again, every rendered body is forgotten, and the prepared inbounds too when
+    an inbound or host changed. Called at the start of each request, so a change the
+    panel answered for is in the next body."""
 
     def __init__(self, counter: ChangeCounter, settings: Settings, subscriptions: Subscriptions):
         self.counter = counter
@@ -87,7 +88,9 @@ class FollowChanges:
     def __call__(self) -> None:
         now = self.counter.read()
         if now != self.seen:
-            self.subscriptions.invalidate()
+            # What the panel's own cache drops for a client change alone: rendered bodies,
+            # not the prepared inbounds every cold request relies on.
+            self.subscriptions.invalidate("inbounds" if now[1] != self.seen[1] else "clients")
             self.settings.load()
             self.seen = now
 

@@ -78,7 +78,10 @@ from appliance.runtime.environment import self_environment
 log = logging.getLogger(__name__)
 
 WORKERS_ENV = "APPLIANCE_SUB_WORKERS"
-COUNTER = struct.Struct("<Q")
+# Two counters: every change, and the changes an inbound's prepared links depend on
+# (inbounds, hosts); a client or setting change leaves a worker's prepared inbounds be.
+COUNTER = struct.Struct("<QQ")
+KEEPS_INBOUNDS = ("clients", "settings")
 RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
 HEALTHY_SECONDS = 60.0
@@ -169,11 +172,16 @@ class ChangeCounter:
     def fileno(self) -> int:
         return self._fileno
 
-    def bump(self) -> None:
-        COUNTER.pack_into(self._map, 0, self.read() + 1)
+    def bump(self, resource: str) -> None:
+        """Count a change of `resource` (clients, inbounds, hosts, settings)."""
+        changes, inbound_changes = self.read()
+        if resource not in KEEPS_INBOUNDS:
+            inbound_changes += 1
+        COUNTER.pack_into(self._map, 0, changes + 1, inbound_changes)
 
-    def read(self) -> int:
-        return COUNTER.unpack_from(self._map, 0)[0]
+    def read(self) -> tuple[int, int]:
+        """Every change so far, and those of them that inbounds' links depend on."""
+        return COUNTER.unpack_from(self._map, 0)
 
     def close(self) -> None:
         self._map.close()
