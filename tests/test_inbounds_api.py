@@ -14,7 +14,16 @@ from urllib.parse import urlsplit
 import pytest
 import websocket
 from conftest import start_panel
-from helpers import REALITY, TLS, WG_PEER_KEY, create_inbound, db_rows, refused, sockets_dir
+from helpers import (
+    REALITY,
+    TLS,
+    WG_PEER_KEY,
+    create_inbound,
+    db_rows,
+    free_port,
+    refused,
+    sockets_dir,
+)
 
 API = "/panel/api/inbounds"
 VLESS_ENC = "mlkem768x25519plus.native.600s.ptjHQxBQxTJ9MWr2cd5qWIflBSACHOevTauCQwa_71U"
@@ -727,7 +736,7 @@ def test_fuzzed_payloads_always_get_an_envelope(tmp_path):
     server = start_panel(tmp_path)
     try:
         api = server.client()
-        target = create_inbound(api, sample("trojan", 40200))
+        target = create_inbound(api, sample("trojan", free_port()))
         rng = random.Random(20240601)
         answers = {True: 0, False: 0}
         for _ in range(300):
