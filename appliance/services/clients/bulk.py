@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gevent.lock import Semaphore
 from pony.orm import db_session, select
 
 from appliance.domain import client_rules
@@ -44,6 +45,10 @@ class ClientBulk:
         self.clients = clients
         self.store = clients.store
         self.query = query
+        # One bulk creation at a time in this process, the database's only writer: on
+        # PostgreSQL and MariaDB a transaction that checked its emails does not keep
+        # another from checking the same ones before the first commits.
+        self._creating = Semaphore()
 
     # ---- creation --------------------------------------------------------------------
 
@@ -62,7 +67,7 @@ class ClientBulk:
     def _create_many(self, items: list, *, require_inbounds: bool, restore: bool) -> dict:
         skipped: list[dict] = []
         ready: list[tuple[dict, list[int], dict]] = []
-        with db_session:
+        with self._creating, db_session:
             inbounds: dict[int, Any] = {}
             prepared: list[tuple[str, Any]] = []  # (label, prepared item or its problem)
             for n, item in enumerate(items):
@@ -73,8 +78,9 @@ class ClientBulk:
                 except ServiceError as exc:
                     outcome = exc.msg
                 prepared.append((_label(item, n), outcome))
-            # From here to the commit, one write transaction: another bulk call checks
-            # its emails only after this one's rows are in, so no two claim the same.
+            # From here to the commit, one write transaction (and, on every backend, this
+            # process's one bulk creation): another bulk call checks its emails only after
+            # this one's rows are in, so no two claim the same.
             self.store.begin_write()
             # Which emails exist, in a query per chunk rather than one per item: on a
             # networked database 20,000 round trips took longer than the inserts.
