@@ -188,7 +188,7 @@ def _describe(figure: dict) -> str:
             f"panel {figure['panel_cpu_percent']} % of a core, core "
             f"{figure['core_cpu_percent']} %, over {figure['idle_seconds']} s idle"
         )
-    if "slowest_ms" in figure:
+    if "slowest_ms" in figure and "p50_ms" in figure:
         parts.append(
             f"p50 {figure['p50_ms']} ms, p99 {figure['p99_ms']} ms, slowest "
             f"{figure['slowest_ms']} ms of {figure['requests']} light requests"
