@@ -55,7 +55,7 @@ from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.clients.sub_address import SubscriptionAddress
-from appliance.services.clients.subscriptions import Subscriptions
+from appliance.services.clients.subscriptions import Subscriptions, drops_inbounds
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.control.metrics import CoreMetrics
 from appliance.services.control.probe import OutboundProbe
@@ -459,7 +459,7 @@ class Panel:
         if resource in ("clients", "inbounds", "hosts", "settings"):
             self.subscriptions.invalidate(resource)
             if self._changes is not None:
-                self._changes.bump(resource)
+                self._changes.bump(inbounds=drops_inbounds(resource))
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:

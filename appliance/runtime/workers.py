@@ -78,10 +78,9 @@ from appliance.runtime.environment import self_environment
 log = logging.getLogger(__name__)
 
 WORKERS_ENV = "APPLIANCE_SUB_WORKERS"
-# Two counters: every change, and the changes an inbound's prepared links depend on
-# (inbounds, hosts); a client or setting change leaves a worker's prepared inbounds be.
+# Two counters: every change, and those of them that reach an inbound's prepared links
+# (which changes do, the subscription service says: `drops_inbounds`).
 COUNTER = struct.Struct("<QQ")
-KEEPS_INBOUNDS = ("clients", "settings")
 RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
 HEALTHY_SECONDS = 60.0
@@ -172,10 +171,10 @@ class ChangeCounter:
     def fileno(self) -> int:
         return self._fileno
 
-    def bump(self, resource: str) -> None:
-        """Count a change of `resource` (clients, inbounds, hosts, settings)."""
+    def bump(self, inbounds: bool) -> None:
+        """Count a change; `inbounds`: one that reaches the prepared inbounds too."""
         changes, inbound_changes = self.read()
-        if resource not in KEEPS_INBOUNDS:
+        if inbounds:
             inbound_changes += 1
         COUNTER.pack_into(self._map, 0, changes + 1, inbound_changes)
 

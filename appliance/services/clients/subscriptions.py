@@ -142,6 +142,12 @@ class Rendered:
 NOT_FOUND = Rendered(False)
 
 
+def drops_inbounds(resource: str) -> bool:
+    """Whether a change of `resource` reaches what is kept of inbounds: every change does
+    but one of clients or settings, which no inbound or host depends on ("" is any)."""
+    return resource not in ("clients", "settings")
+
+
 class Subscriptions:
     def __init__(self, store, settings, clock: Callable[[], float] = time.time):
         self.store = store
@@ -156,11 +162,11 @@ class Subscriptions:
     def invalidate(self, resource: str = "") -> None:
         """Drop every rendered body; call after any change to clients, inbounds, hosts
         or settings, naming the `resource` changed. What is kept of inbounds goes too
-        unless only clients or settings changed (which no inbound or host depends on)."""
+        when the change reaches it (`drops_inbounds`)."""
         self._generation += 1
         self._cache = {}
         self._cached_bytes = 0
-        if resource not in ("clients", "settings"):
+        if drops_inbounds(resource):
             self.inbounds.clear()
 
     # ---- the hot path -------------------------------------------------------------------
