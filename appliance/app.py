@@ -64,6 +64,10 @@ from appliance.services.control.routing import CoreRouting
 from appliance.services.control.supervisor import CoreService
 from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.nodes.fleet import Fleet
+from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
+from appliance.services.nodes.link import Identity
+from appliance.services.nodes.records import Nodes
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
@@ -76,6 +80,7 @@ from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
+from appliance.web.node_routes import NodeRouteNeeds, node_routes
 from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
@@ -129,6 +134,9 @@ class Panel:
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
         )
         self.hosts = Hosts(self.store)
+        self.nodes = Nodes(self.store)
+        self.node_health = NodeHealth(self.nodes, self.node_identity)
+        self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
@@ -202,6 +210,20 @@ class Panel:
         """This panel's identity among nodes: the key of the per-guid client maps."""
         return self.settings.internal("panelGuid")
 
+    def managed_by(self, guid: str) -> None:
+        """Remember the guid of the panel that manages this one as a node: it is this
+        panel's `parentGuid` in its status and in `server/descendants`."""
+        try:
+            guid = str(uuid.UUID(guid))
+        except ValueError:
+            return
+        if guid != self.settings.internal("parentGuid"):
+            self.settings.set_internal("parentGuid", guid)
+
+    def node_identity(self) -> Identity:
+        """What this panel presents to the nodes it manages."""
+        return Identity(self.guid())
+
     def open_store(self) -> None:
         """Open, migrate and load settings without creating an admin: offline commands
         must not invent an account whose password nobody ever sees."""
@@ -244,6 +266,7 @@ class Panel:
             ),
             group_routes(GroupRouteNeeds(groups=self.groups)),
             host_routes(HostRouteNeeds(hosts=self.hosts)),
+            node_routes(NodeRouteNeeds(fleet=self.fleet)),
             core_routes(
                 CoreRouteNeeds(
                     core=self.core,
@@ -303,6 +326,7 @@ class Panel:
             audit=self.audit,
             trusted_proxies=self.trusted_proxies,
             core_lag=self.core.out_of_step,
+            managed_by=self.managed_by,
         )
         return build_app(needs, self.routes())
 
@@ -377,6 +401,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
+        every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
@@ -617,7 +642,13 @@ class Panel:
         if status is None or time.monotonic() - taken >= STEP_SECONDS:
             status = self._snapshot(time.time())
         workers = [] if self.sub_workers is None else self.sub_workers.pids()
-        return {**status, "core": self.core_info(), "subWorkers": workers}
+        return {
+            **status,
+            "core": self.core_info(),
+            "subWorkers": workers,
+            "guid": self.guid(),
+            "parentGuid": self.settings.internal("parentGuid"),
+        }
 
     def sample_status(self) -> None:
         """The status job: a full snapshot pushed to the browsers when one watches, else

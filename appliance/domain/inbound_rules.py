@@ -251,7 +251,7 @@ def _tag(value: object) -> str:
 
 
 def _node_id(value: object) -> int | None:
-    return None if value is ABSENT else to_int(value, "nodeId", 1, INT64_MAX)
+    return None if value is ABSENT else to_int(value, "nodeId", 1, 2**31 - 1)
 
 
 # ---------------------------------------------------------------------------------------

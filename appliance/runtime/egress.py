@@ -160,6 +160,8 @@ class Egress:
     origin: tuple[str, int]
     private_ok: bool = False
     resolve: Resolver = system_resolve
+    # How to opt in, when that is not allowPrivateDestinations (a node has its own flag).
+    opt_in: str = ""
 
     # ---- the check ---------------------------------------------------------------------------
 
@@ -191,6 +193,8 @@ class Egress:
             lead = f"{self.name} leads to {shown}"
         if reason == METADATA_REASON:
             return f"{lead}, {reason}; the panel never connects to it"
+        if self.opt_in:
+            return f"{lead}, {reason}; {self.opt_in}"
         if self.private_ok:
             origin_host, origin_port = self.origin
             return (
@@ -226,10 +230,14 @@ class Egress:
         connect_timeout: float = 10,
         read_timeout: float = 60,
         total_timeout: float = 600,
+        tls: ssl.SSLContext | None = None,
+        check_peer: Callable[[ssl.SSLSocket], None] | None = None,
     ) -> Iterator[Reply]:
         """An HTTP(S) exchange with `url`; a GET follows up to MAX_REDIRECTS redirects,
         each target checked. Failures to connect or to get an answer raise `FetchFailed`
-        with the reason; reading the body is bounded by `Reply.chunks`."""
+        with the reason; reading the body is bounded by `Reply.chunks`. `tls` replaces the
+        system-store context, and `check_peer` judges the TLS connection before anything
+        is sent on it (a pinned certificate), raising `ServiceError` to refuse it."""
         deadline = time.monotonic() + total_timeout
         redirected = False
         for _ in range(MAX_REDIRECTS + 1):
@@ -238,6 +246,7 @@ class Egress:
             if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
                 raise FetchFailed(f"{url[:200]!r} is not an http(s) URL with a valid port")
             connection = _Connection(self, parts, port, connect_timeout, read_timeout, redirected)
+            connection.tls, connection.check_peer = tls, check_peer
             try:
                 try:
                     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -306,6 +315,8 @@ class _Connection(http.client.HTTPConnection):
         self._connect_timeout = connect_timeout
         self._redirected = redirected
         self.connected = False
+        self.tls: ssl.SSLContext | None = None
+        self.check_peer: Callable[[ssl.SSLSocket], None] | None = None
 
     def connect(self) -> None:
         sock = self._egress.connect(
@@ -314,7 +325,18 @@ class _Connection(http.client.HTTPConnection):
         self.connected = True
         sock.settimeout(self.timeout)
         if self._tls:
-            sock = tls_context().wrap_socket(sock, server_hostname=self.host)
+            context = self.tls or tls_context()
+            try:
+                sock = context.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+            if self.check_peer:
+                try:
+                    self.check_peer(sock)
+                except BaseException:
+                    sock.close()
+                    raise
         self.sock = sock
 
 

@@ -311,6 +311,62 @@ def _v10_audit_and_token_scopes(dialect: str) -> list[str]:
     ]
 
 
+def _v11_nodes(dialect: str) -> list[str]:
+    """Nodes: the remote panels this one manages, the last counters read from each (so a
+    poll repeated, or either panel restarted, counts nothing twice), and, on a node, the
+    totals its managing panel pushes down for display and local quota checks, kept apart
+    from the counters that panel polls."""
+    tables = [
+        Table(
+            "node",
+            (
+                Column("name", "str", 64),
+                Column("remark", "str", 255, default=""),
+                Column("scheme", "str", 8, default="https"),
+                Column("address", "str", 255),
+                Column("port", "int"),
+                Column("base_path", "str", 255, default="/"),
+                Column("api_token", "text"),
+                Column("enable", "bool", default=True),
+                Column("allow_private_address", "bool", default=False),
+                Column("tls_verify_mode", "str", 8, default="system"),
+                Column("cert_fingerprint", "str", 64, default=""),
+                Column("guid", "str", 36, default=""),
+                Column("parent_guid", "str", 36, default=""),
+                Column("panel_version", "str", 32, default=""),
+                Column("core_version", "str", 64, default=""),
+                Column("last_heartbeat", "bigint", default=0),
+                Column("dirty", "bool", default=False),
+                Column("created_at", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (Index(("name",), unique=True),),
+        ),
+        Table(
+            "node_counter",
+            (
+                Column("node_id", "int"),
+                Column("name", "str", 255),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+            ),
+            (Index(("node_id", "name"), unique=True),),
+        ),
+        Table(
+            "master_traffic",
+            (
+                Column("master_guid", "str", 36),
+                Column("email_key", "str", 255),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (Index(("master_guid", "email_key"), unique=True), Index(("email_key",))),
+        ),
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -322,6 +378,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (8, "an index for searching clients", _v8_search_index),
     (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
     (10, "the audit log; API token scopes and expiry", _v10_audit_and_token_scopes),
+    (11, "nodes, their last counters, and totals pushed down by a managing panel", _v11_nodes),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -220,6 +220,45 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         message = Optional(str, 1024, autostrip=False)
         fields = Optional(str, 1024)
 
+    class Node(db.Entity):
+        _table_ = "node"
+        name = Required(str, 64, unique=True, autostrip=False)
+        remark = Optional(str, 255, autostrip=False)
+        scheme = Required(str, 8, default="https")
+        address = Required(str, 255)
+        port = Required(int)
+        base_path = Required(str, 255, default="/")
+        api_token = Required(str, TEXT, autostrip=False)
+        enable = Required(bool, default=True)
+        allow_private_address = Required(bool, default=False)
+        tls_verify_mode = Required(str, 8, default="system")
+        cert_fingerprint = Optional(str, 64)
+        guid = Optional(str, 36)
+        parent_guid = Optional(str, 36)
+        panel_version = Optional(str, 32)
+        core_version = Optional(str, 64)
+        last_heartbeat = Required(int, size=64, default=0)
+        dirty = Required(bool, default=False)
+        created_at = Required(int, size=64, default=0)
+        updated_at = Required(int, size=64, default=0)
+
+    class NodeCounter(db.Entity):
+        _table_ = "node_counter"
+        node_id = Required(int)
+        name = Required(str, 255, autostrip=False)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(node_id, name)
+
+    class MasterTraffic(db.Entity):
+        _table_ = "master_traffic"
+        master_guid = Required(str, 36)
+        email_key = Required(str, 255, autostrip=False, index="ix_master_traffic_email_key")
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        updated_at = Required(int, size=64, default=0)
+        composite_key(master_guid, email_key)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -238,4 +277,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         Host=Host,
         LoginBlock=LoginBlock,
         AuditEntry=AuditEntry,
+        Node=Node,
+        NodeCounter=NodeCounter,
+        MasterTraffic=MasterTraffic,
     )

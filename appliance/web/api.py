@@ -101,6 +101,8 @@ class ApiNeeds:
     audit: AuditLog  # where every change and sign-in is written down
     trusted_proxies: Callable[[], list]  # whose X-Forwarded-For names the caller
     core_lag: Callable[[], str]  # why the core does not run what is stored; "" while it does
+    # A bearer call that names the panel managing this one (X-Panel-Guid) tells it here.
+    managed_by: Callable[[str], None] = lambda guid: None
 
 
 class ApiPlugin:
@@ -243,6 +245,9 @@ class ApiPlugin:
             request.environ[ACTOR_KEY] = ("token", caller.name)
             if not scope_allows(caller.scope, spec):
                 raise Unauthorized(TOKEN_REFUSED)
+            managing = raw_header("X-Panel-Guid")
+            if managing:
+                self.needs.managed_by(managing)
             return None
         session = self.needs.auth.session(request.get_cookie(self.needs.auth.cookie_name))
         if session is None:

@@ -43,13 +43,19 @@ class Route:
 
 
 # What a managing panel needs to drive this panel as a node: its inbounds and clients
-# (with their traffic), the core's status and restart, and outbound traffic.
+# (with their traffic), the core's status and restart, outbound traffic, the nodes it
+# manages in turn, its certificate paths and its own update.
 NODE_PREFIXES = ("/panel/api/inbounds/", "/panel/api/clients/")
 NODE_ROUTES = frozenset(
     {
         ("GET", "/panel/api/server/status"),
         ("POST", "/panel/api/server/restartCoreService"),
         ("GET", "/panel/api/core/getOutboundsTraffic"),
+        ("GET", "/panel/api/server/descendants"),
+        ("GET", "/panel/api/server/getWebCertFiles"),
+        ("GET", "/panel/api/server/getPanelUpdateInfo"),
+        ("POST", "/panel/api/server/updatePanel"),
+        ("GET", "/panel/api/server/clientIps"),
     }
 )
 # Reads that hand out every secret the panel holds (password hashes, the TOTP secret, the

@@ -53,6 +53,10 @@ CheckConfig = Callable[[int], None]
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
 TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]+")
+# The prefix of the tag of an inbound bound to a node, here; the node's own tag lacks it.
+NODE_TAG = re.compile(r"^n[0-9]+-")
+# What a node can run: everything its core serves (MTProto is a process of its own here).
+NODE_PROTOCOLS = frozenset(inbound_rules.PROTOCOLS) - {"mtproto"}
 
 
 class Inbounds:
@@ -150,6 +154,7 @@ class Inbounds:
         record = inbound_rules.normalize_inbound(_object(payload))
         check_inbound_paths(record, self.places)
         with db_session:
+            record = self._placed(record)
             self._check_unique(record, None)
             self._check_free(record)
             now = int(self.clock() * 1000)
@@ -165,7 +170,7 @@ class Inbounds:
     def update(self, inbound_id, payload) -> dict:
         with db_session:
             row = self._row(inbound_id)
-            record = inbound_rules.normalize_inbound(_object(payload))
+            record = self._placed(inbound_rules.normalize_inbound(_object(payload)))
             check_inbound_paths(record, self.places)
             self._check_unique(record, row.id)
             self._check_free(record)
@@ -260,12 +265,33 @@ class Inbounds:
             raise ServiceError(f"no inbound with id {inbound_id}")
         return row
 
+    def _placed(self, record: dict) -> dict:
+        """An inbound bound to a node: the node must exist and the protocol run there,
+        and its tag carries the node's prefix (`n<id>-`), so tags of different nodes
+        never collide here; the node gets the tag without it."""
+        node_id = record["nodeId"]
+        if node_id is None:
+            return record
+        if not self.store.Node.exists(id=node_id):
+            raise ServiceError(f"nodeId {node_id}: no node with that id")
+        if record["protocol"] not in NODE_PROTOCOLS:
+            raise ServiceError(
+                f"{record['protocol']} inbounds run on this host only, not on a node"
+            )
+        if record["tag"]:
+            bare = NODE_TAG.sub("", record["tag"])
+            record = {**record, "tag": f"n{node_id}-{bare}"[:64]}
+        return record
+
     def _tag_for(self, record: dict, row) -> str:
         if record["tag"]:
             return record["tag"]
-        if row is not None and row.port == record["port"] and row.listen == record["listen"]:
+        same_place = row is not None and row.node_id == record["nodeId"]
+        if same_place and row.port == record["port"] and row.listen == record["listen"]:
             return row.tag
         base = TAG_UNSAFE.sub("_", generated_tag(record["listen"], record["port"]))[:60]
+        if record["nodeId"] is not None:
+            base = f"n{record['nodeId']}-{base}"[:60]
         tag, n = base, 2
         while self.store.Inbound.get(tag=tag) is not None:
             tag, n = f"{base}-{n}", n + 1
@@ -282,8 +308,8 @@ class Inbounds:
         return None
 
     def _check_unique(self, record: dict, own_id: int | None) -> None:
-        if record["nodeId"] is not None:
-            raise ServiceError(f"nodeId {record['nodeId']}: no node with that id")
+        """Tags are unique; ports are unique per host: among the inbounds of this host,
+        or of one node."""
         if record["tag"]:
             other = self.store.Inbound.get(tag=record["tag"])
             if other is not None and other.id != own_id:
@@ -291,16 +317,24 @@ class Inbounds:
                     f"tag '{record['tag']}' is already used by inbound {other.id} "
                     f"({other.remark or other.tag})"
                 )
-        if _is_socket(record["listen"]):
+        node_id = record["nodeId"]
+        if _is_socket(record["listen"]) and node_id is None:
             self._check_socket(record["listen"], own_id)
             return
         wanted = inbound_rules.transports(record)
         port = record["port"]
-        if "tcp" in wanted:
+        if "tcp" in wanted and node_id is None:
             for listen, reserved, what in self.reserved_ports():
                 if reserved == port and overlap(listen, record["listen"]):
                     raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
-        same_port = select(i for i in self.store.Inbound if i.port == port and i.node_id is None)[:]
+        if node_id is None:
+            same_port = select(
+                i for i in self.store.Inbound if i.port == port and i.node_id is None
+            )[:]
+        else:
+            same_port = select(
+                i for i in self.store.Inbound if i.port == port and i.node_id == node_id
+            )[:]
         for other in same_port:
             if other.id == own_id or not overlap(other.listen, record["listen"]):
                 continue

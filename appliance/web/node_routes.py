@@ -1,0 +1,107 @@
+"""Routes of /panel/api/nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from appliance.web.http import Reply, json_object
+from appliance.web.routes import RouteTable
+
+CONNECTION = {
+    "scheme": "string",
+    "address": "string",
+    "port": "integer",
+    "basePath": "string",
+    "apiToken": "string",
+    "allowPrivateAddress": "boolean",
+    "tlsVerifyMode": "string",
+    "certFingerprint": "string",
+}
+NODE_BODY = {"name": "string", "remark": "string", "enable": "boolean", **CONNECTION}
+MAX_BODY = 65536
+
+if TYPE_CHECKING:
+    from appliance.services.nodes.fleet import Fleet
+
+
+@dataclass(frozen=True)
+class NodeRouteNeeds:
+    fleet: Fleet
+
+
+def node_routes(needs: NodeRouteNeeds) -> RouteTable:
+    table = RouteTable("/panel/api/nodes", "nodes")
+    fleet = needs.fleet
+
+    @table.get("/list", "Every node with its health and counts")
+    def list_nodes():
+        return fleet.list()
+
+    @table.get("/get/<id>", "One node")
+    def get(id):
+        return fleet.get(id)
+
+    @table.get("/history/<id>/<metric>/<bucket>", "CPU or memory history of a node")
+    def history(id, metric, bucket):
+        return fleet.history(id, metric, bucket)
+
+    @table.post(
+        "/add", "Add a node (its API token is never shown again)", resource="nodes", body=NODE_BODY
+    )
+    def add():
+        return Reply("node added", fleet.add(json_object(MAX_BODY)))
+
+    @table.post(
+        "/update/<id>",
+        "Replace a node's fields; an empty apiToken keeps the stored one",
+        resource="nodes",
+        body=NODE_BODY,
+    )
+    def update(id):
+        return Reply("node updated", fleet.update(id, json_object(MAX_BODY)))
+
+    @table.post(
+        "/del/<id>", "Delete a node; inbounds bound to it stay, not migrated", resource="nodes"
+    )
+    def delete(id):
+        return Reply(fleet.delete(id))
+
+    @table.post(
+        "/setEnable/<id>",
+        "Enable or disable a node (a disabled node is neither synced nor polled)",
+        resource="nodes",
+        body={"enable": "boolean"},
+    )
+    def set_enable(id):
+        return Reply("node updated", fleet.set_enable(id, json_object(8192).get("enable")))
+
+    @table.post(
+        "/test",
+        "Heartbeat of unsaved connection details; saves nothing",
+        body=CONNECTION,
+        reads=True,
+    )
+    def test():
+        return fleet.test(json_object(MAX_BODY))
+
+    @table.post(
+        "/certFingerprint",
+        "Base64 SHA-256 of the node's leaf certificate, fetched without verification",
+        body=CONNECTION,
+        reads=True,
+    )
+    def cert_fingerprint():
+        return fleet.fingerprint(json_object(MAX_BODY))
+
+    @table.post(
+        "/inbounds", "The inbounds an unsaved node runs; saves nothing", body=CONNECTION, reads=True
+    )
+    def inbounds():
+        return fleet.inbounds(json_object(MAX_BODY))
+
+    @table.post("/probe/<id>", "Heartbeat one node now and keep what it says", reads=True)
+    def probe(id):
+        return fleet.probe(id)
+
+    return table
