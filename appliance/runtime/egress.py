@@ -80,6 +80,15 @@ class FetchFailed(ServiceError):
     was being fetched)."""
 
 
+class TlsRefused(FetchFailed):
+    """A server answered, but no TLS connection came of it (a handshake alert, or a
+    certificate this side refused)."""
+
+
+class CertificateRefused(TlsRefused):
+    """The server's certificate did not pass verification; nothing was sent to it."""
+
+
 def system_resolve(host: str, port: int) -> list[str]:
     """Every address `host` resolves to, in the resolver's order, without repeats."""
     found: list[str] = []
@@ -253,7 +262,14 @@ class Egress:
                     connection.request(method, target, body=body, headers=headers or {})
                     response = connection.getresponse()
                 except (OSError, http.client.HTTPException) as exc:
-                    raise FetchFailed(
+                    failure = (
+                        CertificateRefused
+                        if isinstance(exc, ssl.SSLCertVerificationError)
+                        else TlsRefused
+                        if isinstance(exc, ssl.SSLError)
+                        else FetchFailed
+                    )
+                    raise failure(
                         _reason(exc, connection.connected, connect_timeout, read_timeout)
                     ) from None
                 location = response.getheader("Location")

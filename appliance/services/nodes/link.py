@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import ServiceError
-from appliance.runtime.egress import DestinationRefused, Egress, FetchFailed, host_key
+from appliance.runtime.egress import (
+    CertificateRefused,
+    DestinationRefused,
+    Egress,
+    FetchFailed,
+    TlsRefused,
+    host_key,
+)
 
 GUID_HEADER = "X-Panel-Guid"
 CONNECT_TIMEOUT = 5
@@ -154,6 +161,8 @@ class NodeLink:
                 status, text = reply.status, reply.read(limit)
         except DestinationRefused as exc:
             raise NodeError(exc.msg) from None
+        except TlsRefused as exc:
+            raise self._tls_refused(exc) from None
         except FetchFailed as exc:
             raise NodeError(f"{self.details.label} cannot be reached: {exc.msg}") from None
         except NodeError:
@@ -223,6 +232,24 @@ class NodeLink:
         context.load_cert_chain(cert_file, key_file)
         return {"tls": context, "check_peer": self._check_pin} if pinned else {"tls": context}
 
+    def _tls_refused(self, exc: TlsRefused) -> NodeError:
+        """Why no TLS connection came about, with what the admin can do about it."""
+        label = self.details.label
+        if isinstance(exc, CertificateRefused):
+            return NodeError(
+                f"{label} presented a certificate that this panel does not trust: {exc.msg}; "
+                "nothing was sent. A self-signed certificate is trusted by pinning it: "
+                "tlsVerifyMode pin with the fingerprint nodes/certFingerprint shows",
+                reached=True,
+            )
+        hint = ""
+        if self.details.tls_verify_mode == "mtls":
+            hint = (
+                "; with tlsVerifyMode mtls the node must trust this panel's CA "
+                "(nodes/mtls/trustCA on the node, then a restart of the node)"
+            )
+        return NodeError(f"{label} refused the TLS connection: {exc.msg}{hint}", reached=True)
+
     def _check_pin(self, sock: ssl.SSLSocket) -> None:
         details = self.details
         der = sock.getpeercert(binary_form=True)
@@ -258,7 +285,12 @@ class NodeLink:
         if status == 401:
             raise NodeError(f"{label} refused the API token (401)", reached=True)
         if status == 403:
-            raise NodeError(f"{label} does not let this token call {path} (403)", reached=True)
+            reason = _envelope_message(text)
+            raise NodeError(
+                f"{label} does not let this token call {path} (403)"
+                + (f": {reason}" if reason else ""),
+                reached=True,
+            )
         if status == 404:
             raise NodeError(
                 f"{label} has no {path} (404): check the address, port and basePath, and "
@@ -305,6 +337,16 @@ def _bundle() -> str:
     import certifi
 
     return certifi.where()
+
+
+def _envelope_message(text: bytes) -> str:
+    """The `msg` of an envelope answer, bounded; "" when there is none."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return ""
+    message = answer.get("msg") if isinstance(answer, dict) else None
+    return _bounded(message) if isinstance(message, str) else ""
 
 
 def _bounded(text: str) -> str:
