@@ -67,7 +67,10 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
+from appliance.services.nodes.operations import NodeOperations
 from appliance.services.nodes.records import Nodes
+from appliance.services.nodes.tree import NodeTree
+from appliance.services.nodes.trust import MutualTls
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
@@ -83,7 +86,14 @@ from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
 from appliance.web.node_routes import NodeRouteNeeds, node_routes
 from appliance.web.openapi import openapi_routes
 from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
-from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
+from appliance.web.server import (
+    BasePath,
+    HostCheck,
+    ask_client_certificates,
+    listen,
+    make_server,
+    tls_context,
+)
 from appliance.web.server_routes import ServerRouteNeeds, server_routes
 from appliance.web.session_routes import SessionRouteNeeds, session_routes, websocket_refusal
 from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
@@ -137,6 +147,12 @@ class Panel:
         self.nodes = Nodes(self.store)
         self.node_health = NodeHealth(self.nodes, self.node_identity)
         self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
+        self.node_operations = NodeOperations(self.nodes, self.node_health, self.node_identity)
+        self.node_tree = NodeTree(self.nodes, self.node_health, self.node_identity)
+        self.mtls = MutualTls(options.data_dir, self.guid)
+        # Whether node-token callers must bring a client certificate signed by the
+        # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
+        self.node_certificates_needed = False
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
@@ -222,7 +238,7 @@ class Panel:
 
     def node_identity(self) -> Identity:
         """What this panel presents to the nodes it manages."""
-        return Identity(self.guid())
+        return Identity(self.guid(), self.mtls.client_certificate)
 
     def open_store(self) -> None:
         """Open, migrate and load settings without creating an admin: offline commands
@@ -266,7 +282,9 @@ class Panel:
             ),
             group_routes(GroupRouteNeeds(groups=self.groups)),
             host_routes(HostRouteNeeds(hosts=self.hosts)),
-            node_routes(NodeRouteNeeds(fleet=self.fleet)),
+            node_routes(
+                NodeRouteNeeds(fleet=self.fleet, operations=self.node_operations, mtls=self.mtls)
+            ),
             core_routes(
                 CoreRouteNeeds(
                     core=self.core,
@@ -285,6 +303,7 @@ class Panel:
                     history=self.history,
                     core_metrics=self.core_metrics,
                     settings=self.settings,
+                    descendants=self.node_tree.descendants,
                 )
             ),
             setting_routes(
@@ -327,6 +346,7 @@ class Panel:
             trusted_proxies=self.trusted_proxies,
             core_lag=self.core.out_of_step,
             managed_by=self.managed_by,
+            node_certificate_needed=lambda: self.node_certificates_needed,
         )
         return build_app(needs, self.routes())
 
@@ -334,6 +354,7 @@ class Panel:
         """Listen on both ports and run until stopped; never returns on restart.
         `on_listening` gets the panel's URL once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
+        trusted_ca = self._trusted_ca()
         panel_app = HostCheck(BasePath(self.web_app(), self.base_path), self.allowed_hosts)
         web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
         sub_host = self.settings.get("subListen") or web_host
@@ -347,6 +368,8 @@ class Panel:
             raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
         tls = self._tls("web")
+        if tls is not None and trusted_ca:
+            self._ask_client_certificates(tls, trusted_ca)
         sub_tls = self._tls("sub")
         self._servers = [
             make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed)
@@ -402,6 +425,7 @@ class Panel:
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
+        every(HEARTBEAT_SECONDS, self.node_tree.refresh, "node descendants", fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
@@ -475,6 +499,36 @@ class Panel:
                 exc,
             )
             return None
+
+    def _trusted_ca(self) -> str:
+        """The CA node-token callers must be signed by in this run ("" for none), and
+        whether they must be. One stored but unreadable still counts: such calls are
+        refused (the log says why), never let through without the certificate the admin
+        asked for."""
+        try:
+            trusted = self.mtls.trusted()
+        except (OSError, ServiceError) as exc:
+            log.error(
+                "the managing panel's CA stored by nodes/mtls/trustCA cannot be read (%s); "
+                "calls with a node token are refused until it is stored again",
+                getattr(exc, "msg", None) or exc,
+            )
+            self.node_certificates_needed = True
+            return ""
+        self.node_certificates_needed = bool(trusted)
+        return trusted
+
+    def _ask_client_certificates(self, context: ssl.SSLContext, ca_pem: str) -> None:
+        try:
+            ask_client_certificates(context, ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            log.error(
+                "the managing panel's CA stored by nodes/mtls/trustCA cannot be used (%s); "
+                "calls with a node token are refused until it is stored again",
+                exc,
+            )
+            return
+        log.info("the panel port asks for client certificates signed by the managing panel's CA")
 
     def changed(self, resource: str, emails: list[str] | None = None) -> None:
         """After a successful change: drop what caches it, tell every open browser, bring

@@ -13,7 +13,9 @@ answers carry secrets.
 A bearer token that is unknown, disabled, expired or outside its scope gets one and the
 same refusal after the same single lookup, so the answer tells a caller nothing about
 which it was. The audit entry of an out-of-scope call is written once the answer has
-gone, for the same reason.
+gone, for the same reason. A node that trusts its managing panel's CA also wants a
+verified client certificate with every call of a node token, and says so when one is
+missing: the token was right, and the admin needs to know what else is.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from appliance.web.http import (
     refuse_nul,
 )
 from appliance.web.routes import UNSAFE_METHODS, Route, scope_allows
+from appliance.web.server import CLIENT_CERTIFICATE
 
 if TYPE_CHECKING:
     from appliance.services.accounts.auth import Auth
@@ -61,6 +64,11 @@ TOKEN_REFUSED = (
     "the API token is unknown, disabled or expired, or its scope does not cover this route"
 )
 INTERNAL_ERROR = "internal error; the panel log has the details"
+NODE_CERTIFICATE_MISSING = (
+    "this panel trusts the CA of the panel managing it (nodes/mtls/trustCA): a call with a "
+    "node token must come over HTTPS with a client certificate that CA signed, and this one "
+    "came without; set the node's tlsVerifyMode to mtls on the managing panel"
+)
 TOUCHED_KEY = "appliance.touched-clients"
 
 
@@ -103,6 +111,9 @@ class ApiNeeds:
     core_lag: Callable[[], str]  # why the core does not run what is stored; "" while it does
     # A bearer call that names the panel managing this one (X-Panel-Guid) tells it here.
     managed_by: Callable[[str], None] = lambda guid: None
+    # Whether calls with a node token must come with a verified client certificate (a
+    # managing panel's CA is trusted: nodes/mtls/trustCA, in effect since the start).
+    node_certificate_needed: Callable[[], bool] = lambda: False
 
 
 class ApiPlugin:
@@ -245,6 +256,12 @@ class ApiPlugin:
             request.environ[ACTOR_KEY] = ("token", caller.name)
             if not scope_allows(caller.scope, spec):
                 raise Unauthorized(TOKEN_REFUSED)
+            if (
+                caller.scope == "node"
+                and self.needs.node_certificate_needed()
+                and not request.environ.get(CLIENT_CERTIFICATE)
+            ):
+                raise Forbidden(NODE_CERTIFICATE_MISSING)
             managing = raw_header("X-Panel-Guid")
             if managing:
                 self.needs.managed_by(managing)

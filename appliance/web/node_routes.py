@@ -20,19 +20,25 @@ CONNECTION = {
 }
 NODE_BODY = {"name": "string", "remark": "string", "enable": "boolean", **CONNECTION}
 MAX_BODY = 65536
+TRUST_BODY = 128 << 10
 
 if TYPE_CHECKING:
     from appliance.services.nodes.fleet import Fleet
+    from appliance.services.nodes.operations import NodeOperations
+    from appliance.services.nodes.trust import MutualTls
 
 
 @dataclass(frozen=True)
 class NodeRouteNeeds:
     fleet: Fleet
+    operations: NodeOperations  # certificate paths and panel updates of nodes
+    mtls: MutualTls  # this panel's CA for its nodes, and the CA it trusts as a node
 
 
 def node_routes(needs: NodeRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/nodes", "nodes")
     fleet = needs.fleet
+    operations = needs.operations
 
     @table.get("/list", "Every node with its health and counts")
     def list_nodes():
@@ -103,5 +109,34 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
     @table.post("/probe/<id>", "Heartbeat one node now and keep what it says", reads=True)
     def probe(id):
         return fleet.probe(id)
+
+    @table.get("/webCert/<id>", "A node's webCertFile and webKeyFile, as the node reports them")
+    def web_cert(id):
+        return operations.web_cert(id)
+
+    @table.post(
+        "/updatePanel",
+        "Update the panel of enabled online nodes through their own update route",
+        resource="nodes",
+        body={"ids": "integer[]"},
+    )
+    def update_panel():
+        return operations.update_panels(json_object(MAX_BODY))
+
+    @table.post(
+        "/mtls/ca",
+        "This panel's CA for mTLS to its nodes (minted with its client certificate on first call)",
+    )
+    def mtls_ca():
+        return {"caCert": needs.mtls.ca_certificate()}
+
+    @table.post(
+        "/mtls/trustCA",
+        "Trust a managing panel's CA (empty disables); applied at the next restart",
+        body={"caCert": "string"},
+        max_body=TRUST_BODY,
+    )
+    def mtls_trust_ca():
+        return Reply(needs.mtls.trust(json_object(TRUST_BODY).get("caCert")))
 
     return table

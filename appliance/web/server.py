@@ -26,6 +26,10 @@ from appliance.web.http import host_allowed
 
 log = logging.getLogger(__name__)
 
+# True in a request's environ when its TLS connection presented a verified client
+# certificate (see `ask_client_certificates`).
+CLIENT_CERTIFICATE = "appliance.client-certificate"
+
 
 def listen(host: str, port: int) -> gsocket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -48,6 +52,15 @@ def tls_context(certfile: str, keyfile: str) -> gssl.SSLContext:
     context.minimum_version = gssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile, keyfile)
     return context
+
+
+def ask_client_certificates(context: gssl.SSLContext, ca_pem: str) -> None:
+    """Have `context` ask every client for a certificate signed by `ca_pem` and verify
+    the one it gets. Optional: a browser without one connects as before, and the app
+    learns from `CLIENT_CERTIFICATE` whether a verified one came. Raises ssl.SSLError
+    when `ca_pem` holds no usable certificate."""
+    context.load_verify_locations(cadata=ca_pem)
+    context.verify_mode = gssl.CERT_OPTIONAL
 
 
 def make_server(
@@ -120,11 +133,22 @@ class HeaderLimits:
         return ("431", HEADERS_TOO_LARGE)
 
 
-class PanelHandler(HeaderLimits, WSGIHandler):
+class ClientCertificate:
+    """Tells the app whether the connection came with a client certificate the TLS
+    context verified (`CLIENT_CERTIFICATE` in the environ); no header can set it."""
+
+    def get_environ(self):
+        environ = super().get_environ()
+        peer = getattr(self.socket, "getpeercert", None)
+        environ[CLIENT_CERTIFICATE] = bool(peer and peer())
+        return environ
+
+
+class PanelHandler(HeaderLimits, ClientCertificate, WSGIHandler):
     pass
 
 
-class PanelWebSocketHandler(HeaderLimits, WebSocketHandler):
+class PanelWebSocketHandler(HeaderLimits, ClientCertificate, WebSocketHandler):
     pass
 
 

@@ -24,6 +24,7 @@ class ServerRouteNeeds:
     history: History
     core_metrics: CoreMetrics
     settings: Settings  # the panel's certificate file paths
+    descendants: Callable[[], list[dict]]  # the nodes below this panel, at every depth
 
 
 def server_routes(needs: ServerRouteNeeds) -> RouteTable:
@@ -71,6 +72,10 @@ def server_routes(needs: ServerRouteNeeds) -> RouteTable:
             "webCertFile": needs.settings.get("webCertFile"),
             "webKeyFile": needs.settings.get("webKeyFile"),
         }
+
+    @table.get("/descendants", "The nodes this panel manages and, recursively, theirs")
+    def descendants():
+        return needs.descendants()
 
     @table.post(
         "/logs/<count>",

@@ -1,0 +1,336 @@
+"""mTLS between panels: the CA this panel mints for the nodes it manages, and the CA a
+node trusts for the panel that manages it.
+
+Managing side: `nodes/mtls/ca` makes, on its first call, a CA and a client certificate
+that CA signs for this panel (P-256 keys), kept as files in `<data dir>/mtls` (the
+folder 0700, the keys 0600). The keys stay out of the database on purpose, so that no
+dump, backup or chat-bot copy carries them. Later calls hand out the same CA; a node
+record whose `tlsVerifyMode` is `mtls` presents the client certificate, which is made
+again from the same CA when it nears its end.
+
+Node side: `nodes/mtls/trustCA` stores the managing panel's CA certificate in the same
+folder (`trusted-ca.pem`); an empty one removes it. It is read when the panel starts:
+the TLS panel port then asks every client for a certificate (optionally, so browsers keep
+working) and verifies it against that CA, and a call with a node-scope API token that
+did not come with a verified certificate is refused.
+
+Every file is written beside its final name and moved over it, so a crash leaves the
+old file or the new one, and the folder is checked to resolve inside the data
+directory before anything in it is read or written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable
+
+from appliance.errors import ServiceError
+from appliance.runtime.file_paths import confined
+
+MTLS_DIR = "mtls"
+CA_CERT, CA_KEY = "ca.pem", "ca.key"
+CLIENT_CERT, CLIENT_KEY = "client.pem", "client.key"
+TRUSTED_CA = "trusted-ca.pem"
+CA_DAYS = 3650
+CLIENT_DAYS = 825
+RENEW_BEFORE = datetime.timedelta(days=30)
+MAX_CA_TEXT = 64 << 10
+PEM_LABEL = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
+CA_HINT = (
+    "send the caCert that nodes/mtls/ca answers on the managing panel "
+    "(-----BEGIN CERTIFICATE----- ...), or an empty caCert to stop requiring one"
+)
+
+
+class MutualTls:
+    def __init__(
+        self, data_dir: str, guid: Callable[[], str], clock: Callable[[], float] = time.time
+    ):
+        self.data_dir = data_dir
+        self.guid = guid
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._client: tuple[str, str, float] | None = None  # cert, key, renew after
+
+    # ---- the managing side -------------------------------------------------------------
+
+    def ca_certificate(self) -> str:
+        """The PEM of this panel's CA, minted with its client certificate on first use."""
+        with self._lock:
+            try:
+                self._ensure()
+                with open(self._path(CA_CERT)) as fh:
+                    return fh.read()
+            except OSError as exc:
+                raise _unwritable(exc) from None
+
+    def client_certificate(self) -> tuple[str, str]:
+        """The files of the client certificate this panel presents to `mtls` nodes."""
+        client = self._client
+        if client is None or self.clock() >= client[2]:
+            with self._lock:
+                try:
+                    client = self._ensure()
+                except OSError as exc:
+                    raise _unwritable(exc) from None
+        return client[0], client[1]
+
+    # ---- the node side -----------------------------------------------------------------
+
+    def trust(self, ca_text: object) -> str:
+        """Store the CA whose client certificates calls with a node token must carry
+        (empty: remove it); takes effect at the next start. Returns what was done."""
+        pem = parse_ca(ca_text)
+        try:
+            self._store_trusted(pem)
+        except OSError as exc:
+            raise _unwritable(exc) from None
+        if not pem:
+            return (
+                "the managing panel's CA is no longer trusted; calls with a node token need "
+                "no client certificate once the panel restarts"
+            )
+        return (
+            "CA stored; once the panel restarts, its HTTPS port asks for client certificates "
+            "and calls with a node token must come with one this CA signed"
+        )
+
+    def trusted(self) -> str:
+        """The stored CA PEM that node-token callers must be signed by; "" for none."""
+        path = os.path.join(self.data_dir, MTLS_DIR, TRUSTED_CA)
+        if not os.path.exists(path):
+            return ""
+        folder = self._folder()
+        with open(os.path.join(folder, TRUSTED_CA)) as fh:
+            return fh.read()
+
+    # ---- the pieces --------------------------------------------------------------------
+
+    def _store_trusted(self, pem: str) -> None:
+        path = os.path.join(self._folder(), TRUSTED_CA)
+        if pem:
+            _write(path, pem.encode(), 0o644)
+        elif os.path.exists(path):
+            os.remove(path)
+
+    def _folder(self) -> str:
+        """`<data dir>/mtls`, made 0700 when missing, refused when it leads outside."""
+        folder = os.path.join(self.data_dir, MTLS_DIR)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        confined(folder, [self.data_dir], "the mTLS folder", advice="remove the link")
+        return folder
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self._folder(), name)
+
+    def _ensure(self) -> tuple[str, str, float]:
+        """Make what is missing: the CA (and then a new client certificate), or a client
+        certificate that is missing, unreadable or near its end. Returns the client
+        certificate's files and when to renew it."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        try:
+            with open(self._path(CA_CERT), "rb") as fh:
+                ca_cert = x509.load_pem_x509_certificate(fh.read())
+            with open(self._path(CA_KEY), "rb") as fh:
+                ca_key = serialization.load_pem_private_key(fh.read(), None)
+        except (OSError, ValueError):
+            ca_cert, ca_key = self._mint_ca()
+        now = datetime.datetime.fromtimestamp(self.clock(), datetime.UTC)
+        try:
+            with open(self._path(CLIENT_CERT), "rb") as fh:
+                client = x509.load_pem_x509_certificate(fh.read())
+            with open(self._path(CLIENT_KEY), "rb") as fh:
+                serialization.load_pem_private_key(fh.read(), None)
+            usable = client.issuer == ca_cert.subject and client.not_valid_after_utc - now > (
+                RENEW_BEFORE
+            )
+        except (OSError, ValueError):
+            usable = False
+        if not usable:
+            client = self._mint_client(ca_cert, ca_key)
+        renew = (client.not_valid_after_utc - RENEW_BEFORE).timestamp()
+        self._client = (self._path(CLIENT_CERT), self._path(CLIENT_KEY), renew)
+        return self._client
+
+    def _mint_ca(self):
+        from cryptography import x509
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = _name(f"appliance node CA {self.guid()}")
+        builder = (
+            _builder(name, name, key.public_key(), self.clock(), CA_DAYS)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_usage(ca=True), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        )
+        certificate = _signed(builder, key)
+        _write(self._path(CA_KEY), _key_bytes(key), 0o600)
+        _write(self._path(CA_CERT), _cert_bytes(certificate), 0o644)
+        return certificate, key
+
+    def _mint_client(self, ca_cert, ca_key):
+        from cryptography import x509
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = _name(f"appliance managing panel {self.guid()}")
+        builder = (
+            _builder(name, ca_cert.subject, key.public_key(), self.clock(), CLIENT_DAYS)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_usage(ca=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+            )
+        )
+        certificate = _signed(builder, ca_key)
+        _write(self._path(CLIENT_KEY), _key_bytes(key), 0o600)
+        _write(self._path(CLIENT_CERT), _cert_bytes(certificate), 0o644)
+        return certificate
+
+
+def _unwritable(exc: OSError) -> ServiceError:
+    return ServiceError(
+        f"the mTLS certificates in the data directory's {MTLS_DIR} folder cannot be made or "
+        f"read: {(exc.strerror or str(exc)).lower()}"
+    )
+
+
+def parse_ca(value: object) -> str:
+    """The CA certificate(s) of a trustCA body as PEM; "" for none; else ServiceError."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ServiceError(f"caCert must be a string: {CA_HINT}")
+    text = value.strip()
+    if not text:
+        return ""
+    if len(text) > MAX_CA_TEXT:
+        raise ServiceError(f"caCert is larger than {MAX_CA_TEXT >> 10} kB: {CA_HINT}")
+    labels = set(PEM_LABEL.findall(text))
+    if any("PRIVATE KEY" in label for label in labels):
+        raise ServiceError(
+            "caCert holds a private key: send the CA certificate alone, and keep the key "
+            "where it is"
+        )
+    if labels != {"CERTIFICATE"}:
+        raise ServiceError(f"caCert is not a PEM certificate: {CA_HINT}")
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    try:
+        certificates = x509.load_pem_x509_certificates(text.encode())
+    except ValueError:
+        raise ServiceError(
+            f"caCert holds a certificate block that cannot be read (damaged or cut short): "
+            f"{CA_HINT}"
+        ) from None
+    now = datetime.datetime.now(datetime.UTC)
+    for certificate in certificates:
+        subject = certificate.subject.rfc4514_string()[:100]
+        try:
+            constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+            is_ca = constraints.value.ca
+        except x509.ExtensionNotFound:
+            is_ca = False
+        if not is_ca:
+            raise ServiceError(
+                f"caCert {subject!r} is not a CA certificate (it cannot sign others): {CA_HINT}"
+            )
+        if certificate.not_valid_after_utc < now:
+            raise ServiceError(
+                f"caCert {subject!r} expired on "
+                f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: {CA_HINT}"
+            )
+    pem = "".join(c.public_bytes(Encoding.PEM).decode() for c in certificates)
+    try:
+        ssl.create_default_context(cadata=pem)
+    except ssl.SSLError as exc:
+        raise ServiceError(f"caCert cannot be used to verify certificates ({exc.reason})") from None
+    return pem
+
+
+def _name(common_name: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
+
+
+def _builder(subject, issuer, public_key, now: float, days: int):
+    from cryptography import x509
+
+    start = datetime.datetime.fromtimestamp(now, datetime.UTC) - datetime.timedelta(hours=1)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=days))
+    )
+
+
+def _usage(ca: bool):
+    from cryptography import x509
+
+    return x509.KeyUsage(
+        digital_signature=not ca,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _signed(builder, key):
+    from cryptography.hazmat.primitives import hashes
+
+    return builder.sign(key, hashes.SHA256())
+
+
+def _key_bytes(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _cert_bytes(certificate) -> bytes:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return certificate.public_bytes(Encoding.PEM)
+
+
+def _write(path: str, data: bytes, mode: int) -> None:
+    """`data` into `path` through a file beside it, created with `mode` (never wider)."""
+    staged = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(staged, mode)
+        os.replace(staged, path)
+    except BaseException:
+        if os.path.exists(staged):
+            os.remove(staged)
+        raise
