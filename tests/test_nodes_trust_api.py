@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import ipaddress
 import os
 import stat
 import time
@@ -38,11 +39,35 @@ TREE_WAIT = 30
 
 
 def certificate(
-    days_from: int, days_to: int
+    days_from: int, days_to: int, issuer: tuple | None = None
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A self-signed certificate for 127.0.0.1, valid between the two day offsets."""
+    """A certificate for 127.0.0.1, valid between the two day offsets: self-signed, or
+    signed by `issuer` (a key and its CA certificate)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    signer, issuer_name = (key, name) if issuer is None else (issuer[0], issuer[1].subject)
+    built = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now + datetime.timedelta(days=days_from))
+        .not_valid_after(now + datetime.timedelta(days=days_to))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(signer, hashes.SHA256())
+    )
+    return key, built
+
+
+def authority_certificate() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A CA of the tests' own, which one panel is started trusting (SSL_CERT_FILE)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
     now = datetime.datetime.now(datetime.UTC)
     built = (
         x509.CertificateBuilder()
@@ -50,8 +75,9 @@ def certificate(
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now + datetime.timedelta(days=days_from))
-        .not_valid_after(now + datetime.timedelta(days=days_to))
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     return key, built
@@ -80,11 +106,11 @@ def node_token(node: PanelServer, name: str, scope: str = "node") -> str:
 
 
 def serve_certificate(
-    node: PanelServer, days_from: int = -1, days_to: int = 30
+    node: PanelServer, days_from: int = -1, days_to: int = 30, issuer: tuple | None = None
 ) -> x509.Certificate:
     """Write a fresh certificate into the node's certificate folder, have its panel port
     use it and restart the node; returns the certificate."""
-    key, cert = certificate(days_from, days_to)
+    key, cert = certificate(days_from, days_to, issuer)
     folder = certs_dir(node)
     cert_file = folder / "panel.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -112,8 +138,11 @@ def panels(tmp_path_factory):
     third panel."""
     node = start_panel(tmp_path_factory.mktemp("node"), "--port", str(free_port()))
     central = start_panel(tmp_path_factory.mktemp("central"))
-    third = start_panel(tmp_path_factory.mktemp("third"))
-    state = {"cert": serve_certificate(node)}
+    authority = authority_certificate()
+    store = tmp_path_factory.mktemp("store") / "ca.pem"
+    store.write_bytes(authority[1].public_bytes(serialization.Encoding.PEM))
+    third = start_panel(tmp_path_factory.mktemp("third"), env={"SSL_CERT_FILE": str(store)})
+    state = {"cert": serve_certificate(node), "authority": authority}
     yield central, node, third, state
     for server in (central, node, third):
         stop_and_drop(server)
@@ -341,3 +370,24 @@ def test_update_panel_asks_each_online_node_and_reports_per_item(panels):
     assert items[1]["error"].startswith("node offline")
     assert items[2]["error"].startswith("node offline")
     assert items[3]["error"] == "node 99999 not found"
+
+
+def test_a_node_certificate_of_a_trusted_ca_passes_system_and_mtls_without_a_pin(panels):
+    """The third panel's system store holds the tests' CA, which signed the node's new
+    certificate: verified by the store, with and without this panel's client certificate."""
+    _, node, third, state = panels
+    serve_certificate(node, issuer=state["authority"])
+    admin = tls_client(node)
+    third_api = third.client()
+    verified = connection(node, node_token(node, "system-ca"), tlsVerifyMode="system")
+    assert ok(third_api.post(f"{NODES}/test", verified))["status"] == "online"
+    ok(
+        admin.post(
+            f"{NODES}/mtls/trustCA", {"caCert": ok(third_api.post(f"{NODES}/mtls/ca"))["caCert"]}
+        )
+    )
+    restart(node, admin)
+    without = ok(third_api.post(f"{NODES}/test", verified))
+    assert without["status"] == "error" and "client certificate" in without["lastError"]
+    mutual = {**verified, "tlsVerifyMode": "mtls"}
+    assert ok(third_api.post(f"{NODES}/test", mutual))["status"] == "online"
