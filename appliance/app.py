@@ -69,6 +69,7 @@ from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.operations import NodeOperations
 from appliance.services.nodes.records import Nodes
+from appliance.services.nodes.sealing import NODE_KEY_ENV, TokenSeal
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.store import Store
@@ -144,7 +145,7 @@ class Panel:
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
         )
         self.hosts = Hosts(self.store)
-        self.nodes = Nodes(self.store)
+        self.nodes = Nodes(self.store, seal=TokenSeal(os.environ.get(NODE_KEY_ENV, "")))
         self.node_health = NodeHealth(self.nodes, self.node_identity)
         self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
         self.node_operations = NodeOperations(self.nodes, self.node_health, self.node_identity)
@@ -219,6 +220,9 @@ class Panel:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))
+        sealed = self.nodes.seal_stored()
+        if sealed:
+            log.info("%d node API token(s) sealed with %s", sealed, NODE_KEY_ENV)
         self.auth.restore_blocks()
         return self.auth.bootstrap()
 

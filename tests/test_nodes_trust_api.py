@@ -7,7 +7,9 @@ nothing) when the pin is wrong, when the pinned certificate has expired and when
 system's CA store is asked. With mTLS the central panel mints a CA whose client
 certificate it presents; once the node trusts that CA (after a restart), a call with a
 node token must come with that certificate. A third panel plays a second managing panel
-without it, and then a node of the node, for the tree `server/descendants` lists.
+without it, and then a node of the node, for the tree `server/descendants` lists. Last,
+node tokens sealed at rest with APPLIANCE_NODE_KEY: opened with that key, refused with a
+sentence under another.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helpers import certs_dir, free_port, ok, refused, write_key
-from node_panels import NODES, add_node, connection
+from helpers import certs_dir, db_rows, free_port, ok, refused, write_key
+from node_panels import NODES, add_node, connection, node_token
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
@@ -99,7 +101,7 @@ def tls_client(server: PanelServer, login: bool = True) -> ApiClient:
     return client
 
 
-def node_token(node: PanelServer, name: str, scope: str = "node") -> str:
+def tls_token(node: PanelServer, name: str, scope: str = "node") -> str:
     """An API token created on the TLS node."""
     body = {"name": name, "scope": scope}
     return ok(tls_client(node).post(f"{SETTINGS}/apiTokens/create", body))["token"]
@@ -151,7 +153,7 @@ def panels(tmp_path_factory):
 def test_the_fingerprint_is_read_without_verification_and_saves_nothing(panels):
     central, node, _, state = panels
     api = central.client()
-    token = node_token(node, "fingerprint")
+    token = tls_token(node, "fingerprint")
     seen = ok(api.post(f"{NODES}/certFingerprint", connection(node, token)))
     assert seen == fingerprint_of(state["cert"])
     assert ok(api.get(f"{NODES}/list")) == []
@@ -164,7 +166,7 @@ def test_a_wrong_pin_is_refused_before_anything_is_sent_and_the_right_one_works(
     api = central.client()
     _, other = certificate(-1, 30)
     wrong = fingerprint_of(other)
-    token = node_token(node, "central")
+    token = tls_token(node, "central")
     added = add_node(api, node, "tls", token, tlsVerifyMode="pin", certFingerprint=wrong)
     assert added["status"] == "error", added
     assert f"not the pinned {wrong}" in added["lastError"]
@@ -183,7 +185,7 @@ def test_a_wrong_pin_is_refused_before_anything_is_sent_and_the_right_one_works(
 def test_the_system_store_refuses_a_self_signed_certificate(panels):
     central, node, _, _ = panels
     api = central.client()
-    token = node_token(node, "system")
+    token = tls_token(node, "system")
     snapshot = ok(api.post(f"{NODES}/test", connection(node, token, tlsVerifyMode="system")))
     assert snapshot["status"] == "error"
     assert "does not trust" in snapshot["lastError"]
@@ -270,7 +272,7 @@ def test_with_mtls_a_node_token_needs_the_managing_panels_client_certificate(pan
     reply = admin.post(f"{NODES}/mtls/trustCA", {"caCert": state["ca"]})
     assert reply["success"] and "restarts" in reply["msg"]
     # Stored, not yet applied: a panel without a client certificate still gets through.
-    token = node_token(node, "second-manager")
+    token = tls_token(node, "second-manager")
     pin = fingerprint_of(state["cert"])
     pinned = connection(node, token, tlsVerifyMode="pin", certFingerprint=pin)
     third_api = third.client()
@@ -290,7 +292,7 @@ def test_with_mtls_a_node_token_needs_the_managing_panels_client_certificate(pan
     assert "refused the TLS connection" in foreign["lastError"], foreign
     # Browsers and admin tokens need no client certificate.
     assert ok(tls_client(node).get(f"{SERVER}/status"))["guid"]
-    admin_token = node_token(node, "admin-token", scope="admin")
+    admin_token = tls_token(node, "admin-token", scope="admin")
     reply = tls_client(node, login=False).get(
         f"{SERVER}/status", headers={"Authorization": f"Bearer {admin_token}"}
     )
@@ -379,7 +381,7 @@ def test_a_node_certificate_of_a_trusted_ca_passes_system_and_mtls_without_a_pin
     serve_certificate(node, issuer=state["authority"])
     admin = tls_client(node)
     third_api = third.client()
-    verified = connection(node, node_token(node, "system-ca"), tlsVerifyMode="system")
+    verified = connection(node, tls_token(node, "system-ca"), tlsVerifyMode="system")
     assert ok(third_api.post(f"{NODES}/test", verified))["status"] == "online"
     ok(
         admin.post(
@@ -391,3 +393,51 @@ def test_a_node_certificate_of_a_trusted_ca_passes_system_and_mtls_without_a_pin
     assert without["status"] == "error" and "client certificate" in without["lastError"]
     mutual = {**verified, "tlsVerifyMode": "mtls"}
     assert ok(third_api.post(f"{NODES}/test", mutual))["status"] == "online"
+
+
+def started_again(server: PanelServer, **env: str) -> PanelServer:
+    """`server` stopped and started on the same data and database, with `env` changed."""
+    server.stop()
+    again = PanelServer(
+        server.data_dir,
+        server.args,
+        {**server.env, **env},
+        db_url=server.db_url,
+        username=server.username,
+        password=server.password,
+    )
+    return again.start()
+
+
+def stored_tokens(server: PanelServer) -> dict[str, str]:
+    return dict(db_rows(server, "SELECT name, api_token FROM node"))
+
+
+def test_node_tokens_are_sealed_at_rest_with_the_environment_key(tmp_path_factory):
+    node = start_panel(tmp_path_factory.mktemp("sealed-node"))
+    central = start_panel(tmp_path_factory.mktemp("sealing-central"))
+    try:
+        token = node_token(node, "before-the-key")
+        add_node(central.client(), node, "early", token)
+        assert stored_tokens(central) == {"early": token}
+        central = started_again(central, APPLIANCE_NODE_KEY="first key " + "k" * 32)
+        api = central.client()
+        later = node_token(node, "with-the-key")
+        added = add_node(api, node, "later", later)
+        assert added["apiToken"] == "" and added["hasApiToken"] is True
+        stored = stored_tokens(central)
+        assert all(value.startswith("sealed:v1:") for value in stored.values()), stored
+        assert token not in stored["early"] and later not in stored["later"]
+        early_id = next(n["id"] for n in ok(api.get(f"{NODES}/list")) if n["name"] == "early")
+        assert ok(api.post(f"{NODES}/probe/{early_id}"))["status"] == "online"
+        central = started_again(central, APPLIANCE_NODE_KEY="another key " + "k" * 32)
+        api = central.client()
+        refusal = ok(api.post(f"{NODES}/probe/{early_id}"))
+        assert refusal["status"] != "online"
+        assert "APPLIANCE_NODE_KEY" in refusal["lastError"], refusal
+        assert stored_tokens(central) == stored
+        again = {**connection(node, node_token(node, "entered-again")), "name": "early"}
+        assert ok(api.post(f"{NODES}/update/{early_id}", again))["status"] == "online"
+    finally:
+        stop_and_drop(central)
+        stop_and_drop(node)

@@ -43,6 +43,7 @@ from appliance.runtime.egress import (
     TlsRefused,
     host_key,
 )
+from appliance.services.nodes.sealing import NODE_KEY_ENV, is_sealed
 
 GUID_HEADER = "X-Panel-Guid"
 CONNECT_TIMEOUT = 5
@@ -137,6 +138,12 @@ class NodeLink:
     ) -> Any:
         """The `obj` of the node's answer to `method path` (a path under the panel's base,
         such as `/panel/api/server/status`); `NodeError` when it fails, saying why."""
+        if is_sealed(self.details.api_token):
+            raise NodeError(
+                f"{self.details.label}: its API token is stored sealed with an "
+                f"{NODE_KEY_ENV} this run does not have (unset, or another key); start the "
+                "panel with that key, or enter the node's API token again. Nothing was sent"
+            )
         headers = {
             "Authorization": f"Bearer {self.details.api_token}",
             GUID_HEADER: self.identity.guid,

@@ -4,7 +4,8 @@ A record holds how to reach a node (scheme, address, port, basePath, its API tok
 how to trust it (`tlsVerifyMode`, `certFingerprint`, `allowPrivateAddress`); what the
 node says of itself (guid, versions, health) is filled in by the heartbeat. The token is
 a credential for another machine: it is never shown again once saved (a view carries
-`hasApiToken`), and an update that leaves `apiToken` empty keeps it.
+`hasApiToken`), an update that leaves `apiToken` empty keeps it, and with
+`APPLIANCE_NODE_KEY` set it is sealed at rest (`sealing.py`).
 
 Deleting a node leaves the inbounds bound to it in place, here and on the node: they are
 not migrated anywhere (the admin rebinds or deletes them), and the view of each says its
@@ -23,6 +24,7 @@ from pony.orm import count, db_session, select
 from appliance.domain.parse import parse_id, parse_text
 from appliance.errors import ServiceError
 from appliance.services.nodes.link import MODES, Details, normalize_pin
+from appliance.services.nodes.sealing import TokenSeal, is_sealed
 
 # A host name or an IP address (IPv6 bare or in brackets): nothing that could carry a
 # scheme, a path, a user or a port into the URL built from it.
@@ -48,9 +50,13 @@ FIELDS = (
 
 
 class Nodes:
-    def __init__(self, store, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, store, clock: Callable[[], float] = time.time, seal: TokenSeal | None = None
+    ):
         self.store = store
         self.clock = clock
+        # How API tokens are kept at rest: sealed with APPLIANCE_NODE_KEY, when it is set.
+        self.seal = seal or TokenSeal()
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -58,12 +64,12 @@ class Nodes:
         """Every record as stored (token included), in id order: for the services that
         call nodes, never for a reply."""
         with db_session:
-            return [_stored(n) for n in select(n for n in self.store.Node).order_by(1)]
+            return [self._record(n) for n in select(n for n in self.store.Node).order_by(1)]
 
     def stored(self, node_id) -> dict:
         node_id = parse_id(node_id, "node id")
         with db_session:
-            return _stored(self._row(node_id))
+            return self._record(self._row(node_id))
 
     def exists(self, node_id: int) -> bool:
         with db_session:
@@ -80,20 +86,20 @@ class Nodes:
         now = int(self.clock())
         with db_session:
             self._check_name(record["name"], None)
-            row = self.store.Node(**_columns(record), created_at=now, updated_at=now)
+            row = self.store.Node(**self._columns(record), created_at=now, updated_at=now)
             row.flush()
-            return _stored(row)
+            return self._record(row)
 
     def update(self, node_id, payload: Any) -> tuple[dict, dict]:
         """The record before and after; the token is kept when `apiToken` is empty."""
         node_id = parse_id(node_id, "node id")
         with db_session:
             row = self._row(node_id)
-            before = _stored(row)
+            before = self._record(row)
             record = parse_node(payload, before)
             self._check_name(record["name"], node_id)
-            row.set(**_columns(record), updated_at=int(self.clock()))
-            return before, _stored(row)
+            row.set(**self._columns(record), updated_at=int(self.clock()))
+            return before, self._record(row)
 
     def set_enable(self, node_id, enable: Any) -> dict:
         node_id = parse_id(node_id, "node id")
@@ -102,14 +108,14 @@ class Nodes:
         with db_session:
             row = self._row(node_id)
             row.set(enable=enable, updated_at=int(self.clock()))
-            return _stored(row)
+            return self._record(row)
 
     def delete(self, node_id) -> tuple[dict, int]:
         """The deleted record and how many inbounds stay bound to it."""
         node_id = parse_id(node_id, "node id")
         with db_session:
             row = self._row(node_id)
-            gone = _stored(row)
+            gone = self._record(row)
             row.delete()
             self.store.NodeCounter.select(lambda c: c.node_id == node_id).delete(bulk=True)
             bound = count(i for i in self.store.Inbound if i.node_id == node_id)
@@ -135,7 +141,25 @@ class Nodes:
             for row in select(n for n in self.store.Node if n.id in ids and n.dirty != dirty):
                 row.dirty = dirty
 
+    def seal_stored(self) -> int:
+        """Seal the tokens stored before the key was set; returns how many."""
+        if not self.seal.active:
+            return 0
+        with db_session:
+            rows = [n for n in select(n for n in self.store.Node) if not is_sealed(n.api_token)]
+            for row in rows:
+                row.api_token = self.seal.seal(row.api_token)
+            return len(rows)
+
     # ---- helpers ---------------------------------------------------------------------
+
+    def _record(self, row) -> dict:
+        record = _stored(row)
+        record["apiToken"] = self.seal.open(record["apiToken"])
+        return record
+
+    def _columns(self, record: dict) -> dict:
+        return {**_columns(record), "api_token": self.seal.seal(record["apiToken"])}
 
     def _row(self, node_id: int):
         row = self.store.Node.get(id=node_id)
