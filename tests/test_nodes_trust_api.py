@@ -238,6 +238,15 @@ def test_the_mtls_ca_is_minted_once_and_kept_private(panels):
     client.verify_directly_issued_by(ca)
     assert not any("ca.key" in name for name in os.listdir(central.data_dir))
     state["ca"] = pem
+    # A CA that cannot be read is never replaced behind the nodes' back.
+    key_bytes = (folder / "ca.key").read_bytes()
+    (folder / "ca.key").write_bytes(b"damaged")
+    try:
+        refused(api.post(f"{NODES}/mtls/ca"), "cannot be read", "not replaced")
+        assert (folder / "ca.pem").read_text() == pem
+    finally:
+        (folder / "ca.key").write_bytes(key_bytes)
+    assert ok(api.post(f"{NODES}/mtls/ca"))["caCert"] == pem
 
 
 @pytest.mark.parametrize(

@@ -135,12 +135,9 @@ class MutualTls:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
 
-        try:
-            with open(self._path(CA_CERT), "rb") as fh:
-                ca_cert = x509.load_pem_x509_certificate(fh.read())
-            with open(self._path(CA_KEY), "rb") as fh:
-                ca_key = serialization.load_pem_private_key(fh.read(), None)
-        except (OSError, ValueError):
+        if os.path.exists(self._path(CA_CERT)):
+            ca_cert, ca_key = self._stored_ca()
+        else:
             ca_cert, ca_key = self._mint_ca()
         now = datetime.datetime.fromtimestamp(self.clock(), datetime.UTC)
         try:
@@ -158,6 +155,27 @@ class MutualTls:
         renew = (client.not_valid_after_utc - RENEW_BEFORE).timestamp()
         self._client = (self._path(CLIENT_CERT), self._path(CLIENT_KEY), renew)
         return self._client
+
+    def _stored_ca(self):
+        """The CA as stored. One that cannot be read is not replaced: nodes trust it, and
+        a new one would lock this panel out of every one of them without a word."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        try:
+            with open(self._path(CA_CERT), "rb") as fh:
+                ca_cert = x509.load_pem_x509_certificate(fh.read())
+            with open(self._path(CA_KEY), "rb") as fh:
+                ca_key = serialization.load_pem_private_key(fh.read(), None)
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ServiceError(
+                f"this panel's mTLS CA ({CA_CERT} and {CA_KEY} in the data directory's "
+                f"{MTLS_DIR} folder) cannot be read ({reason[:200]}); it is not replaced, "
+                "since nodes trust it: restore both files, or remove them to mint a new CA "
+                "and have every node trust that one"
+            ) from None
+        return ca_cert, ca_key
 
     def _mint_ca(self):
         from cryptography import x509
