@@ -315,7 +315,7 @@ def test_with_mtls_a_node_token_needs_the_managing_panels_client_certificate(pan
 
 
 def test_descendants_list_the_whole_tree(panels):
-    central, node, third, _ = panels
+    central, node, third, state = panels
     api = central.client()
     node_api = tls_client(node)
     child = add_node(node_api, third, "child")
@@ -329,12 +329,7 @@ def test_descendants_list_the_whole_tree(panels):
     assert [(e["guid"], e["parentGuid"], e["name"]) for e in own] == [
         (guids["child"], guids["node"], "child")
     ]
-    deadline = time.monotonic() + TREE_WAIT
-    while True:
-        tree = ok(api.get(f"{SERVER}/descendants"))
-        if len(tree) == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    tree = eventually(api, lambda tree: len(tree) == 2)
     assert [(e["guid"], e["parentGuid"], e["name"], e["status"]) for e in tree] == [
         (guids["node"], guids["central"], "tls", "online"),
         (guids["child"], guids["node"], "child", "online"),
@@ -343,6 +338,48 @@ def test_descendants_list_the_whole_tree(panels):
     version = ok(api.get(f"{SERVER}/status"))["panelVersion"]
     assert tree[1]["versions"]["panel"] == version
     assert tree[0]["versions"]["panel"] == version
+    state["guids"] = guids
+
+
+def eventually(api: ApiClient, done) -> list[dict]:
+    """The central panel's descendants once `done` says so (the tree is refreshed beside
+    the heartbeat), or as they are when the wait ends."""
+    deadline = time.monotonic() + TREE_WAIT
+    while True:
+        tree = ok(api.get(f"{SERVER}/descendants"))
+        if done(tree) or time.monotonic() > deadline:
+            return tree
+        time.sleep(0.5)
+
+
+def test_two_panels_managing_each_other_list_each_panel_once(panels):
+    central, node, _, state = panels
+    api = central.client()
+    guids = state["guids"]
+    node_api = tls_client(node)
+    loop = add_node(node_api, central, "back-to-central")
+    try:
+        node_tree = ok(node_api.get(f"{SERVER}/descendants"))
+        assert [e["guid"] for e in node_tree][:2] == [guids["child"], guids["central"]]
+        time.sleep(12)  # two rounds of refreshes on both panels
+        for _ in range(2):
+            tree = ok(api.get(f"{SERVER}/descendants"))
+            assert [e["guid"] for e in tree] == [guids["node"], guids["child"]], tree
+            time.sleep(5)
+    finally:
+        ok(node_api.post(f"{NODES}/del/{loop['id']}"))
+
+
+def test_a_disabled_node_takes_its_subtree_out_of_the_list(panels):
+    central, _, _, state = panels
+    api = central.client()
+    ok(api.post(f"{NODES}/setEnable/{state['id']}", {"enable": False}))
+    try:
+        tree = eventually(api, lambda tree: len(tree) == 1)
+        assert [(e["guid"], e["status"]) for e in tree] == [(state["guids"]["node"], "disabled")]
+    finally:
+        enabled = ok(api.post(f"{NODES}/setEnable/{state['id']}", {"enable": True}))
+    assert enabled["status"] == "online"
 
 
 @pytest.mark.parametrize(

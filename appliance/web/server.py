@@ -6,7 +6,9 @@ request waits out the peer's delayed ACK, about 40 ms. Requests under the base p
 reach the app with the prefix stripped, so routes are written once, without it. Requests
 for a host name the panel does not answer to (see `host_allowed`) are refused before
 any route sees them: a page of another site that resolves its own name to the panel's
-address (DNS rebinding) gets nothing.
+address (DNS rebinding) gets nothing. When the panel trusts its managing panel's CA, the
+TLS context asks clients for a certificate, and each request's environ says whether a
+verified one came (`CLIENT_CERTIFICATE`).
 """
 
 from __future__ import annotations
