@@ -505,10 +505,10 @@ class Panel:
             return None
 
     def _trusted_ca(self) -> str:
-        """The CA node-token callers must be signed by in this run ("" for none), and
-        whether they must be. One stored but unreadable still counts: such calls are
-        refused (the log says why), never let through without the certificate the admin
-        asked for."""
+        """The CA node-token callers must be signed by in this run ("" for none); notes
+        whether they must bring a certificate. One stored but unreadable still counts:
+        such calls are refused (the log says why), never let through without the
+        certificate the admin asked for."""
         try:
             trusted = self.mtls.trusted()
         except (OSError, ServiceError) as exc:
