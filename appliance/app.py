@@ -154,6 +154,7 @@ class Panel:
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
         self.node_certificates_needed = False
+        self.web_tls = False  # whether the panel port serves TLS in this run
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
@@ -287,7 +288,12 @@ class Panel:
             group_routes(GroupRouteNeeds(groups=self.groups)),
             host_routes(HostRouteNeeds(hosts=self.hosts)),
             node_routes(
-                NodeRouteNeeds(fleet=self.fleet, operations=self.node_operations, mtls=self.mtls)
+                NodeRouteNeeds(
+                    fleet=self.fleet,
+                    operations=self.node_operations,
+                    mtls=self.mtls,
+                    serves_https=lambda: self.web_tls,
+                )
             ),
             core_routes(
                 CoreRouteNeeds(
@@ -372,6 +378,7 @@ class Panel:
             raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
         tls = self._tls("web")
+        self.web_tls = tls is not None
         if tls is not None and trusted_ca:
             self._ask_client_certificates(tls, trusted_ca)
         sub_tls = self._tls("sub")

@@ -274,6 +274,17 @@ def test_trust_ca_refuses_what_is_not_a_ca_certificate(panels, ca_cert, words):
     assert not (Path(node.data_dir) / "mtls" / "trusted-ca.pem").exists()
 
 
+def test_trust_ca_on_a_plain_http_panel_says_node_tokens_will_be_refused(panels):
+    central, _, third, _ = panels
+    ca_cert = ok(central.client().post(f"{NODES}/mtls/ca"))["caCert"]
+    admin = third.client()
+    reply = admin.post(f"{NODES}/mtls/trustCA", {"caCert": ca_cert})
+    assert reply["success"] is True and "plain HTTP" in reply["msg"], reply
+    emptied = admin.post(f"{NODES}/mtls/trustCA", {"caCert": ""})
+    assert emptied["success"] is True and "plain HTTP" not in emptied["msg"]
+    assert not (Path(third.data_dir) / "mtls" / "trusted-ca.pem").exists()
+
+
 def test_with_mtls_a_node_token_needs_the_managing_panels_client_certificate(panels):
     central, node, third, state = panels
     api = central.client()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ class NodeRouteNeeds:
     fleet: Fleet
     operations: NodeOperations  # certificate paths and panel updates of nodes
     mtls: MutualTls  # this panel's CA for its nodes, and the CA it trusts as a node
+    serves_https: Callable[[], bool]  # whether the panel port serves TLS in this run
 
 
 def node_routes(needs: NodeRouteNeeds) -> RouteTable:
@@ -137,6 +139,13 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         max_body=TRUST_BODY,
     )
     def mtls_trust_ca():
-        return Reply(needs.mtls.trust(json_object(TRUST_BODY).get("caCert")))
+        ca_cert = json_object(TRUST_BODY).get("caCert")
+        msg = needs.mtls.trust(ca_cert)
+        if ca_cert and not needs.serves_https():
+            msg += (
+                "; this panel serves plain HTTP, where no client certificate can come: set "
+                "webCertFile and webKeyFile, or every call with a node token is refused"
+            )
+        return Reply(msg)
 
     return table
