@@ -68,6 +68,7 @@ from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
+from appliance.services.outbounds.subscriptions import OutboundSubs
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
@@ -82,6 +83,7 @@ from appliance.web.hub import Hub
 from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
 from appliance.web.node_routes import NodeRouteNeeds, node_routes
 from appliance.web.openapi import openapi_routes
+from appliance.web.outbound_routes import OutboundRouteNeeds, outbound_routes
 from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import BasePath, HostCheck, listen, make_server, tls_context
 from appliance.web.server_routes import ServerRouteNeeds, server_routes
@@ -102,6 +104,8 @@ TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
 AUDIT_PRUNE_SECONDS = 3600
+# How often the refresh job looks for an outbound subscription whose interval passed.
+OUTBOUND_SUBS_CHECK_SECONDS = 2
 
 
 class Panel:
@@ -148,6 +152,7 @@ class Panel:
             access_log=self.places.core_log("access"),
             limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
         )
+        self.outbound_subs = OutboundSubs(self.store, lambda: self.core.mark_dirty())
         self.core = CoreService(
             store=self.store,
             process=CoreProcess(
@@ -167,6 +172,7 @@ class Panel:
             hub=self.hub,
             on_change=self.changed,
             client_ips=self.client_ips,
+            extra_outbounds=self.outbound_subs.core_outbounds,
         )
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
         self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
@@ -278,6 +284,7 @@ class Panel:
                     places=self.places,
                 )
             ),
+            outbound_routes(OutboundRouteNeeds(outbound_subs=self.outbound_subs)),
             release_routes(ReleaseRouteNeeds(releases=self.core_releases)),
             server_routes(
                 ServerRouteNeeds(
@@ -402,6 +409,12 @@ class Panel:
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
+        every(
+            OUTBOUND_SUBS_CHECK_SECONDS,
+            self.outbound_subs.refresh_due,
+            "outbound subscription refresh",
+            fault,
+        )
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)

@@ -149,6 +149,14 @@ CORE = [
     ("POST", "/panel/api/core/balancerStatus"),
     ("POST", "/panel/api/core/balancerOverride"),
     ("POST", "/panel/api/core/routeTest"),
+    ("GET", "/panel/api/core/outbound-subs"),
+    ("POST", "/panel/api/core/outbound-subs"),
+    ("POST", "/panel/api/core/outbound-subs/:id"),
+    ("DELETE", "/panel/api/core/outbound-subs/:id"),
+    ("POST", "/panel/api/core/outbound-subs/:id/del"),
+    ("POST", "/panel/api/core/outbound-subs/:id/refresh"),
+    ("POST", "/panel/api/core/outbound-subs/:id/move"),
+    ("POST", "/panel/api/core/outbound-subs/parse"),
 ]
 
 SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + HOSTS + CORE

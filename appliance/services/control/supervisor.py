@@ -58,6 +58,7 @@ from appliance.core.config import (
     clients_shape_inbound,
     entry_renderer,
 )
+from appliance.core.extra_outbounds import with_outbounds
 from appliance.core.live import (
     LIVE_PROTOCOLS,
     Running,
@@ -117,6 +118,7 @@ class CoreService:
         hub,
         on_change,
         client_ips=None,
+        extra_outbounds=None,
     ):
         self.store = store
         self.core_clients = core_clients
@@ -135,6 +137,9 @@ class CoreService:
         # from the access log; None: off.
         self.client_ips = client_ips
         self.access_log = places.core_log("access")
+        # () -> (first, last): outbounds from outside the template (subscriptions,
+        # providers) that the config gets around the template's own.
+        self.extra_outbounds = extra_outbounds or (lambda: ([], []))
         # What was already said in the log about misplaced paths, so a sync a second
         # does not repeat it.
         self._reported: set[str] = set()
@@ -306,6 +311,7 @@ class CoreService:
         reported in the panel's log: the core never writes or reads there, and the panel
         still starts."""
         template = core_template(self.settings) if template is None else template
+        template = with_outbounds(template, *self.extra_outbounds())
         problems = drop_misplaced_paths(template, self.places)
         runnable = []
         for view in views:
