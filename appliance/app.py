@@ -69,6 +69,8 @@ from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
 from appliance.services.outbounds.subscriptions import OutboundSubs
+from appliance.services.outbounds.vpn import VpnProvider
+from appliance.services.outbounds.warp import WarpTunnel
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
@@ -284,7 +286,13 @@ class Panel:
                     places=self.places,
                 )
             ),
-            outbound_routes(OutboundRouteNeeds(outbound_subs=self.outbound_subs)),
+            outbound_routes(
+                OutboundRouteNeeds(
+                    outbound_subs=self.outbound_subs,
+                    warp=WarpTunnel(self.settings),
+                    vpn=VpnProvider(self.settings),
+                )
+            ),
             release_routes(ReleaseRouteNeeds(releases=self.core_releases)),
             server_routes(
                 ServerRouteNeeds(

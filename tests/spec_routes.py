@@ -157,6 +157,8 @@ CORE = [
     ("POST", "/panel/api/core/outbound-subs/:id/refresh"),
     ("POST", "/panel/api/core/outbound-subs/:id/move"),
     ("POST", "/panel/api/core/outbound-subs/parse"),
+    ("POST", "/panel/api/core/tunnel/:action"),
+    ("POST", "/panel/api/core/vpn/:action"),
 ]
 
 SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + HOSTS + CORE

@@ -53,6 +53,8 @@ DESTINATIONS = (
     "tgBotAPIServer",
     "smtpHost",
     "outboundTestUrl",
+    "warpApiUrl",
+    "vpnApiUrl",
     "getRemoteCertHash",
 )
 MAX_REDIRECTS = 5

@@ -11,6 +11,8 @@ from appliance.web.routes import RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.outbounds.subscriptions import OutboundSubs
+    from appliance.services.outbounds.vpn import VpnProvider
+    from appliance.services.outbounds.warp import WarpTunnel
 
 SUB_FORM = {
     "remark": "string",
@@ -27,6 +29,8 @@ MAX_BODY = 16384
 @dataclass(frozen=True)
 class OutboundRouteNeeds:
     outbound_subs: OutboundSubs
+    warp: WarpTunnel
+    vpn: VpnProvider
 
 
 def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
@@ -95,5 +99,26 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
     def move_sub(id):
         subs.move(id, json_object(MAX_BODY).get("dir"))
         return Reply("outbound subscription moved")
+
+    @table.post(
+        "/tunnel/<action>",
+        "The WARP tunnel: data, reg (form privateKey, publicKey), config, license, del",
+        resource="core",
+        form=True,
+        body={"privateKey": "string", "publicKey": "string", "license": "string"},
+    )
+    def tunnel(action):
+        return needs.warp.act(action, json_object(MAX_BODY))
+
+    @table.post(
+        "/vpn/<action>",
+        "The VPN provider: countries, servers (form countryId), reg (form token), setKey "
+        "(form key), data, del",
+        resource="core",
+        form=True,
+        body={"countryId": "integer", "token": "string", "key": "string"},
+    )
+    def vpn(action):
+        return needs.vpn.act(action, json_object(MAX_BODY))
 
     return table
