@@ -386,6 +386,7 @@ def _view(row) -> dict:
         **_record(row),
         "priority": row.sort_order,
         "tags": [outbound["tag"] for outbound in outbounds],
+        "outbounds": [core_outbound(outbound) for outbound in outbounds],
         "outboundCount": len(outbounds),
         "lastRefresh": row.last_refresh,
         "lastAttempt": row.last_attempt,
