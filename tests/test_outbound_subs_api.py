@@ -273,3 +273,17 @@ def test_bad_input_changes_nothing(panel, clean):
     assert [s["id"] for s in ok(api.get(SUBS))] == [sub["id"]]
     rows = db_rows(panel, "SELECT COUNT(*) FROM outbound_sub")
     assert rows == [(1,)]
+
+
+def test_a_disabled_subscription_is_saved_without_a_fetch_but_not_with_an_internal_url(clean):
+    api = clean
+    with http_server({"/sub": (200, body("vless_tcp_none"))}) as (port, requested):
+        sub = add(api, port, tagPrefix="off-")
+        form = {"enabled": "false", "url": "http://no-such-host.invalid/sub"}
+        saved = ok(api.post(f"{SUBS}/{sub['id']}", data=form))
+        assert saved["enabled"] is False and saved["tags"] == ["off-DE-alice"]
+        assert tags_in_config(api) == TEMPLATE_TAGS
+        form = {"url": "http://10.0.0.1/sub", "allowPrivate": "false"}
+        refused(api.post(f"{SUBS}/{sub['id']}", data=form), "private", "allowPrivate")
+        assert ok(api.get(SUBS))[0]["url"] == "http://no-such-host.invalid/sub"
+    assert requested == ["/sub"]

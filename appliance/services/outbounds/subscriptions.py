@@ -17,6 +17,7 @@ or that gives no server is refused and nothing is stored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -122,7 +123,12 @@ class OutboundSubs:
             record["tagPrefix"] = f"sub{sub_id}-"
         made = self._read(record["url"], record["allowPrivate"]) if record["enabled"] else None
         if made is None:
-            self._guard(record["url"], record["allowPrivate"]).addresses(*_host_port(record["url"]))
+            # Not fetched while off, but an address the guard refuses is refused now; a
+            # name that does not resolve today may tomorrow.
+            with contextlib.suppress(OSError):
+                self._guard(record["url"], record["allowPrivate"]).addresses(
+                    *_host_port(record["url"])
+                )
         with db_session:
             self._check_prefix(record["tagPrefix"], sub_id)
             row = self._row(sub_id)
