@@ -154,7 +154,11 @@ class Panel:
             access_log=self.places.core_log("access"),
             limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
         )
-        self.outbound_subs = OutboundSubs(self.store, lambda: self.core.mark_dirty())
+        self.outbound_subs = OutboundSubs(
+            self.store,
+            lambda: self.core.mark_dirty(),
+            check=lambda extra: self.core.check_outbounds(extra),
+        )
         self.core = CoreService(
             store=self.store,
             process=CoreProcess(

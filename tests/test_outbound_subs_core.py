@@ -91,3 +91,26 @@ def test_a_subscription_outbound_carries_traffic_and_a_refresh_restarts_once(pan
             wait_until(lambda: passes(socks["port"], echo), "bytes pass after the reload")
         # The provider's server is gone: the bytes took its way, so they stop.
         assert not passes(socks["port"], echo)
+
+
+def test_outbounds_the_core_refuses_are_refused_with_its_words(panel):
+    """V2Ray 4.34 has no Hysteria: a subscription of one Hysteria 2 server is refused
+    when added, and a refresh that brings one keeps the outbounds the core runs."""
+    api = panel.client()
+    vmess = vmess_link(free_port(), str(uuid.uuid4()), "Runs")
+    hysteria = "hy2://secret@203.0.113.9:443/?sni=hy.example.com#Not-here"
+    answers = {"/sub": (200, hysteria.encode())}
+    with http_server(answers) as (port, _):
+        form = {"url": f"http://{LOOPBACK}:{port}/sub", "allowPrivate": "true"}
+        reply = api.post(SUBS, data=form)
+        assert reply["success"] is False and "the core refuses these outbounds" in reply["msg"]
+        assert ok(api.get(SUBS)) == []
+        answers["/sub"] = (200, vmess.encode())
+        sub = ok(api.post(SUBS, data=form))
+        wait_until(lambda: sub["tags"][0] in running_outbounds(api), "the core runs it")
+        answers["/sub"] = (200, f"{vmess}\n{hysteria}".encode())
+        refused = api.post(f"{SUBS}/{sub['id']}/refresh")
+        assert refused["success"] is False and "core refuses" in refused["msg"]
+        listed = ok(api.get(SUBS))[0]
+        assert listed["tags"] == sub["tags"] and "core refuses" in listed["lastError"]
+        assert running_outbounds(api)[-1] == sub["tags"][0]

@@ -305,13 +305,23 @@ class CoreService:
         """The config for the stored template (or `template`) and inbounds."""
         return self._config(self.inbounds.for_core(self.core_clients), template)
 
-    def _config(self, views: list[dict], template: dict | None = None) -> dict:
+    def check_outbounds(self, extra: tuple[list[dict], list[dict]]) -> None:
+        """Raise `ServiceError` with the core's words when the installed core refuses the
+        config whose outbounds from outside the template are `extra` (first, last)."""
+        self._test(lambda: self._config(self.inbounds.for_core(self.core_clients), extra=extra))
+
+    def _config(
+        self,
+        views: list[dict],
+        template: dict | None = None,
+        extra: tuple[list[dict], list[dict]] | None = None,
+    ) -> dict:
         """A file path in the template or the inbound views that is out of its place
         (runtime.file_paths), stored before the rules or by an import, is left out and
         reported in the panel's log: the core never writes or reads there, and the panel
         still starts."""
         template = core_template(self.settings) if template is None else template
-        template = with_outbounds(template, *self.extra_outbounds())
+        template = with_outbounds(template, *(self.extra_outbounds() if extra is None else extra))
         problems = drop_misplaced_paths(template, self.places)
         runnable = []
         for view in views:

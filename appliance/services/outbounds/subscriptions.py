@@ -63,9 +63,13 @@ class OutboundSubs:
         *,
         clock: Callable[[], float] = time.time,
         resolve: Resolver = system_resolve,
+        check: Callable[[tuple[list[dict], list[dict]]], None] = lambda extra: None,
     ):
         self.store = store
         self.on_change = on_change
+        # Raises ServiceError with the core's words when it refuses a config with these
+        # outbounds (first, last) from outside the template.
+        self.check = check
         self.clock = clock
         self.resolve = resolve
         # (first, last): the outbounds the core gets, kept until a write changes them.
@@ -82,15 +86,29 @@ class OutboundSubs:
     def core_outbounds(self) -> tuple[list[dict], list[dict]]:
         """The outbounds of enabled subscriptions: (before the template's, after them)."""
         if self._merged is None:
-            first: list[dict] = []
-            last: list[dict] = []
             with db_session:
-                rows = select(s for s in self.store.OutboundSub if s.enabled)
-                for row in rows.order_by(lambda s: (s.sort_order, s.id)):
-                    made = [core_outbound(o) for o in json.loads(row.outbounds)]
-                    (first if row.prepend else last).extend(made)
-            self._merged = (first, last)
+                self._merged = self._merge()
         return self._merged
+
+    def _merge(self, replaced: dict[int, list[dict]] | None = None) -> tuple[list, list]:
+        """(first, last) from the rows as the open db_session sees them; `replaced` maps a
+        subscription id to outbounds standing in for its stored ones."""
+        first: list[dict] = []
+        last: list[dict] = []
+        rows = select(s for s in self.store.OutboundSub if s.enabled)
+        for row in rows.order_by(lambda s: (s.sort_order, s.id)):
+            stored = (replaced or {}).get(row.id)
+            if stored is None:
+                stored = json.loads(row.outbounds)
+            (first if row.prepend else last).extend(core_outbound(o) for o in stored)
+        return first, last
+
+    def _checked(self, replaced: dict[int, list[dict]] | None = None) -> None:
+        """Refuse, with the core's words, outbounds the installed core does not run."""
+        try:
+            self.check(self._merge(replaced))
+        except ServiceError as exc:
+            raise ServiceError(f"the core refuses these outbounds: {exc.msg}") from None
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -110,6 +128,8 @@ class OutboundSubs:
                 self._check_prefix(row.tag_prefix, row.id)
             row.outbounds = json.dumps(tagged_outbounds(made, row.tag_prefix, []))
             row.last_refresh = row.last_attempt = now
+            row.flush()
+            self._checked()
             view = _view(row)
         self._changed()
         return view
@@ -138,6 +158,8 @@ class OutboundSubs:
                 row.outbounds = json.dumps(tagged_outbounds(made, row.tag_prefix, previous))
                 row.last_refresh = row.last_attempt = int(self.clock())
                 row.last_error = ""
+                row.flush()
+                self._checked()
             view = _view(row)
         self._changed()
         return view
@@ -186,22 +208,24 @@ class OutboundSubs:
             url, allow = row.url, row.allow_private
         try:
             made = self._read(url, allow)
+            with db_session:
+                row = self._row(sub_id)
+                previous = json.loads(row.outbounds)
+                outbounds = tagged_outbounds(made, row.tag_prefix, previous)
+                differs = outbounds != previous
+                if differs and row.enabled:
+                    self._checked({sub_id: outbounds})
+                if differs:
+                    row.outbounds = json.dumps(outbounds)
+                changed = differs and row.enabled
+                row.last_refresh = row.last_attempt = int(self.clock())
+                row.last_error = ""
         except ServiceError as exc:
             with db_session:
                 row = self._row(sub_id)
                 row.last_attempt = int(self.clock())
                 row.last_error = exc.msg[:1024]
             raise
-        changed = False
-        with db_session:
-            row = self._row(sub_id)
-            previous = json.loads(row.outbounds)
-            outbounds = tagged_outbounds(made, row.tag_prefix, previous)
-            if outbounds != previous:
-                row.outbounds = json.dumps(outbounds)
-                changed = row.enabled
-            row.last_refresh = row.last_attempt = int(self.clock())
-            row.last_error = ""
         if changed:
             self._changed()
         return [core_outbound(outbound) for outbound in outbounds]
