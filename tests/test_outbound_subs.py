@@ -62,3 +62,14 @@ def test_the_metadata_address_is_refused_in_every_form_even_with_allow_private(h
     subs = subs_resolving({}, [])
     with pytest.raises(ServiceError, match="metadata"):
         subs.parse({"url": f"http://{host}/latest/meta-data/", "allowPrivate": True})
+
+
+def test_a_body_over_the_size_limit_is_refused():
+    subs = subs_resolving({}, [])
+    body = b"x" * (8 << 20 | 1)
+    with (
+        http_server({"/sub": (200, body)}) as (port, requested),
+        pytest.raises(ServiceError, match="larger than the limit of 8 MB"),
+    ):
+        subs.parse({"url": f"http://127.0.0.1:{port}/sub", "allowPrivate": True})
+    assert requested == ["/sub"]

@@ -190,7 +190,7 @@ class OutboundSubs:
         self._changed()
 
     def parse(self, form: Any) -> list[dict]:
-        """The outbounds `url` would give (tags with the default prefix); stores nothing."""
+        """The outbounds `url` would give, tagged with the given `tagPrefix`; stores nothing."""
         if not isinstance(form, dict):
             raise ServiceError("the request body must be an object with url")
         url = _url(form.get("url"))
