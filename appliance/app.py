@@ -72,6 +72,9 @@ from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import NODE_KEY_ENV, TokenSeal
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
+from appliance.services.outbounds.subscriptions import OutboundSubs
+from appliance.services.outbounds.vpn import VpnProvider
+from appliance.services.outbounds.warp import WarpTunnel
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
@@ -86,6 +89,7 @@ from appliance.web.hub import Hub
 from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
 from appliance.web.node_routes import NodeRouteNeeds, node_routes
 from appliance.web.openapi import openapi_routes
+from appliance.web.outbound_routes import OutboundRouteNeeds, outbound_routes
 from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import (
     BasePath,
@@ -113,6 +117,8 @@ TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
 AUDIT_PRUNE_SECONDS = 3600
+# How often the refresh job looks for an outbound subscription whose interval passed.
+OUTBOUND_SUBS_CHECK_SECONDS = 2
 
 
 class Panel:
@@ -166,6 +172,11 @@ class Panel:
             access_log=self.places.core_log("access"),
             limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
         )
+        self.outbound_subs = OutboundSubs(
+            self.store,
+            lambda: self.core.mark_dirty(),
+            check=lambda extra: self.core.check_outbounds(extra),
+        )
         self.core = CoreService(
             store=self.store,
             process=CoreProcess(
@@ -185,6 +196,7 @@ class Panel:
             hub=self.hub,
             on_change=self.changed,
             client_ips=self.client_ips,
+            extra_outbounds=self.outbound_subs.core_outbounds,
         )
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
         self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
@@ -304,6 +316,13 @@ class Panel:
                     client_query=self.client_query,
                     settings=self.settings,
                     places=self.places,
+                )
+            ),
+            outbound_routes(
+                OutboundRouteNeeds(
+                    outbound_subs=self.outbound_subs,
+                    warp=WarpTunnel(self.settings),
+                    vpn=VpnProvider(self.settings),
                 )
             ),
             release_routes(ReleaseRouteNeeds(releases=self.core_releases)),
@@ -437,6 +456,12 @@ class Panel:
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
         every(HEARTBEAT_SECONDS, self.node_tree.refresh, "node descendants", fault)
+        every(
+            OUTBOUND_SUBS_CHECK_SECONDS,
+            self.outbound_subs.refresh_due,
+            "outbound subscription refresh",
+            fault,
+        )
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)

@@ -149,6 +149,16 @@ CORE = [
     ("POST", "/panel/api/core/balancerStatus"),
     ("POST", "/panel/api/core/balancerOverride"),
     ("POST", "/panel/api/core/routeTest"),
+    ("GET", "/panel/api/core/outbound-subs"),
+    ("POST", "/panel/api/core/outbound-subs"),
+    ("POST", "/panel/api/core/outbound-subs/:id"),
+    ("DELETE", "/panel/api/core/outbound-subs/:id"),
+    ("POST", "/panel/api/core/outbound-subs/:id/del"),
+    ("POST", "/panel/api/core/outbound-subs/:id/refresh"),
+    ("POST", "/panel/api/core/outbound-subs/:id/move"),
+    ("POST", "/panel/api/core/outbound-subs/parse"),
+    ("POST", "/panel/api/core/tunnel/:action"),
+    ("POST", "/panel/api/core/vpn/:action"),
 ]
 
 SPEC_ROUTES = SESSION + INBOUNDS + SERVER + SETTING + CLIENTS + HOSTS + CORE

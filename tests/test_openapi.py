@@ -19,6 +19,7 @@ PARAM_VALUES = {
     "subId": "no-such-sub",
     "inboundId": MISSING_ID,
     "tag": "direct",
+    "action": "data",
 }
 # Bodies that leave the shared panel usable: ids that do not exist, names of their own.
 BODIES = {

@@ -91,6 +91,13 @@ def _settings(plan: LinkPlan) -> dict:
         return {"servers": [{**server, "password": plan.password}]}
     if plan.protocol == "shadowsocks":
         return {"servers": [{**server, "method": plan.ss_method, "password": plan.password}]}
+    if plan.protocol in ("socks", "http"):
+        # Only an outbound subscription gives such plans: a SOCKS or HTTP proxy upstream.
+        if plan.user_id or plan.password:
+            return {
+                "servers": [{**server, "users": [{"user": plan.user_id, "pass": plan.password}]}]
+            }
+        return {"servers": [server]}
     return {"version": 2, **server}
 
 

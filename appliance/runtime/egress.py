@@ -53,6 +53,8 @@ DESTINATIONS = (
     "tgBotAPIServer",
     "smtpHost",
     "outboundTestUrl",
+    "warpApiUrl",
+    "vpnApiUrl",
     "getRemoteCertHash",
 )
 MAX_REDIRECTS = 5
@@ -187,7 +189,9 @@ class Egress:
             reason = refusal(address) if address is not None else "an address the panel cannot read"
             if reason is None:
                 continue
-            if reason != METADATA_REASON and self.private_ok and key == self.origin:
+            # The metadata address in an IPv6 form is the metadata address all the same.
+            metadata = reason.startswith(METADATA_REASON)
+            if not metadata and self.private_ok and key == self.origin:
                 continue
             raise DestinationRefused(self._refused(bare, port, address, reason, redirected))
         return found
@@ -200,7 +204,7 @@ class Egress:
             lead = f"a redirect followed for {self.name} leads to {shown}"
         else:
             lead = f"{self.name} leads to {shown}"
-        if reason == METADATA_REASON:
+        if reason.startswith(METADATA_REASON):
             return f"{lead}, {reason}; the panel never connects to it"
         if self.opt_in:
             return f"{lead}, {reason}; {self.opt_in}"

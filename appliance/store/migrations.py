@@ -367,6 +367,32 @@ def _v11_nodes(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v12_outbound_subscriptions(dialect: str) -> list[str]:
+    """Outbound subscriptions: a provider's list of servers fetched from a URL, kept as
+    the outbounds the last good refresh made (so a failed refresh changes nothing the
+    core runs), with the time and error of the last attempt for the UI."""
+    table = Table(
+        "outbound_sub",
+        (
+            Column("remark", "str", 255, default=""),
+            Column("url", "text"),
+            Column("tag_prefix", "str", 64, default=""),
+            Column("update_interval", "int", default=600),
+            Column("enabled", "bool", default=True),
+            Column("allow_private", "bool", default=False),
+            Column("prepend", "bool", default=False),
+            Column("sort_order", "int", default=0),
+            Column("outbounds", "text"),
+            Column("last_refresh", "bigint", default=0),
+            Column("last_attempt", "bigint", default=0),
+            Column("last_error", "str", 1024, default=""),
+            Column("created_at", "bigint", default=0),
+        ),
+        (Index(("sort_order",)),),
+    )
+    return table.create(dialect)
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -379,6 +405,11 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
     (10, "the audit log; API token scopes and expiry", _v10_audit_and_token_scopes),
     (11, "nodes, their last counters, and totals pushed down by a managing panel", _v11_nodes),
+    (
+        12,
+        "outbound subscriptions and the outbounds of their last good refresh",
+        _v12_outbound_subscriptions,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -259,6 +259,22 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         updated_at = Required(int, size=64, default=0)
         composite_key(master_guid, email_key)
 
+    class OutboundSub(db.Entity):
+        _table_ = "outbound_sub"
+        remark = Optional(str, 255, autostrip=False)
+        url = Required(str, TEXT, autostrip=False)
+        tag_prefix = Optional(str, 64, autostrip=False)
+        update_interval = Required(int, default=600)
+        enabled = Required(bool, default=True)
+        allow_private = Required(bool, default=False)
+        prepend = Required(bool, default=False)
+        sort_order = Required(int, default=0, index="ix_outbound_sub_sort_order")
+        outbounds = Required(str, TEXT, autostrip=False)
+        last_refresh = Required(int, size=64, default=0)
+        last_attempt = Required(int, size=64, default=0)
+        last_error = Optional(str, 1024, autostrip=False)
+        created_at = Required(int, size=64, default=0)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -280,4 +296,5 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         Node=Node,
         NodeCounter=NodeCounter,
         MasterTraffic=MasterTraffic,
+        OutboundSub=OutboundSub,
     )

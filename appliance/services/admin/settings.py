@@ -33,7 +33,7 @@ from appliance.services.admin.settings_table import (
 
 REDACTED = "********"
 # Stored alongside settings but never part of the settings API.
-INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid"})
+INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid", "warpAccount", "vpnAccount"})
 
 
 class Settings:

@@ -426,6 +426,20 @@ SETTINGS = (
         "core",
     ),
     Setting(
+        "warpApiUrl",
+        "https://api.cloudflareclient.com/v0a2158",
+        "Base address of the WARP client API the WARP tunnel registers its device with.",
+        "core",
+        web_url,
+    ),
+    Setting(
+        "vpnApiUrl",
+        "https://api.nordvpn.com/v1",
+        "Base address of the VPN provider's API (countries, servers and account keys).",
+        "core",
+        web_url,
+    ),
+    Setting(
         "panelUpdateUrl",
         "",
         "Where the panel's own releases are listed, in the shape of GitHub's releases API "

@@ -58,6 +58,7 @@ from appliance.core.config import (
     clients_shape_inbound,
     entry_renderer,
 )
+from appliance.core.extra_outbounds import with_outbounds
 from appliance.core.live import (
     LIVE_PROTOCOLS,
     Running,
@@ -117,6 +118,7 @@ class CoreService:
         hub,
         on_change,
         client_ips=None,
+        extra_outbounds=None,
     ):
         self.store = store
         self.core_clients = core_clients
@@ -135,6 +137,9 @@ class CoreService:
         # from the access log; None: off.
         self.client_ips = client_ips
         self.access_log = places.core_log("access")
+        # () -> (first, last): outbounds from outside the template (subscriptions,
+        # providers) that the config gets around the template's own.
+        self.extra_outbounds = extra_outbounds or (lambda: ([], []))
         # What was already said in the log about misplaced paths, so a sync a second
         # does not repeat it.
         self._reported: set[str] = set()
@@ -300,12 +305,23 @@ class CoreService:
         """The config for the stored template (or `template`) and inbounds."""
         return self._config(self.inbounds.for_core(self.core_clients), template)
 
-    def _config(self, views: list[dict], template: dict | None = None) -> dict:
+    def check_outbounds(self, extra: tuple[list[dict], list[dict]]) -> None:
+        """Raise `ServiceError` with the core's words when the installed core refuses the
+        config whose outbounds from outside the template are `extra` (first, last)."""
+        self._test(lambda: self._config(self.inbounds.for_core(self.core_clients), extra=extra))
+
+    def _config(
+        self,
+        views: list[dict],
+        template: dict | None = None,
+        extra: tuple[list[dict], list[dict]] | None = None,
+    ) -> dict:
         """A file path in the template or the inbound views that is out of its place
         (runtime.file_paths), stored before the rules or by an import, is left out and
         reported in the panel's log: the core never writes or reads there, and the panel
         still starts."""
         template = core_template(self.settings) if template is None else template
+        template = with_outbounds(template, *(self.extra_outbounds() if extra is None else extra))
         problems = drop_misplaced_paths(template, self.places)
         runnable = []
         for view in views:

@@ -7,8 +7,9 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { field, formatBytes, selectInput, textInput } from "../components.js";
+import { field, formatBytes, formatDate, selectInput, textInput } from "../components.js";
 import { DnsTab, OutboundsTab, parseTemplate, RoutingTab } from "./core-tabs.js";
+import { OutboundSourcesCard, sourceOf } from "./core-sources.js";
 
 const NETWORKS = [["tcp", "TCP"], ["udp", "UDP"]];
 const BATCH_LIMIT = 50;
@@ -118,8 +119,19 @@ const ProcessCard = {
   },
 };
 
+// Every outbound the core gets: the template's, then those of the enabled subscriptions,
+// each with where it comes from.
+function allOutbounds(template, subs) {
+  const own = (template && Array.isArray(template.outbounds) ? template.outbounds : [])
+    .filter((o) => o && typeof o === "object").map((outbound) => ({ outbound, source: sourceOf(outbound) }));
+  const fetched = subs.filter((sub) => sub.enabled).flatMap((sub) => (sub.outbounds || []).map((outbound) => ({
+    outbound, source: t("outsrc.fromSub", { name: sub.remark || sub.tagPrefix }), refreshed: sub.lastRefresh, error: sub.lastError,
+  })));
+  return [...own, ...fetched];
+}
+
 const OutboundsCard = {
-  props: ["template"],
+  props: ["template", "subs"],
   setup(props) {
     const options = Vue.reactive({ mode: "" });
     const results = Vue.reactive({});
@@ -128,7 +140,8 @@ const OutboundsCard = {
       traffic.value = await api.get("panel/api/core/getOutboundsTraffic");
     };
     Vue.onMounted(() => loadTraffic().catch(() => {}));
-    const outbounds = () => (props.template && Array.isArray(props.template.outbounds) ? props.template.outbounds : []);
+    const rows = () => allOutbounds(props.template, props.subs);
+    const outbounds = () => rows().map((row) => row.outbound);
 
     async function testOne(outbound, index) {
       results[index] = { pending: true };
@@ -169,11 +182,14 @@ const OutboundsCard = {
         <button onClick=${testAll} disabled=${!outbounds().length}>${t("core.testAll")}</button></div>
       ${outbounds().length === 0 ? html`<p class="empty">${t("core.noOutbounds")}</p>`
         : html`<div class="table-wrap"><table class="table responsive">
-          <thead><tr><th>${t("core.tag")}</th><th>${t("core.protocol")}</th><th>${t("core.result")}</th>
+          <thead><tr><th>${t("core.tag")}</th><th>${t("core.protocol")}</th><th>${t("outsrc.source")}</th><th>${t("core.result")}</th>
             <th><span class="sr-only">${t("common.actions")}</span></th></tr></thead>
-          <tbody>${outbounds().map((outbound, index) => html`<tr key=${index} data-outbound=${outbound.tag || index}>
+          <tbody>${rows().map(({ outbound, source, refreshed, error }, index) => html`<tr key=${index} data-outbound=${outbound.tag || index}>
             <td data-label=${t("core.tag")}><strong>${outbound.tag || "-"}</strong></td>
             <td data-label=${t("core.protocol")}>${outbound.protocol || "-"}</td>
+            <td data-label=${t("outsrc.source")} data-testid="outbound-source">${source}
+              ${refreshed ? html`<div class="muted small">${t("outsrc.refreshedAt", { time: formatDate(refreshed * 1000) })}</div>` : null}
+              ${error ? html`<div class="error-text small">${error}</div>` : null}</td>
             <td data-label=${t("core.result")} class=${results[index] && !results[index].pending
               ? (results[index].success ? "probe ok" : "probe failed") : "probe"} data-testid="probe-result">${probeText(results[index])}</td>
             <td class="actions"><button onClick=${() => testOne(outbound, index)}>${t("core.test")}</button></td>
@@ -285,6 +301,10 @@ export const CorePage = {
     const model = Vue.reactive({ coreSetting: "", outboundTestUrl: "" });
     const inboundTags = Vue.ref([]);
     const loaded = Vue.ref(false);
+    const subs = Vue.ref([]);
+    const loadSubs = async () => {
+      subs.value = await api.get("panel/api/core/outbound-subs");
+    };
     const load = async () => {
       const reply = await api.post("panel/api/core/");
       model.coreSetting = reply.coreSetting;
@@ -292,7 +312,10 @@ export const CorePage = {
       inboundTags.value = JSON.parse(reply.inboundTags || "[]");
       loaded.value = true;
     };
-    Vue.onMounted(() => load().catch(() => {}));
+    Vue.onMounted(() => {
+      load().catch(() => {});
+      loadSubs().catch(() => {});
+    });
     // The outbound and balancer cards follow the template being edited while it parses.
     const template = Vue.computed(() => parseTemplate(model.coreSetting));
     return () => html`<section class="page">
@@ -300,7 +323,8 @@ export const CorePage = {
       ${loaded.value ? html`
         <${TemplateCard} model=${model} template=${template.value} onSaved=${() => load().catch(() => {})} />
         <${ProcessCard} />
-        <${OutboundsCard} template=${template.value} />
+        <${OutboundsCard} template=${template.value} subs=${subs.value} />
+        <${OutboundSourcesCard} model=${model} subs=${subs.value} onChanged=${() => loadSubs().catch(() => {})} />
         <${BalancersCard} template=${template.value} />
         <${RouteTestCard} inboundTags=${inboundTags.value} />`
         : html`<p class="muted">${t("common.loading")}</p>`}

@@ -1,0 +1,142 @@
+"""Small HTTP servers shaped like the public APIs the tunnel and VPN providers call.
+
+`ProviderApi` answers on loopback with whatever the test put in `answers[(method, path)]`
+(a status and a JSON-able body, or raw bytes), and keeps every request it got (method,
+path with query, headers, parsed JSON body), so a test asserts what the panel sent as well
+as what it made of the answer. The bodies in `warp_registration` and `nord_*` follow the
+shapes those services document: field names and nesting, with values of the test's
+making.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: object
+
+
+@dataclass
+class ProviderApi:
+    answers: dict[tuple[str, str], tuple[int, object]] = field(default_factory=dict)
+    requests: list[Seen] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw
+                owner.requests.append(
+                    Seen(
+                        self.command,
+                        self.path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                    )
+                )
+                status, reply = owner.answers.get((self.command, self.path), (404, {"error": "no"}))
+                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args) -> None:
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+WARP_CLIENT_ID = "AQID"  # base64 of bytes 1, 2, 3: WARP's reserved bytes
+WARP_PEER_KEY = "bmXOC+F1FxEMF9dyiK2H5/1SUtzH0JuVo51h2wPfgyo="
+
+
+def warp_registration(device_id: str, token: str, public_key: str, endpoint: str) -> dict:
+    """An answer of POST /reg (and GET /reg/<id>) as the WARP client API shapes it."""
+    return {
+        "id": device_id,
+        "type": "a",
+        "model": "PC",
+        "key": public_key,
+        "account": {
+            "id": "account-1",
+            "account_type": "free",
+            "warp_plus": True,
+            "premium_data": 0,
+            "quota": 0,
+            "license": "LICENSE-free-1",
+        },
+        "config": {
+            "client_id": WARP_CLIENT_ID,
+            "peers": [
+                {
+                    "public_key": WARP_PEER_KEY,
+                    "endpoint": {
+                        "v4": "162.159.192.1:0",
+                        "v6": "[2606:4700:d0::a29f:c001]:0",
+                        "host": endpoint,
+                    },
+                }
+            ],
+            "interface": {"addresses": {"v4": "172.16.0.2", "v6": "2606:4700:110:8a36::1"}},
+            "services": {"http_proxy": "172.16.0.1:2480"},
+        },
+        "token": token,
+        "warp_enabled": False,
+        "waitlist_enabled": False,
+        "tos": "2024-01-01T00:00:00.000Z",
+        "locale": "en_US",
+    }
+
+
+def nord_countries() -> list[dict]:
+    return [
+        {"id": 81, "name": "Germany", "code": "DE", "serverCount": 2, "cities": []},
+        {"id": 228, "name": "United States", "code": "US", "serverCount": 1, "cities": []},
+    ]
+
+
+def nord_server(number: int, station: str, public_key: str | None) -> dict:
+    technologies = [{"id": 3, "name": "OpenVPN UDP", "identifier": "openvpn_udp", "metadata": []}]
+    if public_key:
+        technologies.append(
+            {
+                "id": 35,
+                "name": "Wireguard",
+                "identifier": "wireguard_udp",
+                "metadata": [{"name": "public_key", "value": public_key}],
+            }
+        )
+    return {
+        "id": 900 + number,
+        "name": f"Germany #{number}",
+        "station": station,
+        "hostname": f"de{number}.nordvpn.com",
+        "load": 10 + number,
+        "status": "online",
+        "locations": [{"country": {"id": 81, "name": "Germany", "code": "DE"}}],
+        "technologies": technologies,
+    }
