@@ -11,6 +11,9 @@ Same rules as tests/test_ui.py, whose helpers these tests share.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import re
 import uuid
 
@@ -18,10 +21,19 @@ import pytest
 from conftest import start_panel, stop_and_drop
 from core_helpers import echo_server
 from core_panel import wait_until
-from helpers import free_port, ok
+from cryptography.hazmat.primitives import serialization
+from helpers import (
+    certs_dir,
+    free_port,
+    ok,
+    self_signed_certificate,
+    write_certificate,
+    write_key,
+)
 from node_panels import NODES, connection, node_token
 from test_core_e2e import add_inbound, client_core, core_panel, passes, push, route
 from test_ui import DESKTOP, client_row, expect, go, open_inbound_form, signed_in_page
+from test_ui import artifacts as artifacts
 
 # The fixtures that give a module one browser and fail a test whose pages logged errors
 # or left the origin.
@@ -64,7 +76,7 @@ def stored_node(api) -> dict | None:
     return next((n for n in ok(api.get(f"{NODES}/list")) if n["name"] == NODE_NAME), None)
 
 
-def test_a_node_is_added_through_the_form_once_tested(browser, pair, watches):
+def test_a_node_is_added_through_the_form_once_tested(browser, pair, watches, artifacts):
     central, node = pair
     api = central.client()
     details = connection(node, node_token(node, "ui-central"))
@@ -99,6 +111,7 @@ def test_a_node_is_added_through_the_form_once_tested(browser, pair, watches):
     expect(result).to_contain_text("Online · ")
     expect(result).to_contain_text(f"panel {node_status['panelVersion']}")
     assert stored_node(api) is None  # a test saves nothing
+    page.screenshot(path=os.path.join(artifacts, "node-form.png"))
     expect(save).to_be_enabled()
     save.click()
     expect(form).to_have_count(0)
@@ -137,6 +150,34 @@ def test_a_node_is_added_through_the_form_once_tested(browser, pair, watches):
     expect(form).to_have_count(0)
     expect(row).to_contain_text("first node")
     assert stored_node(api)["status"] == "online"
+
+    # Disabled from its switch, the node is not polled; enabled again, a probe finds it.
+    row.locator(".switch").click()
+    expect(row.locator("[data-testid=node-status]")).to_have_text("Disabled")
+    assert stored_node(api)["enable"] is False
+    row.locator(".switch").click()
+    expect(row.locator("[data-testid=node-status]")).to_have_text("Online")
+    row.locator("[data-testid=probe-node]").click()
+    expect(page.locator(".toast.success", has_text=f"{NODE_NAME} is online")).to_have_count(1)
+    page.screenshot(path=os.path.join(artifacts, "nodes-list.png"), full_page=True)
+
+
+def test_a_node_that_cannot_be_reached_says_why(browser, pair, watches):
+    central, node = pair
+    api = central.client()
+    body = {"name": "ui-private", **connection(node, "apl_" + "1" * 43, allowPrivateAddress=False)}
+    refused_node = ok(api.post(f"{NODES}/add", body))
+    page = signed_in_page(browser, central, watches, viewport=DESKTOP)
+    go(page, "nodes")
+    row = node_row(page, "ui-private")
+    status = row.locator("[data-testid=node-status]")
+    expect(status).to_have_text("Offline")
+    expect(status).to_have_attribute("title", re.compile("allowPrivateAddress"))
+    row.locator("[data-testid=node-why]").click()
+    error = page.locator(f"tr[data-details-of='{refused_node['id']}'] [data-testid=node-error]")
+    expect(error).to_have_text(refused_node["lastError"])
+    ok(api.post(f"{NODES}/del/{refused_node['id']}"))
+    expect(row).to_have_count(0)
 
 
 def test_an_inbound_bound_to_a_node_names_it_in_the_list(browser, pair, watches):
@@ -217,3 +258,60 @@ def test_deleting_a_node_says_its_inbounds_stay(browser, pair, watches):
     row = page.locator(f"tr[data-inbound='{inbound['id']}']")
     expect(row.locator("[data-testid=inbound-node]")).to_have_text(f"on #{saved['id']}")
     expect(row.locator("[data-testid=inbound-node-mark]")).to_have_text("node deleted")
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_a_tls_node_is_pinned_to_the_fingerprint_the_admin_confirmed(
+    browser, pair, watches, tmp_path
+):
+    central, _ = pair
+    api = central.client()
+    tls_node = start_panel(tmp_path / "tls-node")
+    try:
+        token = node_token(tls_node, "ui-central-tls")  # while it still speaks http
+        key, certificate = self_signed_certificate("127.0.0.1")
+        directory = certs_dir(tls_node)
+        files = {
+            "webCertFile": write_certificate(directory / "cert.pem", certificate),
+            "webKeyFile": write_key(directory / "key.pem", key),
+        }
+        admin = tls_node.client()
+        ok(admin.post("/panel/api/setting/update", files))
+        mark = len(tls_node.lines)
+        ok(admin.post("/panel/api/setting/restartPanel"))
+        tls_node.wait_listening(mark)
+        assert tls_node.url.startswith("https://")
+        details = connection(tls_node, token)
+        expected = base64.b64encode(
+            hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest()
+        ).decode()
+
+        page = signed_in_page(browser, central, watches, viewport=DESKTOP)
+        go(page, "nodes")
+        page.click("[data-testid=add-node]")
+        form = page.locator("#node-form")
+        fill_node_form(form, details)
+        form.locator("input[name=name]").fill("ui-tls-node")
+        # The system CAs do not know a self-signed certificate: the test says so.
+        form.locator("[data-testid=node-test]").click()
+        result = form.locator("[data-testid=node-test-result]")
+        expect(result).to_contain_text("certificate")
+        expect(result).not_to_contain_text("Online")
+
+        form.locator("[data-testid=fetch-fingerprint]").click()
+        expect(form.locator("[data-testid=fingerprint-result] code")).to_have_text(expected)
+        form.locator("[data-testid=pin-fingerprint]").click()
+        expect(form.locator("select[name=tlsVerifyMode]")).to_have_value("pin")
+        expect(form.locator("input[name=certFingerprint]")).to_have_value(expected)
+        form.locator("[data-testid=node-test]").click()
+        expect(result).to_contain_text("Online · ")
+        page.click("button[form=node-form]")
+        expect(form).to_have_count(0)
+        expect(node_row(page, "ui-tls-node").locator("[data-testid=node-status]")).to_have_text(
+            "Online"
+        )
+        saved = next(n for n in ok(api.get(f"{NODES}/list")) if n["name"] == "ui-tls-node")
+        assert (saved["tlsVerifyMode"], saved["certFingerprint"]) == ("pin", expected)
+        ok(api.post(f"{NODES}/del/{saved['id']}"))
+    finally:
+        stop_and_drop(tls_node)

@@ -39,6 +39,11 @@ function connectionKey(model) {
   return JSON.stringify(rest);
 }
 
+// Where the node is: what its certificate belongs to.
+function addressKey(model) {
+  return JSON.stringify([model.scheme, model.address.trim(), Number(model.port) || 0, model.allowPrivateAddress]);
+}
+
 function testResult(result) {
   if (!result) return null;
   if (result.error) {
@@ -53,7 +58,7 @@ function testResult(result) {
   const managedElsewhere = snapshot.parentGuid && own && snapshot.parentGuid !== own;
   return html`<div data-testid="node-test-result">
     <p class="probe ok">${t("nodes.testOnline", {
-      latency: snapshot.latency, panel: snapshot.panelVersion || "?", core: snapshot.coreVersion || "?" })}</p>
+      latency: snapshot.latency, panel: snapshot.panelVersion || "—", core: snapshot.coreVersion || "—" })}</p>
     ${managedElsewhere ? html`<p class="probe failed">${t("nodes.managedElsewhere", { guid: snapshot.parentGuid })}</p>` : null}</div>`;
 }
 
@@ -72,7 +77,7 @@ export const NodeForm = {
     const busy = Vue.ref(false);
     const testing = Vue.ref(false);
     const tested = Vue.ref(null); // { key, snapshot } or { key, error }
-    const fingerprint = Vue.ref(null); // { value } or { error }
+    const fingerprint = Vue.ref(null); // { key, value } or { key, error }
 
     // A new node, or changed connection details, are saved once tested as they are.
     const mustTest = () => connectionKey(model) !== savedKey && !(tested.value && tested.value.key === connectionKey(model));
@@ -92,11 +97,12 @@ export const NodeForm = {
 
     async function fetchFingerprint() {
       fingerprint.value = null;
+      const key = addressKey(model);
       try {
         const value = await api.post("panel/api/nodes/certFingerprint", connection(model, source.id), { quiet: true });
-        fingerprint.value = { value };
+        fingerprint.value = { key, value };
       } catch (error) {
-        fingerprint.value = { error: error.message };
+        fingerprint.value = { key, error: error.message };
       }
     }
 
@@ -123,9 +129,10 @@ export const NodeForm = {
       }
     }
 
+    // Shown while the node is the one it was read from.
     function fingerprintBox() {
       const found = fingerprint.value;
-      if (!found) return null;
+      if (!found || found.key !== addressKey(model)) return null;
       if (found.error) return html`<p class="probe failed span-all" role="alert" data-testid="fingerprint-result">${found.error}</p>`;
       return html`<div class="card span-all" data-testid="fingerprint-result">
         <p>${t("nodes.fingerprintFound")}</p><code class="token">${found.value}</code>
