@@ -24,6 +24,7 @@ from core_panel import wait_until
 from cryptography.hazmat.primitives import serialization
 from helpers import (
     certs_dir,
+    db_rows,
     free_port,
     ok,
     self_signed_certificate,
@@ -32,7 +33,7 @@ from helpers import (
 )
 from node_panels import NODES, connection, node_token
 from test_core_e2e import add_inbound, client_core, core_panel, passes, push, route
-from test_ui import DESKTOP, client_row, expect, go, open_inbound_form, signed_in_page
+from test_ui import DESKTOP, WAIT_MS, client_row, expect, go, open_inbound_form, signed_in_page
 from test_ui import artifacts as artifacts
 
 # The fixtures that give a module one browser and fail a test whose pages logged errors
@@ -203,9 +204,21 @@ def test_an_inbound_bound_to_a_node_names_it_in_the_list(browser, pair, watches)
 
     # A disabled node does not run what is stored: its inbounds say so.
     ok(api.post(f"{NODES}/setEnable/{saved['id']}", {"enable": False}))
-    expect(row.locator("[data-testid=inbound-node-mark]")).to_have_text("node disabled")
+    mark = row.locator("[data-testid=inbound-node-mark]")
+    expect(mark).to_have_text("node disabled")
+    # Changes waiting for the node (its record marked dirty, as a failed push leaves it):
+    # its inbounds and its row on the Nodes page say it is out of step.
+    db_rows(central, "UPDATE node SET dirty = ? WHERE id = ?", (True, saved["id"]))
+    # No change notice says so: the page sees it with the node list it reads again.
+    expect(mark).to_have_text("out of step", timeout=WAIT_MS)
+    expect(mark).to_have_attribute("title", re.compile("replayed|sent again"))
+    go(page, "nodes")
+    expect(node_row(page, NODE_NAME).locator("[data-testid=node-out-of-step]")).to_have_count(1)
+    db_rows(central, "UPDATE node SET dirty = ? WHERE id = ?", (False, saved["id"]))
     ok(api.post(f"{NODES}/setEnable/{saved['id']}", {"enable": True}))
-    expect(row.locator("[data-testid=inbound-node-mark]")).to_have_count(0)
+    expect(node_row(page, NODE_NAME).locator("[data-testid=node-out-of-step]")).to_have_count(0)
+    go(page, "inbounds")
+    expect(mark).to_have_count(0)
 
     # The form of the bound inbound opens on its node.
     row.locator("button", has_text="Edit").click()
