@@ -135,7 +135,7 @@ export const NodeForm = {
       if (!found || found.key !== addressKey(model)) return null;
       if (found.error) return html`<p class="probe failed span-all" role="alert" data-testid="fingerprint-result">${found.error}</p>`;
       return html`<div class="card span-all" data-testid="fingerprint-result">
-        <p>${t("nodes.fingerprintFound")}</p><code class="token">${found.value}</code>
+        <p>${t("nodes.fingerprintFound")}</p><code class="token" dir="ltr">${found.value}</code>
         <p class="hint">${t("nodes.fingerprintCompare")}</p>
         <div class="actions"><button type="button" class="primary" data-testid="pin-fingerprint" onClick=${pin}>${t("nodes.pin")}</button>
           <button type="button" onClick=${() => (fingerprint.value = null)}>${t("common.cancel")}</button></div></div>`;
@@ -148,7 +148,7 @@ export const NodeForm = {
           TLS_MODES.map((mode) => [mode, t(`nodes.tls.${mode}`)]), { name: "tlsVerifyMode", disabled: !https }),
           https ? t(`nodes.tlsHint.${model.tlsVerifyMode}`) : t("nodes.httpHint"))}
         ${https && model.tlsVerifyMode !== "system" ? field(t("nodes.certFingerprint"),
-          textInput(model, "certFingerprint", { name: "certFingerprint", spellcheck: "false" }), t("nodes.certFingerprintHint")) : null}
+          textInput(model, "certFingerprint", { name: "certFingerprint", spellcheck: "false", dir: "ltr" }), t("nodes.certFingerprintHint")) : null}
         <div class="field-box"><button type="button" data-testid="fetch-fingerprint" onClick=${fetchFingerprint}>${
           t("nodes.fetchFingerprint")}</button></div>
         ${fingerprintBox()}
@@ -160,10 +160,10 @@ export const NodeForm = {
         ${field(t("nodes.name"), textInput(model, "name", { name: "name", required: true, maxlength: 64 }))}
         ${field(t("nodes.remark"), textInput(model, "remark", { name: "remark", maxlength: 255 }))}
         ${field(t("nodes.scheme"), selectInput(model, "scheme", SCHEMES.map((s) => [s, s]), { name: "scheme" }))}
-        ${field(t("nodes.address"), textInput(model, "address", { name: "address", required: true, placeholder: "node.example.com" }),
+        ${field(t("nodes.address"), textInput(model, "address", { name: "address", required: true, placeholder: "node.example.com", dir: "ltr" }),
           t("nodes.addressHint"))}
         ${field(t("nodes.port"), numberInput(model, "port", { name: "port", min: 1, max: 65535 }))}
-        ${field(t("nodes.basePath"), textInput(model, "basePath", { name: "basePath", placeholder: "/" }), t("nodes.basePathHint"))}
+        ${field(t("nodes.basePath"), textInput(model, "basePath", { name: "basePath", placeholder: "/", dir: "ltr" }), t("nodes.basePathHint"))}
         ${field(t("nodes.apiToken"), html`<input type="password" name="apiToken" autocomplete="off" value=${model.apiToken}
           placeholder=${editing && source.hasApiToken ? t("nodes.apiTokenKept") : ""}
           onInput=${(event) => (model.apiToken = event.target.value)} />`, t("nodes.apiTokenHint"))}

@@ -25,7 +25,7 @@ function nodeAddress(node) {
 
 function meter(value) {
   const amount = Math.max(0, Math.min(100, Number(value) || 0));
-  return html`${quantity(`${amount.toFixed(0)}%`)}<div class="bar"><span style=${{ width: `${amount}%` }}></span></div>`;
+  return html`<div class="meter">${quantity(`${amount.toFixed(0)}%`)}<div class="bar"><span style=${{ width: `${amount}%` }}></span></div></div>`;
 }
 
 // CPU and memory of one node over time, as the dashboard draws the server's.
@@ -150,14 +150,14 @@ export const NodesPage = {
 
     function statusCell(node) {
       const open = expanded.value.has(node.id);
-      return html`<td data-label=${t("nodes.statusColumn")}>
+      return html`<td data-label=${t("nodes.statusColumn")}><div>
         <span class=${`badge node-status ${node.status}`} data-testid="node-status" title=${node.lastError || null}>${
           t(`nodes.status.${node.status}`)}</span>
         ${node.status === "online" ? html`<div class="muted small" data-testid="node-latency">${quantity(t("nodes.latency", { ms: node.latency }))}</div>` : null}
         ${node.lastError && !open ? html`<div><button class="link small" data-testid="node-why"
           onClick=${() => flip(expanded, node.id, true)}>${t("nodes.why")}</button></div>` : null}
         ${node.outOfStep ? html`<div class="badge core-error node-mark" data-testid="node-out-of-step"
-          title=${t("nodes.outOfStepHint")}>${t("nodes.mark.outOfStep")}</div>` : null}</td>`;
+          title=${t("nodes.outOfStepHint")}>${t("nodes.mark.outOfStep")}</div>` : null}</div></td>`;
     }
 
     function row(node) {
@@ -165,19 +165,19 @@ export const NodesPage = {
       const main = html`<tr key=${node.id} data-node=${node.id}>
         <td class="select"><input type="checkbox" aria-label=${t("nodes.select", { name: node.name })}
           checked=${selected.value.has(node.id)} onChange=${(e) => flip(selected, node.id, e.target.checked)} /></td>
-        <td data-label=${t("nodes.name")}><button class="icon" data-testid="expand-node" aria-expanded=${open}
+        <td data-label=${t("nodes.name")}><div><button class="icon" data-testid="expand-node" aria-expanded=${open}
           aria-label=${t("nodes.details", { name: node.name })} onClick=${() => flip(expanded, node.id, !open)}>${open ? "▾" : "▸"}</button>
           <strong>${node.name}</strong>${node.remark ? html`<div class="muted small">${node.remark}</div>` : null}
-          <div class="muted small"><code>${nodeAddress(node)}</code></div></td>
+          <div class="muted small"><code dir="ltr">${nodeAddress(node)}</code></div></div></td>
         ${statusCell(node)}
-        <td data-label=${t("nodes.versions")} data-testid="node-versions" class="small">
+        <td data-label=${t("nodes.versions")} data-testid="node-versions" class="small"><div>
           <div>${t("nodes.panelVersion", { version: node.panelVersion || "—" })}</div>
-          <div>${t("nodes.coreVersion", { version: node.coreVersion || "—" })}</div></td>
-        <td data-label=${t("nodes.counts")} data-testid="node-counts" class="small">
+          <div>${t("nodes.coreVersion", { version: node.coreVersion || "—" })}</div></div></td>
+        <td data-label=${t("nodes.counts")} data-testid="node-counts" class="small"><div>
           <div>${t("nodes.inboundCount", { count: node.inboundCount })} · ${t("nodes.clientCount", { count: node.clientCount })}</div>
-          <div>${t("nodes.onlineCount", { count: node.onlineCount })} · ${t("nodes.depletedCount", { count: node.depletedCount })}</div></td>
-        <td data-label=${t("dash.cpu")} class="meter">${node.status === "online" ? meter(node.cpu) : "—"}</td>
-        <td data-label=${t("dash.memory")} class="meter">${node.status === "online" ? meter(node.mem) : "—"}</td>
+          <div>${t("nodes.onlineCount", { count: node.onlineCount })} · ${t("nodes.depletedCount", { count: node.depletedCount })}</div></div></td>
+        <td data-label=${t("dash.cpu")}>${node.status === "online" ? meter(node.cpu) : "—"}</td>
+        <td data-label=${t("dash.memory")}>${node.status === "online" ? meter(node.mem) : "—"}</td>
         <td data-label=${t("common.enabled")}>${toggle(node.enable, (value) => setEnable(node, value), t("nodes.enableName", { name: node.name }))}</td>
         <td class="actions">
           <button onClick=${() => (editing.value = { node })}>${t("common.edit")}</button>
@@ -185,7 +185,7 @@ export const NodesPage = {
           <button class="danger" onClick=${() => remove(node)}>${t("common.delete")}</button></td>
       </tr>`;
       if (!open) return main;
-      return [main, html`<tr key=${`details-${node.id}`} class="inbound-clients" data-details-of=${node.id}><td colspan=${COLUMNS}>
+      return [main, html`<tr key=${`details-${node.id}`} class="inbound-clients" data-details-of=${node.id}><td class="node-details" colspan=${COLUMNS}>
         ${node.lastError ? html`<p class="error-text" data-testid="node-error">${node.lastError}</p>` : null}
         <dl class="info">
           <div><dt>${t("nodes.guid")}</dt><dd><code>${node.guid || "—"}</code></dd></div>
