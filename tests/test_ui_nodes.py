@@ -212,6 +212,18 @@ def test_an_inbound_bound_to_a_node_names_it_in_the_list(browser, pair, watches)
     # No change notice says so: the page sees it with the node list it reads again.
     expect(mark).to_have_text("out of step", timeout=WAIT_MS)
     expect(mark).to_have_attribute("title", re.compile("replayed|sent again"))
+    # ...and so do the clients attached to them.
+    ok(
+        api.post(
+            "/panel/api/clients/add",
+            {"client": {"email": "ui-on-node@example.com"}, "inboundIds": [inbound["id"]]},
+        )
+    )
+    go(page, "clients")
+    client_mark = client_row(page, "ui-on-node@example.com").locator(
+        "[data-testid=client-node-mark]"
+    )
+    expect(client_mark).to_have_text(f"{NODE_NAME}: out of step")
     go(page, "nodes")
     expect(node_row(page, NODE_NAME).locator("[data-testid=node-out-of-step]")).to_have_count(1)
     db_rows(central, "UPDATE node SET dirty = ? WHERE id = ?", (False, saved["id"]))
@@ -219,6 +231,9 @@ def test_an_inbound_bound_to_a_node_names_it_in_the_list(browser, pair, watches)
     expect(node_row(page, NODE_NAME).locator("[data-testid=node-out-of-step]")).to_have_count(0)
     go(page, "inbounds")
     expect(mark).to_have_count(0)
+    go(page, "clients")
+    expect(client_mark).to_have_count(0)
+    go(page, "inbounds")
 
     # The form of the bound inbound opens on its node.
     row.locator("button", has_text="Edit").click()

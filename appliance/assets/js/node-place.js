@@ -1,7 +1,8 @@
 // Where things run: the nodes (other panels this one manages) as the pages outside the
 // Nodes page need them. An inbound bound to a node names it and is marked when that node
-// is offline, disabled, gone or out of step (changes waiting to be replayed), so nothing
-// is out of step in silence; an online client names the panels it is connected through.
+// is offline, disabled, gone or out of step (changes waiting to be replayed), and so is
+// each client attached to it: nothing is out of step in silence. An online client names
+// the panels it is connected through.
 // The node list is read quietly: a panel without nodes, or a token that may not read
 // them, simply shows no places.
 import { html, Vue } from "./lib.js";
@@ -54,25 +55,45 @@ export function inboundPlace(inbound, nodes) {
     : null}</div>`;
 }
 
-// Online emails by the name of the panel they are connected through, from
-// clients/onlinesByGuid: this panel's guid (server/status) is "this host", a node's guid
-// its name. A panel that does not answer that route leaves the map empty.
-export async function onlinePlaces(nodes) {
+// A client attached to inbounds of a node that does not run them as stored: the first
+// such node's trouble, under the client's name. `inbounds` are inbounds/options rows.
+export function clientNodeMark(inboundIds, inbounds, nodes) {
+  for (const id of inboundIds || []) {
+    const inbound = inbounds.find((item) => item.id === id);
+    if (!inbound || inbound.nodeId == null) continue;
+    const node = nodes.find((item) => item.id === inbound.nodeId);
+    const trouble = nodeTrouble(node, inbound);
+    if (trouble) {
+      return html`<div class="badge core-error node-mark" data-testid="client-node-mark" title=${trouble.title}>${
+        node ? `${node.name}: ${t(trouble.key)}` : t(trouble.key)}</div>`;
+    }
+  }
+  return null;
+}
+
+// Online emails with the guids of the panels they are connected through, from
+// clients/onlinesByGuid; a panel that does not answer that route gives an empty map.
+export async function onlineGuids() {
   let byGuid;
   try {
     byGuid = await api.post("panel/api/clients/onlinesByGuid", undefined, { quiet: true });
   } catch (error) {
     return new Map();
   }
-  const own = state.status && state.status.guid;
-  const places = new Map();
+  const guids = new Map();
   for (const [guid, emails] of Object.entries(byGuid || {})) {
-    const node = nodes.find((item) => item.guid === guid);
-    const name = guid === own ? t("nodes.thisHost") : node ? node.name : guid.slice(0, 8);
     for (const email of emails || []) {
-      if (!places.has(email)) places.set(email, []);
-      places.get(email).push(name);
+      if (!guids.has(email)) guids.set(email, []);
+      guids.get(email).push(guid);
     }
   }
-  return places;
+  return guids;
+}
+
+// A panel by its guid: this panel's (server/status) is "this host", a node's its name.
+// Named when shown, so a status or node list that arrives later still names it.
+export function placeName(guid, nodes) {
+  if (state.status && guid === state.status.guid) return t("nodes.thisHost");
+  const node = nodes.find((item) => item.guid === guid);
+  return node ? node.name : guid.slice(0, 8);
 }

@@ -2,7 +2,8 @@
 // paging all run on the server, so 100,000 clients cost what 25 do), the enable switch,
 // add and edit, links and QR codes, IPs, external links, groups, import and export, and
 // bulk actions on the selected rows. The rows follow the live traffic ticks in place. Once
-// there are nodes, an online client names the panels it is connected through.
+// there are nodes, an online client names the panels it is connected through, and a client
+// on inbounds of a node that does not run them as stored is marked.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
@@ -10,7 +11,7 @@ import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { toggle } from "../components.js";
 import { savedToast, staleClientMark } from "../core-step.js";
-import { onlinePlaces, useNodes } from "../node-place.js";
+import { clientNodeMark, onlineGuids, placeName, useNodes } from "../node-place.js";
 import { ClientForm } from "./client-form.js";
 import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
 import { GeneratorDialog } from "./client-generator.js";
@@ -40,7 +41,7 @@ export const ClientsPage = {
     const expireDiff = Vue.ref(0);
     const tableBox = Vue.ref(null);
     const nodes = useNodes();
-    // Where each online client of the page is connected: email to panel names.
+    // Where each online client of the page is connected: email to panel guids.
     const places = Vue.shallowRef(new Map());
     let searchTimer = 0;
     let sequence = 0;
@@ -69,7 +70,7 @@ export const ClientsPage = {
         places.value = new Map();
         return;
       }
-      places.value = await onlinePlaces(nodes.value);
+      places.value = await onlineGuids();
     }
     async function loadSide() {
       const [options, groupList] = await Promise.all([
@@ -206,8 +207,9 @@ export const ClientsPage = {
           ${item.group ? html` <span class="tag">${item.group}</span>` : null}
           <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span>${
             status === "online" && places.value.has(item.email)
-              ? html`<span class="muted small" data-testid="online-where"> · ${places.value.get(item.email).join(", ")}</span>` : null}</div>
-          ${staleClientMark(item.inboundIds)}</td>
+              ? html`<span class="muted small" data-testid="online-where"> · ${
+                places.value.get(item.email).map((guid) => placeName(guid, nodes.value)).join(", ")}</span>` : null}</div>
+          ${staleClientMark(item.inboundIds)}${clientNodeMark(item.inboundIds, inbounds.value, nodes.value)}</td>
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>
