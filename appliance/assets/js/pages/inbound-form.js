@@ -1,9 +1,9 @@
 // The add/edit form of an inbound: where it runs (this host or a node), common fields,
 // then the protocol's settings, then the transport and its security (TLS or REALITY) and
-// sniffing. Editing starts from the full
-// stored inbound, so fields this form does not show are kept as they were. The panel's
-// refusal names a field by its path in the inbound (streamSettings.realitySettings.
-// privateKey); the form shows it under that field's label and marks the field.
+// sniffing. Editing starts from the full stored inbound, so fields this form does not
+// show are kept as they were. The panel's refusal names a field by its path in the
+// inbound (streamSettings.realitySettings.privateKey); the form shows it under that
+// field's label and marks the field.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
