@@ -163,6 +163,25 @@ def test_a_node_is_added_through_the_form_once_tested(browser, pair, watches, ar
     page.screenshot(path=os.path.join(artifacts, "nodes-list.png"), full_page=True)
 
 
+def test_update_panel_shows_what_each_selected_node_answered(browser, pair, watches):
+    central, _ = pair
+    api = central.client()
+    probe = api.post(f"{NODES}/updatePanel", {"ids": []})
+    if "no such route" in probe.get("msg", ""):
+        pytest.skip("this panel has no nodes/updatePanel route")
+    page = signed_in_page(browser, central, watches, viewport=DESKTOP)
+    go(page, "nodes")
+    node_row(page, NODE_NAME).locator("td.select input").check()
+    page.locator("[data-testid=node-bulk] [data-testid=update-panels]").click()
+    page.locator(".modal", has_text="Update the panel").get_by_role("button", name="OK").click()
+    results = page.locator("[data-testid=update-results] li")
+    expect(results).to_have_count(1)
+    expect(results.first).to_contain_text(NODE_NAME)
+    # What the node answered, in words: the update started, or why not (a node run from
+    # the Python package does not replace itself).
+    expect(results.first.locator(".probe")).to_have_text(re.compile(r"\w+ \w+"))
+
+
 def test_a_node_that_cannot_be_reached_says_why(browser, pair, watches):
     central, node = pair
     api = central.client()
