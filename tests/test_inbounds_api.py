@@ -233,9 +233,11 @@ def test_options_compute_tls_flow_capable_and_ss_method(api):
         "tag",
         "protocol",
         "port",
+        "nodeId",
         "tlsFlowCapable",
         "ssMethod",
     }
+    assert options[ss["id"]]["nodeId"] is None
 
 
 @pytest.mark.parametrize("bad_id", ["999999", "abc", "0", "-1", "99999999999999999999"])

@@ -33,7 +33,7 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
-PAGES = ("dashboard", "inbounds", "clients", "logs", "settings")
+PAGES = ("dashboard", "inbounds", "clients", "nodes", "logs", "settings")
 BULK_CLIENTS = 10_000
 WAIT_MS = 15_000
 DESKTOP = {"width": 1280, "height": 900}

@@ -31,7 +31,7 @@ PLURAL_FORMS = {
 }
 # Every value each computed key prefix is built with in assets/js.
 DYNAMIC_VALUES = {
-    "nav": ["dashboard", "inbounds", "clients", "hosts", "core", "logs", "settings"],
+    "nav": ["dashboard", "inbounds", "clients", "hosts", "nodes", "core", "logs", "settings"],
     "theme": ["auto", "light", "dark"],
     "core.state": ["running", "stop", "error", "not_installed", "unknown"],
     "core.done": ["start", "stop", "restart"],
@@ -44,6 +44,9 @@ DYNAMIC_VALUES = {
     "logs": ["panel", "core"],
     "logs.levels": ["debug", "info", "notice", "warning", "error"],
     "settings.section": ["panel", "clients", "subscription", "chatBot", "smtp"],
+    "nodes.status": ["online", "offline", "error", "disabled", "unknown"],
+    "nodes.tls": ["system", "pin", "mtls"],
+    "nodes.tlsHint": ["system", "pin", "mtls"],
 }
 
 

@@ -13,6 +13,7 @@ import { DashboardPage } from "./pages/dashboard.js";
 import { InboundsPage } from "./pages/inbounds.js";
 import { ClientsPage } from "./pages/clients.js";
 import { HostsPage } from "./pages/hosts.js";
+import { NodesPage } from "./pages/nodes.js";
 import { CorePage } from "./pages/core.js";
 import { LogsPage } from "./pages/logs.js";
 import { SettingsPage } from "./pages/settings.js";
@@ -22,6 +23,7 @@ const PAGES = {
   inbounds: { component: InboundsPage, icon: "⇄" },
   clients: { component: ClientsPage, icon: "☺" },
   hosts: { component: HostsPage, icon: "⌂" },
+  nodes: { component: NodesPage, icon: "⌬" },
   core: { component: CorePage, icon: "◈" },
   logs: { component: LogsPage, icon: "☰" },
   settings: { component: SettingsPage, icon: "⚙" },

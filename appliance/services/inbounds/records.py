@@ -129,6 +129,7 @@ class Inbounds:
                         "tag": row.tag,
                         "protocol": row.protocol,
                         "port": row.port,
+                        "nodeId": row.node_id,
                         "tlsFlowCapable": inbound_rules.tls_flow_capable(record),
                         "ssMethod": inbound_rules.ss_method(record),
                     }

@@ -1,7 +1,9 @@
 // Clients: a page of rows from clients/list/paged (search, status filter, group, sort and
 // paging all run on the server, so 100,000 clients cost what 25 do), the enable switch,
 // add and edit, links and QR codes, IPs, external links, groups, import and export, and
-// bulk actions on the selected rows. The rows follow the live traffic ticks in place.
+// bulk actions on the selected rows. The rows follow the live traffic ticks in place. Once
+// there are nodes, an online client names the panels it is connected through, and a client
+// on inbounds of a node that does not run them as stored is marked.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
@@ -9,6 +11,7 @@ import { initialClientQuery } from "../prefetch.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { toggle } from "../components.js";
 import { savedToast, staleClientMark } from "../core-step.js";
+import { clientNodeMark, onlineGuids, placeName, useNodes } from "../node-place.js";
 import { ClientForm } from "./client-form.js";
 import { ClientInfoDialog, IpsDialog, LinksDialog } from "./client-extras.js";
 import { GeneratorDialog } from "./client-generator.js";
@@ -37,6 +40,9 @@ export const ClientsPage = {
     const bulkGroup = Vue.ref("");
     const expireDiff = Vue.ref(0);
     const tableBox = Vue.ref(null);
+    const nodes = useNodes();
+    // Where each online client of the page is connected: email to panel guids.
+    const places = Vue.shallowRef(new Map());
     let searchTimer = 0;
     let sequence = 0;
 
@@ -55,6 +61,16 @@ export const ClientsPage = {
       result.value = { ...reply, summary: summary.lists };
       const visible = new Set(reply.items.map((item) => item.email));
       selected.value = new Set([...selected.value].filter((email) => visible.has(email)));
+      refreshPlaces();
+    }
+    async function refreshPlaces() {
+      const r = result.value;
+      const online = new Set(r ? r.summary.online : []);
+      if (!r || !nodes.value.length || !r.items.some((item) => online.has(item.email))) {
+        places.value = new Map();
+        return;
+      }
+      places.value = await onlineGuids();
     }
     async function loadSide() {
       const [options, groupList] = await Promise.all([
@@ -78,6 +94,7 @@ export const ClientsPage = {
       loadSide().catch(() => {});
     });
     Vue.watch(() => state.versions.inbounds, () => loadSide().catch(() => {}));
+    Vue.watch(nodes, refreshPlaces);
     Vue.watch(() => state.versions.settings, () => loadExpireDiff().catch(() => {}));
     onTrafficTick(reload);
     Vue.watch(() => [query.filter, query.group, query.sort, query.order, query.pageSize], () => {
@@ -188,8 +205,11 @@ export const ClientsPage = {
           checked=${selected.value.has(item.email)} onChange=${(e) => toggleRow(item.email, e.target.checked)} /></td>
         <td data-label=${t("clients.email")}><strong class="email">${item.email}</strong>
           ${item.group ? html` <span class="tag">${item.group}</span>` : null}
-          <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span></div>
-          ${staleClientMark(item.inboundIds)}</td>
+          <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span>${
+            status === "online" && places.value.has(item.email)
+              ? html`<span class="muted small" data-testid="online-where"> · ${
+                places.value.get(item.email).map((guid) => placeName(guid, nodes.value)).join(", ")}</span>` : null}</div>
+          ${staleClientMark(item.inboundIds)}${clientNodeMark(item.inboundIds, inbounds.value, nodes.value)}</td>
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>

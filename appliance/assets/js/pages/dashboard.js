@@ -6,14 +6,15 @@ import { t } from "../i18n.js";
 import { state, toast } from "../state.js";
 import { Chart, formatBytes, percent, quantity, tq } from "../components.js";
 
-const BUCKETS = [2, 30, 60, 120, 180, 300];
+// History buckets (seconds) of server/history and nodes/history; colours of their series.
+export const BUCKETS = [2, 30, 60, 120, 180, 300];
+export const COLORS = { cpu: "#2563eb", mem: "#9333ea", netUp: "#16a34a", netDown: "#ea580c", online: "#0891b2" };
 const CHARTS = [
   { key: "cpu", metrics: ["cpu"], format: (v) => `${v.toFixed(0)}%` },
   { key: "mem", metrics: ["mem"], format: (v) => `${v.toFixed(0)}%` },
   { key: "net", metrics: ["netUp", "netDown"], format: (v) => `${formatBytes(v)}/s` },
   { key: "online", metrics: ["online"], format: (v) => String(Math.round(v)) },
 ];
-const COLORS = { cpu: "#2563eb", mem: "#9333ea", netUp: "#16a34a", netDown: "#ea580c", online: "#0891b2" };
 
 function card(title, value, detail, fill) {
   return html`<div class="card stat">

@@ -1,8 +1,9 @@
-// The add/edit form of an inbound: common fields, then the protocol's settings, then the
-// transport and its security (TLS or REALITY) and sniffing. Editing starts from the full
-// stored inbound, so fields this form does not show are kept as they were. The panel's
-// refusal names a field by its path in the inbound (streamSettings.realitySettings.
-// privateKey); the form shows it under that field's label and marks the field.
+// The add/edit form of an inbound: where it runs (this host or a node), common fields,
+// then the protocol's settings, then the transport and its security (TLS or REALITY) and
+// sniffing. Editing starts from the full stored inbound, so fields this form does not
+// show are kept as they were. The panel's refusal names a field by its path in the
+// inbound (streamSettings.realitySettings.privateKey); the form shows it under that
+// field's label and marks the field.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
@@ -11,6 +12,8 @@ import { checkbox, checkedField, copyText, field, Modal, numberInput, selectInpu
 
 export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo"];
 const STREAM_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks"];
+// Protocols that run only on this host (NODE_PROTOCOLS of appliance/services/inbounds/records.py).
+const HOST_ONLY = ["mtproto"];
 const REALITY_PROTOCOLS = ["vless", "trojan"];
 const NETWORKS = ["tcp", "ws", "grpc", "httpupgrade", "xhttp", "kcp"];
 const SS_METHODS = [
@@ -60,7 +63,7 @@ function defaults(protocol) {
 
 function blank() {
   return {
-    remark: "", protocol: "vless", listen: "", port: 10000 + Math.floor(Math.random() * 50000),
+    remark: "", protocol: "vless", nodeId: null, listen: "", port: 10000 + Math.floor(Math.random() * 50000),
     enable: true, expiryTime: 0, total: 0, settings: defaults("vless"),
     streamSettings: { network: "tcp", security: "none" },
     sniffing: { enabled: true, destOverride: ["http", "tls", "quic"] },
@@ -78,7 +81,7 @@ function listText(model, key, attrs = {}) {
 }
 
 export const InboundForm = {
-  props: ["inbound", "onClose", "onSaved"],
+  props: ["inbound", "nodes", "onClose", "onSaved"],
   setup(props) {
     const source = props.inbound ? JSON.parse(JSON.stringify(props.inbound)) : blank();
     delete source.clientStats;
@@ -281,6 +284,24 @@ export const InboundForm = {
       </fieldset>`;
     }
 
+    // Shown once there is a node to choose, or when the inbound is bound to one (maybe
+    // since deleted: it stays listed so a save does not move the inbound silently).
+    function placeField() {
+      const nodes = props.nodes || [];
+      if (!nodes.length && model.nodeId == null) return null;
+      const hostOnly = HOST_ONLY.includes(model.protocol);
+      const choices = [["", t("nodes.thisHost")], ...nodes.map((node) => [String(node.id),
+        node.status === "online" ? node.name : `${node.name} (${t(`nodes.status.${node.status}`)})`])];
+      if (model.nodeId != null && !nodes.some((node) => node.id === model.nodeId)) {
+        choices.push([String(model.nodeId), t("nodes.deletedNode", { id: model.nodeId })]);
+      }
+      const current = model.nodeId == null ? "" : String(model.nodeId);
+      return pathField("nodeId", t("inbound.runsOn"), html`<select name="nodeId" value=${current} disabled=${hostOnly}
+        onChange=${(event) => (model.nodeId = event.target.value === "" ? null : Number(event.target.value))}>${
+        choices.map(([value, label]) => html`<option value=${value} selected=${value === current}>${label}</option>`)}</select>`,
+        hostOnly ? t("inbound.hostOnly") : t("inbound.runsOnHint"));
+    }
+
     function sniffingFields() {
       const sniffing = child(model, "sniffing");
       if (!Array.isArray(sniffing.destOverride)) sniffing.destOverride = [];
@@ -298,6 +319,7 @@ export const InboundForm = {
     return () => html`<${Modal} wide=${true} title=${editing ? t("inbound.edit") : t("inbound.add")} onClose=${props.onClose}
       body=${() => html`<form class="form-grid" id="inbound-form" onSubmit=${(e) => { e.preventDefault(); save(); }}>
         ${pathField("remark", t("inbound.remark"), textInput(model, "remark", { name: "remark" }))}
+        ${placeField()}
         ${field(t("inbound.protocol"), html`<select name="protocol" disabled=${editing} value=${model.protocol}
           onChange=${(e) => setProtocol(e.target.value)}>${PROTOCOLS.map((p) => html`<option value=${p} selected=${p === model.protocol}>${p}</option>`)}</select>`)}
         ${pathField("listen", t("inbound.listen"), textInput(model, "listen", { placeholder: "0.0.0.0" }))}

@@ -1,12 +1,15 @@
 // Inbounds: the list with traffic, the enable switch, add and edit, a client added from
-// an inbound's row (attached to it), fallback rules, export and import, its links as text, reset and delete. The list is fetched again whenever the panel says inbounds
-// changed (any session) and when the traffic counters move.
+// an inbound's row (attached to it), fallback rules, export and import, its links as text,
+// reset and delete. An inbound bound to a node names it, marked when the node does not
+// run it as stored. The list is fetched again whenever the panel says inbounds changed
+// (any session) and when the traffic counters move.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, onTrafficTick, state, toast } from "../state.js";
 import { formatBytes, formatDate, quantity, toggle, tq } from "../components.js";
 import { staleInboundMark } from "../core-step.js";
+import { inboundPlace, useNodes } from "../node-place.js";
 import { ClientForm } from "./client-form.js";
 import { InboundForm } from "./inbound-form.js";
 import { CloneDialog, InboundClients } from "./inbound-clients.js";
@@ -22,6 +25,7 @@ export const InboundsPage = {
     const editing = Vue.ref(null);
     const tool = Vue.ref(null);
     const expanded = Vue.ref(new Set());
+    const nodes = useNodes();
 
     function toggleExpanded(id) {
       const next = new Set(expanded.value);
@@ -77,7 +81,7 @@ export const InboundsPage = {
       const main = html`<tr key=${inbound.id} data-inbound=${inbound.id}>
         <td data-label=${t("inbound.remark")}><button class="icon" data-testid="expand-inbound" aria-expanded=${open}
           aria-label=${t("inbound.showClients", { name })} onClick=${() => toggleExpanded(inbound.id)}>${open ? "▾" : "▸"}</button>
-          <strong>${name}</strong><div class="muted small">${inbound.tag}</div>${staleInboundMark(inbound.id)}</td>
+          <strong>${name}</strong><div class="muted small">${inbound.tag}</div>${inboundPlace(inbound, nodes.value)}${staleInboundMark(inbound.id)}</td>
         <td data-label=${t("inbound.protocol")}><span class="tag">${inbound.protocol}</span>
           ${stream.network ? html` <span class="tag">${stream.network}</span>` : null}
           ${stream.security && stream.security !== "none" ? html` <span class="tag">${stream.security}</span>` : null}</td>
@@ -120,7 +124,7 @@ export const InboundsPage = {
                 <th>${t("inbound.clients")}</th><th>${t("inbound.traffic")}</th><th>${t("inbound.expiry")}</th>
                 <th>${t("common.enabled")}</th><th><span class="sr-only">${t("common.actions")}</span></th></tr></thead>
               <tbody>${inbounds.value.flatMap((inbound) => [row(inbound)].flat())}</tbody></table></div>`}
-      ${editing.value ? html`<${InboundForm} inbound=${editing.value.inbound} onClose=${() => (editing.value = null)}
+      ${editing.value ? html`<${InboundForm} inbound=${editing.value.inbound} nodes=${nodes.value} onClose=${() => (editing.value = null)}
         onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "fallbacks"
         ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
