@@ -64,6 +64,7 @@ from appliance.services.control.routing import CoreRouting
 from appliance.services.control.supervisor import CoreService
 from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.nodes.deploy import NodeDeploy
 from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
@@ -132,11 +133,20 @@ class Panel:
             held_sockets=lambda: self.core.held_sockets(),
             places=self.places,
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
+            place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
+            node_marks=lambda node_ids: self.deploy.marks(node_ids),
         )
         self.hosts = Hosts(self.store)
         self.nodes = Nodes(self.store)
-        self.node_health = NodeHealth(self.nodes, self.node_identity)
+        self.node_health = NodeHealth(
+            self.nodes,
+            self.node_identity,
+            on_change=lambda *change: self.deploy.status_changed(*change),
+        )
         self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
+        self.deploy = NodeDeploy(
+            self.store, self.nodes, self.node_health, self.node_identity, self.settings
+        )
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
@@ -401,12 +411,17 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
-        every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
+        every(HEARTBEAT_SECONDS, self.node_heartbeat, "node heartbeat", fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def node_heartbeat(self) -> None:
+        """Every node's health, then a reconcile of each online node out of step."""
+        self.node_health.beat_all()
+        self.deploy.catch_up()
 
     def _start_sub_workers(self, sock, tls: bool, count: int, own: WSGIServer | None) -> None:
         """Serve the subscription socket with `count` worker processes (runtime.workers):
@@ -481,15 +496,21 @@ class Panel:
         the core in step: with the clients of `emails` or of those the API call named
         client by client (`TouchedClients`) alone, else with everything stored. `emails`
         comes from the core itself, which then already took them."""
-        if resource in ("clients", "inbounds", "hosts", "settings"):
+        if resource in ("clients", "inbounds", "hosts", "settings", "nodes"):
             self.subscriptions.invalidate(resource)
             if self._changes is not None:
                 self._changes.bump(inbounds=drops_inbounds(resource))
+        if resource in ("inbounds", "nodes"):
+            self.deploy.forget_bound()
+        touched = None
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:
                 touched = self.touched_clients.take() if resource == "clients" else None
                 self.core.mark_dirty(touched)
+        if resource == "clients":
+            # The nodes take what the core took: the clients the call named, else all.
+            self.deploy.clients_changed(emails if emails is not None else touched)
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:

@@ -156,12 +156,14 @@ def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
     settings = section(inbound, "settings")
     stream = section(inbound, "streamSettings")
     network = _network(protocol, stream)
+    # An inbound that runs on a node is reached at the node, not at this panel's address.
+    node_address = _text(inbound.get("nodeAddress"))
     targets = []
     for target in _targets(inbound, stream, hosts):
         security = _security(protocol, stream, target)
         targets.append(
             _PreparedTarget(
-                address=target.address,
+                address=target.address or node_address,
                 port=target.port,
                 remark=target.remark,
                 security=security,

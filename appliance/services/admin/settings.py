@@ -33,7 +33,9 @@ from appliance.services.admin.settings_table import (
 
 REDACTED = "********"
 # Stored alongside settings but never part of the settings API.
-INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid"})
+# nodeRetiredTags: {node id: [tags]} of inbounds deleted here while their node could not
+# be told (services.nodes.deploy), deleted there at its next reconcile.
+INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid", "nodeRetiredTags"})
 
 
 class Settings:

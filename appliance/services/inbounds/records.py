@@ -9,6 +9,9 @@ attached clients usable: the protocol must still take clients, and their secrets
 re-fitted to a changed Shadowsocks cipher as on attach. Every save that changes what
 the core runs (add, update, enable) is written, then tested by the installed core inside
 its still open transaction (`check_config`): a refusal rolls it back with the core's words.
+An inbound bound to a node is placed on that node the same way (`place_on_node`): the
+node's refusal rolls the save back with the node's words. Its views carry `nodeStatus`,
+`nodeOutOfStep` and `nodeError` (`node_marks`), so a list shows which run out of step.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from appliance.services.clients.query import (
 from appliance.services.clients.records import refit
 from appliance.services.inbounds.fallbacks import Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
@@ -49,6 +52,12 @@ HeldSockets = Callable[[], list[Socket]]
 # Raises ServiceError when the core refuses the config of the open transaction, see
 # CoreService.check_candidate.
 CheckConfig = Callable[[int], None]
+# Applies a save of an inbound bound to a node on that node, inside the save's open
+# transaction (raising rolls it back): (node id, tag) before the save or None for a new
+# inbound, and the record after it or None once deleted; see NodeDeploy.inbound_saved.
+PlaceOnNode = Callable[[tuple[int | None, str] | None, dict | None], None]
+# node ids -> {node id: fields an inbound view of that node carries}, see NodeDeploy.marks.
+NodeMarks = Callable[[Iterable[int]], dict[int, dict]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
@@ -70,6 +79,8 @@ class Inbounds:
         *,
         places: FilePlaces,
         check_config: CheckConfig = lambda inbound_id: None,
+        place_on_node: PlaceOnNode = lambda before, after: None,
+        node_marks: NodeMarks = lambda node_ids: {},
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -78,6 +89,8 @@ class Inbounds:
         self.clients_of = clients_of
         self.held_sockets = held_sockets
         self.check_config = check_config
+        self.place_on_node = place_on_node
+        self.node_marks = node_marks
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
 
@@ -89,7 +102,7 @@ class Inbounds:
         views = self._views(slim)
         for view in views:
             del view["clientRows"]
-        return views
+        return self._marked(views)
 
     def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
         """Every inbound view with `clientRows`, the views of its attached clients as the
@@ -139,6 +152,14 @@ class Inbounds:
         with db_session:
             return self._view_of(self._row(inbound_id).id)
 
+    def _marked(self, views: list[dict]) -> list[dict]:
+        """`views` with the state of their nodes, for those bound to one."""
+        marks = self.node_marks({v["nodeId"] for v in views if v["nodeId"] is not None})
+        for view in views:
+            if view["nodeId"] is not None:
+                view.update(marks[view["nodeId"]])
+        return views
+
     def _view_of(self, inbound_id: int) -> dict:
         """The API view of one inbound, read fresh (the caller holds the db_session)."""
         self.store.db.flush()
@@ -146,7 +167,7 @@ class Inbounds:
         clients = self.clients_of([inbound_id], False).get(inbound_id, [])
         view = self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
         del view["clientRows"]
-        return view
+        return self._marked([view])[0]
 
     # ---- writes ----------------------------------------------------------------------
 
@@ -165,6 +186,7 @@ class Inbounds:
             row.flush()
             self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
             self._check_core(row.id)
+            self._place(None, row)
             return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
@@ -176,6 +198,7 @@ class Inbounds:
             self._check_free(record)
             self._check_still_master(row, record)
             self._check_clients_fit(row, record)
+            before = (row.node_id, row.tag)
             now = int(self.clock() * 1000)
             row.set(**_columns(record, self._tag_for(record, row), now))
             for attachment in row.attachments:
@@ -185,6 +208,7 @@ class Inbounds:
                 except ServiceError as exc:
                     raise ServiceError(f"client '{client.email}': {exc.msg}") from None
             self._check_core(row.id)
+            self._place(before, row)
             return self._view_of(row.id)
 
     def import_(self, data) -> dict:
@@ -215,7 +239,12 @@ class Inbounds:
 
     def delete(self, inbound_id) -> None:
         with db_session:
-            self._row(inbound_id).delete()
+            row = self._row(inbound_id)
+            before = (row.node_id, row.tag)
+            row.delete()
+            if before[0] is not None:
+                self.store.db.flush()
+                self.place_on_node(before, None)
 
     def bulk_delete(self, ids) -> dict:
         if not isinstance(ids, list):
@@ -239,6 +268,7 @@ class Inbounds:
             row.enable = enable
             row.updated_at = int(self.clock() * 1000)
             self._check_core(row.id)
+            self._place((row.node_id, row.tag), row)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -257,6 +287,13 @@ class Inbounds:
         `inbound_id`; raising rolls them back."""
         self.store.db.flush()
         self.check_config(inbound_id)
+
+    def _place(self, before: tuple[int | None, str] | None, row) -> None:
+        """Apply the save of `row` on the node it is (or was) bound to; the caller holds
+        the save's db_session, which a refusal rolls back."""
+        if row.node_id is None and (before is None or before[0] is None):
+            return
+        self.place_on_node(before, record_of(row))
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")

@@ -1,0 +1,473 @@
+"""Deploying to nodes: inbounds bound to a node and their clients run there, not here.
+
+An inbound save (add, update, enable, delete) is applied on its node through the node's
+own inbound API inside the save's open transaction: a node that refuses (a port in use
+there, its core refusing the config) fails the save with the node's words and nothing
+changes here. Client changes are pushed once they are committed, within the same request:
+a call that named its clients (`TouchedClients`) costs those clients' work on the nodes
+that hold or should hold them; any other call (bulk operations, an inbound's clients)
+compares each node's client list with what it should hold and sends the differences in
+batches (`bulkCreate`, `bulkDel`, `bulkAttach`, `bulkDetach`).
+
+A node that is offline, disabled or cannot be reached misses nothing: it is marked dirty
+(`node.dirty`, kept in the database) and reconciled (`reconcile`) as soon as the heartbeat
+sees it online again, at panel start, and after it is re-enabled. A reconcile replays the
+whole wanted state: inbounds by tag, clients by email, each adopted when the node already
+has it (updated, never an error).
+
+What the central panel owns on a node, and so may change or delete there:
+- the inbounds whose node-side tag is that of an inbound bound to the node here, and
+  those whose tag was that of an inbound deleted (or moved away) here while the node
+  could not be told, kept as *retired tags* until a reconcile deleted them. Any other
+  inbound on the node (one an admin made there by hand) is never touched;
+- the clients attached to those inbounds: a node client on them whose email no central
+  client attached there has is detached from them, and deleted when it is then attached
+  to nothing on the node. Clients on the node's own inbounds alone are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from urllib.parse import quote
+
+import gevent
+from gevent.lock import RLock
+from pony.orm import db_session
+
+from appliance.errors import ServiceError
+from appliance.services.nodes.health import NodeHealth
+from appliance.services.nodes.link import Identity, NodeError, NodeLink
+from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.wanted import (
+    bare_tag,
+    bound_nodes,
+    keys_of,
+    node_clients,
+    node_inbound,
+    node_inbounds,
+    same_client,
+    same_inbound,
+)
+
+log = logging.getLogger(__name__)
+
+INBOUNDS = "/panel/api/inbounds"
+CLIENTS = "/panel/api/clients"
+BATCH = 1000
+# Up to this many changed clients are updated one by one (their connections stay up);
+# more are replaced in batches.
+ONE_BY_ONE = 100
+# Emails one push takes client by client; more, and comparing the node's list is cheaper.
+CLIENTS_AT_ONCE = 50
+NO_CLIENT = "no client with email"
+RETIRED_KEY = "nodeRetiredTags"
+# Statuses in which a node is called at once; any other waits for a reconcile.
+CALLABLE = ("online", "unknown")
+
+
+class Unreached(Exception):
+    """A node that could not be told of a change: it is marked dirty."""
+
+
+class NodeDeploy:
+    def __init__(
+        self,
+        store,
+        nodes: Nodes,
+        health: NodeHealth,
+        identity: Callable[[], Identity],
+        settings,
+    ):
+        self.store = store
+        self.nodes = nodes
+        self.health = health
+        self.identity = identity
+        self.settings = settings
+        self._locks: dict[int, RLock] = {}
+        # Nodes whose clients are known to be as wanted since their last reconcile; the
+        # email keys each holds of this panel's clients.
+        self._held: dict[int, set[str]] = {}
+        self._bound: set[int] | None = None
+        self._errors: dict[int, str] = {}
+
+    # ---- what the views show ---------------------------------------------------------
+
+    def marks(self, node_ids: Iterable[int]) -> dict[int, dict]:
+        """For each node id: `nodeStatus` (the heartbeat's word, `deleted` for a node
+        that no longer exists), `nodeOutOfStep` (changes not yet applied there) and
+        `nodeError` (why the last push failed, "" when it did not)."""
+        ids = sorted(set(node_ids))
+        if not ids:
+            return {}
+        with db_session:
+            marks = ", ".join("?" * len(ids))
+            dirty = dict(self.store.rows(f"SELECT id, dirty FROM node WHERE id IN ({marks})", ids))
+        found = {}
+        for node_id in ids:
+            if node_id not in dirty:
+                found[node_id] = {"nodeStatus": "deleted", "nodeOutOfStep": True, "nodeError": ""}
+                continue
+            found[node_id] = {
+                "nodeStatus": self.health.snapshot(node_id)["status"],
+                "nodeOutOfStep": bool(dirty[node_id]),
+                "nodeError": self._errors.get(node_id, ""),
+            }
+        return found
+
+    def forget_bound(self) -> None:
+        """Inbounds or nodes changed: which nodes have inbounds is read again when needed."""
+        self._bound = None
+
+    # ---- inbounds: inside the save's transaction --------------------------------------
+
+    def inbound_saved(self, before: tuple[int | None, str] | None, after: dict | None) -> None:
+        """Apply an inbound save on its node(s): `before` is (node id, tag) of the stored
+        inbound before the save (None for a new one), `after` its record now (None when
+        deleted). Called inside the save's open transaction: a node's refusal raises and
+        rolls the save back; a node that cannot be told is marked dirty."""
+        old_node, old_tag = before if before is not None else (None, "")
+        new_node = after["nodeId"] if after is not None else None
+        if old_node is not None and old_node == new_node:
+            applied = self._put_inbound(new_node, bare_tag(old_tag), after)
+            if not applied and bare_tag(old_tag) != bare_tag(after["tag"]):
+                self._retire(new_node, bare_tag(old_tag))
+            return
+        if old_node is not None:
+            self._drop_inbound(old_node, bare_tag(old_tag))
+        if new_node is not None:
+            self._put_inbound(new_node, bare_tag(after["tag"]), after)
+
+    def _put_inbound(self, node_id: int, old_tag: str, record: dict) -> bool:
+        """Add or update the node's inbound (found by its old tag, else its new one);
+        False when the node could not be told."""
+        body = node_inbound(record)
+        try:
+            with self._lock(node_id):
+                link = self._link(node_id)
+                ids = self._inbound_ids(link)
+                found = ids.get(old_tag, ids.get(body["tag"]))
+                if found is None:
+                    link.call("POST", f"{INBOUNDS}/add", body)
+                else:
+                    link.call("POST", f"{INBOUNDS}/update/{found}", body)
+            return True
+        except Unreached:
+            self._mark(node_id)
+        except NodeError as exc:
+            if exc.reached:
+                raise ServiceError(exc.msg) from None
+            self._mark(node_id, exc.msg)
+        return False
+
+    def _drop_inbound(self, node_id: int, tag: str) -> None:
+        try:
+            with self._lock(node_id):
+                link = self._link(node_id)
+                found = self._inbound_ids(link).get(tag)
+                if found is not None:
+                    link.call("POST", f"{INBOUNDS}/del/{found}")
+        except Unreached:
+            self._retire(node_id, tag)
+        except NodeError as exc:
+            if not exc.reached:
+                self._retire(node_id, tag)
+                self._mark(node_id, exc.msg)
+                return
+            raise ServiceError(exc.msg) from None
+
+    # ---- clients: after the change committed ------------------------------------------
+
+    def clients_changed(self, emails: Iterable[str] | None) -> None:
+        """Push a committed client change to the nodes: the clients of `emails` alone, or
+        (None) every client of every node, compared with what each holds. Never raises:
+        a node that cannot take the change is marked dirty and reconciled later."""
+        if emails is not None:
+            emails = set(emails)
+            if not emails:
+                return
+        bound = self._bound_nodes()
+        if not bound and not any(self._held.values()):
+            return
+        nodes = bound | {n for n, held in self._held.items() if held}
+        for node_id in sorted(nodes):
+            try:
+                with self._lock(node_id):
+                    link = self._link(node_id)
+                    if node_id not in self._held:
+                        self.reconcile(node_id)
+                    elif emails is None or len(emails) > CLIENTS_AT_ONCE:
+                        self._sync_clients(node_id, link)
+                    else:
+                        self._push_clients(node_id, link, emails)
+            except Unreached:
+                self._mark(node_id)
+            except NodeError as exc:
+                self._mark(node_id, exc.msg)
+            except Exception:
+                log.exception("pushing clients to node %s failed", node_id)
+                self._mark(node_id, "pushing clients failed; the panel log has the details")
+
+    def _push_clients(self, node_id: int, link: NodeLink, emails: set[str]) -> None:
+        """The clients of `emails` as they should be on the node: each read from the node
+        and changed there where it differs."""
+        keys = {key: email for email in emails for key in keys_of([email])}
+        with db_session:
+            wanted = node_clients(self.store, node_id, list(keys)).get(node_id, {})
+            tags = set(node_inbounds(self.store, node_id))
+        held = self._held[node_id]
+        ids = self._inbound_ids(link)
+        owned = {ids[tag] for tag in tags if tag in ids}
+        for key, email in sorted(keys.items()):
+            if key not in wanted and key not in held:
+                continue
+            current = self._node_client(link, email)
+            if key in wanted:
+                payload, want_tags = wanted[key]
+                want = {ids[tag] for tag in want_tags if tag in ids}
+                self._put_client(link, payload, want, owned, current)
+                held.add(key)
+            else:
+                if current is not None:
+                    self._remove_client(link, current, owned)
+                held.discard(key)
+
+    def _node_client(self, link: NodeLink, email: str) -> dict | None:
+        try:
+            found = link.call("GET", f"{CLIENTS}/get/{quote(email, safe='')}")
+        except NodeError as exc:
+            if exc.reached and NO_CLIENT in exc.msg:
+                return None
+            raise
+        client = dict(found["client"])
+        client["inboundIds"] = list(found.get("inboundIds") or [])
+        return client
+
+    def _put_client(
+        self, link: NodeLink, payload: dict, want: set[int], owned: set[int], current
+    ) -> None:
+        email = quote(payload["email"], safe="")
+        if current is None:
+            if want:
+                link.call("POST", f"{CLIENTS}/add", {"client": payload, "inboundIds": sorted(want)})
+            return
+        if not same_client(payload, current):
+            link.call("POST", f"{CLIENTS}/update/{email}", payload)
+        have = set(current["inboundIds"])
+        if want - have:
+            link.call("POST", f"{CLIENTS}/{email}/attach", {"inboundIds": sorted(want - have)})
+        extra = (have & owned) - want
+        if extra:
+            link.call("POST", f"{CLIENTS}/{email}/detach", {"inboundIds": sorted(extra)})
+
+    def _remove_client(self, link: NodeLink, current: dict, owned: set[int]) -> None:
+        email = quote(current["email"], safe="")
+        have = set(current["inboundIds"])
+        if have <= owned:
+            link.call("POST", f"{CLIENTS}/del/{email}")
+        elif have & owned:
+            link.call("POST", f"{CLIENTS}/{email}/detach", {"inboundIds": sorted(have & owned)})
+
+    # ---- reconcile ----------------------------------------------------------------------
+
+    def catch_up(self) -> None:
+        """The heartbeat's follow-up: reconcile every enabled online node that is dirty
+        or not reconciled since it came online (or since this panel started)."""
+        for record in self.nodes.rows():
+            node_id = record["id"]
+            if self.health.snapshot(node_id)["status"] != "online":
+                self._held.pop(node_id, None)
+                continue
+            if record["enable"] and (record["outOfStep"] or node_id not in self._held):
+                self._reconcile_quietly(node_id)
+
+    def status_changed(self, node_id: int, old: str, new: str) -> None:
+        """The heartbeat saw a node change status: one back online is reconciled now."""
+        if new != "online":
+            self._held.pop(node_id, None)
+            return
+        gevent.spawn(self._reconcile_quietly, node_id)
+
+    def _reconcile_quietly(self, node_id: int) -> None:
+        lock = self._lock(node_id)
+        if lock.locked():
+            return
+        try:
+            self.reconcile(node_id)
+        except (NodeError, Unreached) as exc:
+            message = getattr(exc, "msg", "") or "unreachable"
+            if self._errors.get(node_id) != message:
+                log.warning("node %s is out of step: %s", node_id, message)
+            self._mark(node_id, message)
+        except Exception:
+            log.exception("reconciling node %s failed", node_id)
+
+    def reconcile(self, node_id: int) -> None:
+        """Make node `node_id` hold what it should: its inbounds, retired tags deleted,
+        and its clients, compared with its lists and changed in batches."""
+        with self._lock(node_id):
+            link = self._link(node_id)
+            with db_session:
+                wanted = node_inbounds(self.store, node_id)
+            held = link.call("GET", f"{INBOUNDS}/list/slim") or []
+            by_tag = {row.get("tag"): row for row in held if isinstance(row, dict)}
+            for tag, body in wanted.items():
+                row = by_tag.get(tag)
+                if row is None:
+                    link.call("POST", f"{INBOUNDS}/add", body)
+                elif not same_inbound(body, row):
+                    link.call("POST", f"{INBOUNDS}/update/{row['id']}", body)
+            retired = self._retired().get(str(node_id), [])
+            for tag in retired:
+                row = by_tag.get(tag)
+                if tag not in wanted and row is not None:
+                    link.call("POST", f"{INBOUNDS}/del/{row['id']}")
+            self._held[node_id] = set()
+            self._sync_clients(node_id, link)
+            self._unretire(node_id, retired)
+            self.nodes.set_dirty([node_id], False)
+            self._errors.pop(node_id, None)
+            log.info("node %s is in step", node_id)
+
+    def _sync_clients(self, node_id: int, link: NodeLink) -> None:
+        """Compare the node's clients with the wanted ones and send the differences."""
+        with db_session:
+            wanted = node_clients(self.store, node_id).get(node_id, {})
+            tags = set(node_inbounds(self.store, node_id))
+        ids = self._inbound_ids(link)
+        owned = {ids[tag] for tag in tags if tag in ids}
+        listed = link.call("GET", f"{CLIENTS}/list") or []
+        current = {keys_of([c["email"]])[0]: c for c in listed if isinstance(c, dict)}
+        create, changed, attach, detach, remove = [], [], {}, {}, []
+        for key, (payload, want_tags) in wanted.items():
+            want = {ids[tag] for tag in want_tags if tag in ids}
+            have = current.get(key)
+            if have is None:
+                if want:
+                    create.append({"client": payload, "inboundIds": sorted(want)})
+                continue
+            if not same_client(payload, have):
+                changed.append((payload, want))
+                continue
+            ids_held = set(have.get("inboundIds") or [])
+            if want - ids_held:
+                attach.setdefault(tuple(sorted(want - ids_held)), []).append(payload["email"])
+            if (ids_held & owned) - want:
+                extra = tuple(sorted((ids_held & owned) - want))
+                detach.setdefault(extra, []).append(payload["email"])
+        for key, have in current.items():
+            ids_held = set(have.get("inboundIds") or [])
+            if key in wanted or not ids_held & owned:
+                continue
+            if ids_held <= owned:
+                remove.append(have["email"])
+            else:
+                detach.setdefault(tuple(sorted(ids_held & owned)), []).append(have["email"])
+        self._send_changed(link, changed, current, owned)
+        self._batches(link, "bulkDel", remove, lambda part: {"emails": part, "keepTraffic": False})
+        for inbound_ids, emails in detach.items():
+            self._batches(
+                link, "bulkDetach", emails, lambda p, i=inbound_ids: {"emails": p, "inboundIds": i}
+            )
+        self._batches(link, "bulkCreate", create, lambda part: part)
+        for inbound_ids, emails in attach.items():
+            self._batches(
+                link, "bulkAttach", emails, lambda p, i=inbound_ids: {"emails": p, "inboundIds": i}
+            )
+        self._held[node_id] = set(wanted)
+
+    def _send_changed(self, link: NodeLink, changed: list, current: dict, owned: set[int]) -> None:
+        """Clients whose fields differ: updated one by one when few (their connections
+        stay up), else replaced in batches, their node-side counters kept."""
+        if len(changed) <= ONE_BY_ONE:
+            for payload, want in changed:
+                held = current[keys_of([payload["email"]])[0]]
+                held = {**held, "inboundIds": held.get("inboundIds") or []}
+                self._put_client(link, payload, want, owned, held)
+            return
+        emails = [payload["email"] for payload, _ in changed]
+        self._batches(link, "bulkDel", emails, lambda part: {"emails": part, "keepTraffic": True})
+        items = [{"client": payload, "inboundIds": sorted(want)} for payload, want in changed]
+        self._batches(link, "bulkCreate", items, lambda part: part)
+
+    def _batches(self, link: NodeLink, route: str, items: list, body) -> None:
+        for start in range(0, len(items), BATCH):
+            answer = link.call("POST", f"{CLIENTS}/{route}", body(items[start : start + BATCH]))
+            answer = answer if isinstance(answer, dict) else {}
+            # bulkAttach and bulkDetach skip pairs already as asked; the others skip failures.
+            failed = answer.get("errors") or (
+                answer.get("skipped") if route in ("bulkCreate", "bulkDel") else None
+            )
+            if failed:
+                first = failed[0]
+                reason = first.get("reason") if isinstance(first, dict) else str(first)
+                raise NodeError(
+                    f"{link.details.label} did not take every client of {route}: {reason}",
+                    reached=True,
+                )
+
+    # ---- the pieces ----------------------------------------------------------------------
+
+    def _lock(self, node_id: int) -> RLock:
+        return self._locks.setdefault(node_id, RLock())
+
+    def _link(self, node_id: int) -> NodeLink:
+        """The link to an enabled node the heartbeat does not know to be down."""
+        try:
+            record = self.nodes.stored(node_id)
+        except ServiceError:
+            raise Unreached from None
+        if not record["enable"]:
+            raise Unreached
+        if self.health.snapshot(node_id)["status"] not in CALLABLE:
+            raise Unreached
+        return NodeLink(details(record), self.identity())
+
+    def _inbound_ids(self, link: NodeLink) -> dict[str, int]:
+        """The node's inbound ids by tag."""
+        rows = link.call("GET", f"{INBOUNDS}/options") or []
+        return {row["tag"]: row["id"] for row in rows if isinstance(row, dict)}
+
+    def _bound_nodes(self) -> set[int]:
+        if self._bound is None:
+            with db_session:
+                self._bound = bound_nodes(self.store)
+        return self._bound
+
+    def _mark(self, node_id: int, reason: str = "") -> None:
+        """A node that missed a change: dirty until a reconcile brings it in step."""
+        if reason:
+            self._errors[node_id] = reason
+        self._held.pop(node_id, None)
+        if self.nodes.exists(node_id):
+            self.nodes.set_dirty([node_id], True)
+
+    def _retire(self, node_id: int, tag: str) -> None:
+        """Keep `tag` as one to delete on the node at its next reconcile."""
+        if not self.nodes.exists(node_id):
+            return
+        retired = self._retired()
+        tags = retired.setdefault(str(node_id), [])
+        if tag not in tags:
+            tags.append(tag)
+            self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
+        self._mark(node_id)
+
+    def _unretire(self, node_id: int, tags: list[str]) -> None:
+        if not tags:
+            return
+        retired = self._retired()
+        left = [t for t in retired.get(str(node_id), []) if t not in tags]
+        if left:
+            retired[str(node_id)] = left
+        else:
+            retired.pop(str(node_id), None)
+        self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
+
+    def _retired(self) -> dict[str, list[str]]:
+        try:
+            value = json.loads(self.settings.internal(RETIRED_KEY) or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
