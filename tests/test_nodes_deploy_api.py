@@ -253,14 +253,77 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 
-def test_an_inbound_made_on_the_node_by_hand_is_left_alone(fleet):
+def test_bulk_changes_reach_the_node_in_batches(fleet):
     central, node, node_id = fleet
-    node_api = node.client()
+    api = central.client()
+    first = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "many")))
+    second = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "more")))
+    emails = [f"crowd{n}@example.com" for n in range(60)]
+    items = [{"client": {"email": e}, "inboundIds": [first["id"]]} for e in emails]
+    assert ok(api.post(f"{CLIENTS}/bulkCreate", items))["created"] == 60
+    on_node = {c["email"] for c in ok(node.client().get(f"{CLIENTS}/list"))}
+    assert set(emails) <= on_node
+    ok(api.post(f"{CLIENTS}/bulkAttach", {"emails": emails[:10], "inboundIds": [second["id"]]}))
+    node_second = node_inbound(node, "more")["id"]
+    assert node_client(node, emails[0])["inboundIds"] == sorted(
+        [node_inbound(node, "many")["id"], node_second]
+    )
+    ok(api.post(f"{CLIENTS}/bulkAdjust", {"emails": emails, "addDays": 0, "addBytes": 0}))
+    ok(api.post(f"{CLIENTS}/groups/bulkAdd", {"emails": emails[:5], "group": "team"}))
+    assert node_client(node, emails[0])["client"]["group"] == "team"
+    # A cut-off and a reset that re-enables reach the node too.
+    ok(api.post(f"{CLIENTS}/update/{emails[1]}", {"email": emails[1], "enable": False}))
+    assert node_client(node, emails[1])["client"]["enable"] is False
+    ok(api.post(f"{CLIENTS}/resetTraffic/{emails[1]}"))
+    assert node_client(node, emails[1])["client"]["enable"] is True
+    assert ok(api.post(f"{INBOUNDS}/{first['id']}/delAllClients"))["deleted"] == 60
+    on_node = {c["email"] for c in ok(node.client().get(f"{CLIENTS}/list"))}
+    # Those attached to the other inbound too are only detached from this one.
+    assert not set(emails[10:]) & on_node
+    assert node_client(node, emails[0])["inboundIds"] == [node_second]
+    ok(api.post(f"{INBOUNDS}/bulkDel", {"ids": [first["id"], second["id"]]}))
+    assert node_inbound(node, "many") is None and node_inbound(node, "more") is None
+
+
+def test_a_disabled_node_is_paused_and_caught_up_when_enabled(fleet):
+    central, node, node_id = fleet
+    api = central.client()
+    created = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "paused")))
+    ok(api.post(f"{NODES}/setEnable/{node_id}", {"enable": False}))
+    try:
+        client = {"email": "patient@example.com"}
+        ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [created["id"]]}))
+        assert node_client(node, "patient@example.com") is None
+        assert out_of_step(central, node_id) is True
+        assert ok(api.get(f"{INBOUNDS}/get/{created['id']}"))["nodeStatus"] == "disabled"
+    finally:
+        ok(api.post(f"{NODES}/setEnable/{node_id}", {"enable": True}))
+    wait_until(lambda: not out_of_step(central, node_id), "the node is back in step", WAIT)
+    assert node_client(node, "patient@example.com") is not None
+    ok(api.post(f"{CLIENTS}/del/patient@example.com"))
+    ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
+
+
+def test_what_an_admin_made_on_the_node_by_hand_is_left_alone(fleet):
+    central, node, node_id = fleet
+    api, node_api = central.client(), node.client()
     made = ok(node_api.post(f"{INBOUNDS}/add", vless_inbound(None, free_port(), "by-hand")))
-    ok(central.client().post(f"{NODES}/probe/{node_id}"))
-    ok(central.client().post(f"{CLIENTS}/bulkDel", {"emails": ["nobody@example.com"]}))
+    local = {"email": "local@example.com"}
+    ok(node_api.post(f"{CLIENTS}/add", {"client": local, "inboundIds": [made["id"]]}))
+    bound = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "central")))
+    # A bulk change compares every client, a re-enabled node replays everything.
+    ok(api.post(f"{CLIENTS}/bulkDel", {"emails": ["nobody@example.com"]}))
+    ok(api.post(f"{NODES}/setEnable/{node_id}", {"enable": False}))
+    ok(api.post(f"{CLIENTS}/bulkDel", {"emails": ["nobody@example.com"]}))
+    assert out_of_step(central, node_id) is True
+    ok(api.post(f"{NODES}/setEnable/{node_id}", {"enable": True}))
+    wait_until(lambda: not out_of_step(central, node_id), "the node is back in step", WAIT)
     assert node_inbound(node, "by-hand") is not None
+    assert node_client(node, "local@example.com")["inboundIds"] == [made["id"]]
+    assert node_inbound(node, "central") is not None
+    ok(node_api.post(f"{CLIENTS}/del/local@example.com"))
     ok(node_api.post(f"{INBOUNDS}/del/{made['id']}"))
+    ok(api.post(f"{INBOUNDS}/del/{bound['id']}"))
 
 
 def test_subscriptions_of_node_inbounds_point_at_the_node(fleet):

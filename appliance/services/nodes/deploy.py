@@ -91,6 +91,9 @@ class NodeDeploy:
         self._held: dict[int, set[str]] = {}
         self._bound: set[int] | None = None
         self._errors: dict[int, str] = {}
+        # How often each node was marked dirty: a reconcile clears the flag only when no
+        # mark came while it ran.
+        self._marked: dict[int, int] = {}
 
     # ---- what the views show ---------------------------------------------------------
 
@@ -193,11 +196,14 @@ class NodeDeploy:
         nodes = bound | {n for n, held in self._held.items() if held}
         for node_id in sorted(nodes):
             try:
+                if node_id not in self._held:
+                    self.reconcile(node_id)
+                    continue
                 with self._lock(node_id):
-                    link = self._link(node_id)
                     if node_id not in self._held:
-                        self.reconcile(node_id)
-                    elif emails is None or len(emails) > CLIENTS_AT_ONCE:
+                        raise Unreached
+                    link = self._link(node_id)
+                    if emails is None or len(emails) > CLIENTS_AT_ONCE:
                         self._sync_clients(node_id, link)
                     else:
                         self._push_clients(node_id, link, emails)
@@ -280,7 +286,7 @@ class NodeDeploy:
                 self._held.pop(node_id, None)
                 continue
             if record["enable"] and (record["outOfStep"] or node_id not in self._held):
-                self._reconcile_quietly(node_id)
+                gevent.spawn(self._reconcile_quietly, node_id)
 
     def status_changed(self, node_id: int, old: str, new: str) -> None:
         """The heartbeat saw a node change status: one back online is reconciled now."""
@@ -305,7 +311,12 @@ class NodeDeploy:
 
     def reconcile(self, node_id: int) -> None:
         """Make node `node_id` hold what it should: its inbounds, retired tags deleted,
-        and its clients, compared with its lists and changed in batches."""
+        and its clients, compared with its lists and changed in batches.
+
+        The database is written only once the node's lock is released: an inbound save
+        waits for that lock while holding its transaction, so writing under the lock could
+        wait for that save forever. A node marked dirty meanwhile stays dirty."""
+        marked = self._marked.get(node_id, 0)
         with self._lock(node_id):
             link = self._link(node_id)
             with db_session:
@@ -325,10 +336,13 @@ class NodeDeploy:
                     link.call("POST", f"{INBOUNDS}/del/{row['id']}")
             self._held[node_id] = set()
             self._sync_clients(node_id, link)
-            self._unretire(node_id, retired)
-            self.nodes.set_dirty([node_id], False)
-            self._errors.pop(node_id, None)
-            log.info("node %s is in step", node_id)
+        self._unretire(node_id, retired)
+        self.nodes.set_dirty([node_id], False)
+        if self._marked.get(node_id, 0) != marked:
+            self.nodes.set_dirty([node_id], True)
+            return
+        self._errors.pop(node_id, None)
+        log.info("node %s is in step", node_id)
 
     def _sync_clients(self, node_id: int, link: NodeLink) -> None:
         """Compare the node's clients with the wanted ones and send the differences."""
@@ -436,7 +450,9 @@ class NodeDeploy:
         return self._bound
 
     def _mark(self, node_id: int, reason: str = "") -> None:
-        """A node that missed a change: dirty until a reconcile brings it in step."""
+        """A node that missed a change: dirty until a reconcile brings it in step. Never
+        called under the node's lock (see `reconcile`)."""
+        self._marked[node_id] = self._marked.get(node_id, 0) + 1
         if reason:
             self._errors[node_id] = reason
         self._held.pop(node_id, None)
