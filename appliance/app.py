@@ -135,6 +135,7 @@ class Panel:
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
             place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
             node_marks=lambda node_ids: self.deploy.marks(node_ids),
+            touched=self.touched_clients.note,
         )
         self.hosts = Hosts(self.store)
         self.nodes = Nodes(self.store)

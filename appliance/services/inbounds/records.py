@@ -64,6 +64,8 @@ NodeMarks = Callable[[Iterable[int]], dict[int, dict]]
 TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]+")
 # The prefix of the tag of an inbound bound to a node, here; the node's own tag lacks it.
 NODE_TAG = re.compile(r"^n[0-9]+-")
+# What a view of an inbound bound to a node says of that node (see NodeDeploy.marks).
+NODE_MARKS = ("nodeStatus", "nodeOutOfStep", "nodeError")
 # What a node can run: everything its core serves (MTProto is a process of its own here).
 NODE_PROTOCOLS = frozenset(inbound_rules.PROTOCOLS) - {"mtproto"}
 
@@ -81,6 +83,7 @@ class Inbounds:
         check_config: CheckConfig = lambda inbound_id: None,
         place_on_node: PlaceOnNode = lambda before, after: None,
         node_marks: NodeMarks = lambda node_ids: {},
+        touched: Callable[[list[str]], None] = lambda emails: None,
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -91,6 +94,10 @@ class Inbounds:
         self.check_config = check_config
         self.place_on_node = place_on_node
         self.node_marks = node_marks
+        # Told the emails of the clients a save changed for the places that run them: those
+        # of an inbound bound to a node, and those whose secrets were re-fitted; see
+        # services.clients.records.
+        self.touched = touched
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
 
@@ -201,15 +208,22 @@ class Inbounds:
             before = (row.node_id, row.tag)
             now = int(self.clock() * 1000)
             row.set(**_columns(record, self._tag_for(record, row), now))
+            on_node = before[0] is not None or row.node_id is not None
+            changed = []
             for attachment in row.attachments:
                 client = attachment.client
+                secrets = (client.password, client.method)
                 try:
                     refit(client, [a.inbound for a in client.attachments])
                 except ServiceError as exc:
                     raise ServiceError(f"client '{client.email}': {exc.msg}") from None
+                if on_node or secrets != (client.password, client.method):
+                    changed.append(client.email)
             self._check_core(row.id)
             self._place(before, row)
-            return self._view_of(row.id)
+            view = self._view_of(row.id)
+        self.touched(changed)
+        return view
 
     def import_(self, data) -> dict:
         """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
@@ -230,7 +244,7 @@ class Inbounds:
         copy = {
             key: value
             for key, value in self.get(inbound_id).items()
-            if key not in ("id", "up", "down", "tag", "clientStats")
+            if key not in ("id", "up", "down", "tag", "clientStats", *NODE_MARKS)
         }
         copy["port"] = body["port"]
         if "remark" in body:
@@ -241,10 +255,12 @@ class Inbounds:
         with db_session:
             row = self._row(inbound_id)
             before = (row.node_id, row.tag)
+            detached = [a.client.email for a in row.attachments] if before[0] is not None else []
             row.delete()
             if before[0] is not None:
                 self.store.db.flush()
                 self.place_on_node(before, None)
+        self.touched(detached)
 
     def bulk_delete(self, ids) -> dict:
         if not isinstance(ids, list):

@@ -47,6 +47,7 @@ from appliance.services.nodes.wanted import (
     node_clients,
     node_inbound,
     node_inbounds,
+    node_tags,
     same_client,
     same_inbound,
 )
@@ -94,6 +95,8 @@ class NodeDeploy:
         # How often each node was marked dirty: a reconcile clears the flag only when no
         # mark came while it ran.
         self._marked: dict[int, int] = {}
+        # Each node's inbound ids by tag, kept between client pushes (see _inbound_ids).
+        self._ids: dict[int, dict[str, int]] = {}
 
     # ---- what the views show ---------------------------------------------------------
 
@@ -148,6 +151,7 @@ class NodeDeploy:
         body = node_inbound(record)
         try:
             with self._lock(node_id):
+                self._ids.pop(node_id, None)
                 link = self._link(node_id)
                 ids = self._inbound_ids(link)
                 found = ids.get(old_tag, ids.get(body["tag"]))
@@ -167,6 +171,7 @@ class NodeDeploy:
     def _drop_inbound(self, node_id: int, tag: str) -> None:
         try:
             with self._lock(node_id):
+                self._ids.pop(node_id, None)
                 link = self._link(node_id)
                 found = self._inbound_ids(link).get(tag)
                 if found is not None:
@@ -194,6 +199,14 @@ class NodeDeploy:
         if not bound and not any(self._held.values()):
             return
         nodes = bound | {n for n, held in self._held.items() if held}
+        wanted: dict[int, dict] = {}
+        if emails is not None:
+            keys = keys_of(emails)
+            with db_session:
+                wanted = node_clients(self.store, None, keys)
+            nodes = {
+                n for n in nodes if n in wanted or not self._held.get(n, set()).isdisjoint(keys)
+            } | (nodes - set(self._held))
         for node_id in sorted(nodes):
             try:
                 if node_id not in self._held:
@@ -206,7 +219,7 @@ class NodeDeploy:
                     if emails is None or len(emails) > CLIENTS_AT_ONCE:
                         self._sync_clients(node_id, link)
                     else:
-                        self._push_clients(node_id, link, emails)
+                        self._push_clients(node_id, link, emails, wanted.get(node_id, {}))
             except Unreached:
                 self._mark(node_id)
             except NodeError as exc:
@@ -215,15 +228,14 @@ class NodeDeploy:
                 log.exception("pushing clients to node %s failed", node_id)
                 self._mark(node_id, "pushing clients failed; the panel log has the details")
 
-    def _push_clients(self, node_id: int, link: NodeLink, emails: set[str]) -> None:
-        """The clients of `emails` as they should be on the node: each read from the node
-        and changed there where it differs."""
+    def _push_clients(self, node_id: int, link: NodeLink, emails: set[str], wanted: dict) -> None:
+        """The clients of `emails` as they should be on the node (`wanted`, by email key):
+        each read from the node and changed there where it differs."""
         keys = {key: email for email in emails for key in keys_of([email])}
         with db_session:
-            wanted = node_clients(self.store, node_id, list(keys)).get(node_id, {})
-            tags = set(node_inbounds(self.store, node_id))
+            tags = node_tags(self.store, node_id)
         held = self._held[node_id]
-        ids = self._inbound_ids(link)
+        ids = self._inbound_ids(link, node_id)
         owned = {ids[tag] for tag in tags if tag in ids}
         for key, email in sorted(keys.items()):
             if key not in wanted and key not in held:
@@ -318,6 +330,7 @@ class NodeDeploy:
         wait for that save forever. A node marked dirty meanwhile stays dirty."""
         marked = self._marked.get(node_id, 0)
         with self._lock(node_id):
+            self._ids.pop(node_id, None)
             link = self._link(node_id)
             with db_session:
                 wanted = node_inbounds(self.store, node_id)
@@ -438,10 +451,17 @@ class NodeDeploy:
             raise Unreached
         return NodeLink(details(record), self.identity())
 
-    def _inbound_ids(self, link: NodeLink) -> dict[str, int]:
-        """The node's inbound ids by tag."""
+    def _inbound_ids(self, link: NodeLink, node_id: int | None = None) -> dict[str, int]:
+        """The node's inbound ids by tag: read from the node, or (with `node_id`) as read
+        since this panel last changed its inbounds. A stale id (an inbound an admin
+        replaced on the node) fails the push, and the reconcile that follows reads anew."""
+        if node_id is not None and node_id in self._ids:
+            return self._ids[node_id]
         rows = link.call("GET", f"{INBOUNDS}/options") or []
-        return {row["tag"]: row["id"] for row in rows if isinstance(row, dict)}
+        ids = {row["tag"]: row["id"] for row in rows if isinstance(row, dict)}
+        if node_id is not None:
+            self._ids[node_id] = ids
+        return ids
 
     def _bound_nodes(self) -> set[int]:
         if self._bound is None:
@@ -453,6 +473,7 @@ class NodeDeploy:
         """A node that missed a change: dirty until a reconcile brings it in step. Never
         called under the node's lock (see `reconcile`)."""
         self._marked[node_id] = self._marked.get(node_id, 0) + 1
+        self._ids.pop(node_id, None)
         if reason:
             self._errors[node_id] = reason
         self._held.pop(node_id, None)

@@ -123,6 +123,12 @@ def node_inbounds(store, node_id: int) -> dict[str, dict]:
     return found
 
 
+def node_tags(store, node_id: int) -> set[str]:
+    """The node-side tags of the inbounds bound to `node_id`."""
+    rows = store.rows("SELECT tag FROM inbound WHERE node_id = ?", [node_id])
+    return {bare_tag(row[0]) for row in rows}
+
+
 def node_clients(store, node_id: int | None, keys: list[str] | None = None) -> dict:
     """{node id: {email key: (payload, node-side tags)}} for the clients attached to the
     inbounds of `node_id` (every node when None), all of them or those of `keys`."""
