@@ -35,7 +35,8 @@ def fleet(tmp_path_factory):
     node = start_panel(tmp_path_factory.mktemp("node"), env=CORE_ENV)
     node_api = node.client()
     use_template(node_api, loopback_template(node_api))
-    central = start_panel(tmp_path_factory.mktemp("central"))
+    # The central panel runs a core too: its sweep cuts off clients by their quota.
+    central = start_panel(tmp_path_factory.mktemp("central"), env=CORE_ENV)
     api = central.client()
     ok(api.post("/panel/api/setting/update", {"subJsonEnable": True, "subYamlEnable": True}))
     record = add_node(api, node, "edge", address="localhost")
@@ -281,8 +282,66 @@ def test_bulk_changes_reach_the_node_in_batches(fleet):
     # Those attached to the other inbound too are only detached from this one.
     assert not set(emails[10:]) & on_node
     assert node_client(node, emails[0])["inboundIds"] == [node_second]
-    ok(api.post(f"{INBOUNDS}/bulkDel", {"ids": [first["id"], second["id"]]}))
+    copy_port = free_port()
+    copy = ok(api.post(f"{INBOUNDS}/clone/{first['id']}", {"port": copy_port}))
+    assert copy["nodeId"] == node_id and copy["tag"].startswith(f"n{node_id}-")
+    copied = node_inbound(node, copy["tag"].removeprefix(f"n{node_id}-"))
+    assert copied is not None and copied["port"] == copy_port
+    ids = [first["id"], second["id"], copy["id"]]
+    assert ok(api.post(f"{INBOUNDS}/bulkDel", {"ids": ids}))["deleted"] == 3
     assert node_inbound(node, "many") is None and node_inbound(node, "more") is None
+    assert node_inbound(node, copied["tag"]) is None
+
+
+def test_the_central_sweep_cut_off_and_a_rename_reach_the_node(fleet):
+    central, node, node_id = fleet
+    api = central.client()
+    created = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "metered")))
+    client = {"email": "heavy@example.com", "totalGB": 1024}
+    ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [created["id"]]}))
+    assert node_client(node, "heavy@example.com")["client"]["enable"] is True
+    ok(api.post(f"{CLIENTS}/updateTraffic/heavy@example.com", {"upload": 4096, "download": 0}))
+    wait_until(
+        lambda: node_client(node, "heavy@example.com")["client"]["enable"] is False,
+        "the node cuts off the client the central sweep disabled",
+        WAIT,
+    )
+    ok(api.post(f"{CLIENTS}/resetTraffic/heavy@example.com"))
+    assert node_client(node, "heavy@example.com")["client"]["enable"] is True
+    renamed = {"email": "light@example.com", "totalGB": 0}
+    ok(api.post(f"{CLIENTS}/update/heavy@example.com", renamed))
+    assert node_client(node, "heavy@example.com") is None
+    assert node_client(node, "light@example.com") is not None
+    ok(api.post(f"{CLIENTS}/del/light@example.com"))
+    ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
+
+
+def test_an_inbound_moved_between_here_and_the_node_takes_its_clients(fleet):
+    central, node, node_id = fleet
+    api = central.client()
+    port = free_port()
+    created = ok(api.post(f"{INBOUNDS}/add", vless_inbound(None, port, "mover")))
+    emails = [f"mover{n}@example.com" for n in range(3)]
+    items = [{"client": {"email": e}, "inboundIds": [created["id"]]} for e in emails]
+    ok(api.post(f"{CLIENTS}/bulkCreate", items))
+    assert node_inbound(node, "mover") is None
+    # Another port: this host's core may still hold the first while it takes the change.
+    away = free_port()
+    ok(api.post(f"{INBOUNDS}/update/{created['id']}", vless_inbound(node_id, away, "mover")))
+    on_node = node_inbound(node, "mover")
+    assert on_node is not None
+    assert sorted(c["email"] for c in on_node["settings"]["clients"]) == emails
+    wait_until(
+        lambda: sorted(core_users(node, "mover") or []) == emails,
+        "the node's core serves the moved inbound's clients",
+        WAIT,
+    )
+    ok(api.post(f"{INBOUNDS}/update/{created['id']}", vless_inbound(None, port, "mover")))
+    assert node_inbound(node, "mover") is None
+    assert ok(api.get(f"{INBOUNDS}/get/{created['id']}"))["tag"] == "mover"
+    assert all(node_client(node, e) is None for e in emails)
+    ok(api.post(f"{CLIENTS}/bulkDel", {"emails": emails}))
+    ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 
 def test_a_disabled_node_is_paused_and_caught_up_when_enabled(fleet):

@@ -106,8 +106,9 @@ class NodeWants:
 
 
 def bound_nodes(store) -> set[int]:
-    """The ids of the nodes some inbound is bound to; the caller holds the db_session."""
-    rows = store.rows("SELECT DISTINCT node_id FROM inbound WHERE node_id IS NOT NULL")
+    """The ids of the (existing) nodes some inbound is bound to; the caller holds the
+    db_session."""
+    rows = store.rows("SELECT DISTINCT i.node_id FROM inbound i JOIN node n ON n.id = i.node_id")
     return {row[0] for row in rows}
 
 
