@@ -503,6 +503,9 @@ class Panel:
                 self._changes.bump(inbounds=drops_inbounds(resource))
         if resource in ("inbounds", "nodes"):
             self.deploy.forget_bound()
+        if resource == "nodes":
+            # A node enabled again or pointed elsewhere is reconciled now, not at the next beat.
+            gevent.spawn(self.deploy.catch_up)
         touched = None
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()

@@ -38,7 +38,7 @@ from pony.orm import db_session
 
 from appliance.errors import ServiceError
 from appliance.services.nodes.health import NodeHealth
-from appliance.services.nodes.link import Identity, NodeError, NodeLink
+from appliance.services.nodes.link import Details, Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
 from appliance.services.nodes.wanted import (
     bare_tag,
@@ -95,6 +95,9 @@ class NodeDeploy:
         # How often each node was marked dirty: a reconcile clears the flag only when no
         # mark came while it ran.
         self._marked: dict[int, int] = {}
+        # How each node was reached at its last reconcile: a record pointed elsewhere is
+        # reconciled anew.
+        self._where: dict[int, Details] = {}
         # Each node's inbound ids by tag, kept between client pushes (see _inbound_ids).
         self._ids: dict[int, dict[str, int]] = {}
 
@@ -290,10 +293,15 @@ class NodeDeploy:
     # ---- reconcile ----------------------------------------------------------------------
 
     def catch_up(self) -> None:
-        """The heartbeat's follow-up: reconcile every enabled online node that is dirty
-        or not reconciled since it came online (or since this panel started)."""
+        """The heartbeat's follow-up: reconcile every enabled online node that is dirty,
+        not reconciled since it came online (or since this panel started), or whose
+        record now points elsewhere (another address, port, path or token)."""
         for record in self.nodes.rows():
             node_id = record["id"]
+            where = details(record)
+            if self._where.get(node_id) != where:
+                self._where[node_id] = where
+                self._held.pop(node_id, None)
             if self.health.snapshot(node_id)["status"] != "online":
                 self._held.pop(node_id, None)
                 continue
