@@ -210,7 +210,11 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
     gone = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "doomed")))
     base = {"email": "sleeper@example.com", "id": str(uuid.uuid4())}
     ok(api.post(f"{CLIENTS}/add", {"client": base, "inboundIds": [created["id"]]}))
+    orphan = {"email": "orphan@example.com"}
+    ok(api.post(f"{CLIENTS}/add", {"client": orphan, "inboundIds": [gone["id"]]}))
     assert node_client(node, "sleeper@example.com") is not None
+    assert node_client(node, "orphan@example.com") is not None
+    steady_id = node_inbound(node, "steady")["id"]
 
     ports = (urlsplit(node.url).port, urlsplit(node.sub_url).port)
     node.stop()
@@ -220,7 +224,7 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
         ok(
             api.post(
                 f"{INBOUNDS}/update/{created['id']}",
-                {**vless_inbound(node_id, created["port"], "steady"), "remark": "renamed"},
+                {**vless_inbound(node_id, created["port"], "steadier"), "remark": "renamed"},
             )
         )
         ok(api.post(f"{INBOUNDS}/del/{gone['id']}"))
@@ -237,19 +241,26 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
         node.start()
 
     wait_until(lambda: not out_of_step(central, node_id), "the node is back in step", WAIT)
-    assert node_inbound(node, "steady")["remark"] == "renamed"
+    # The renamed inbound is the same one there; the deleted one and the client left on
+    # it alone are gone.
+    assert node_inbound(node, "steadier")["remark"] == "renamed"
+    assert node_inbound(node, "steadier")["id"] == steady_id
+    assert node_inbound(node, "steady") is None
     assert node_inbound(node, "doomed") is None
+    assert node_client(node, "orphan@example.com") is None
     assert node_client(node, "sleeper@example.com")["client"]["comment"] == "while down"
     assert node_client(node, "late@example.com") is not None
     wait_until(
         lambda: (
-            sorted(core_users(node, "steady") or []) == ["late@example.com", "sleeper@example.com"]
+            sorted(core_users(node, "steadier") or [])
+            == ["late@example.com", "sleeper@example.com"]
         ),
         "the node's core serves both clients",
         WAIT,
     )
     assert ok(api.get(f"{INBOUNDS}/get/{created['id']}"))["nodeOutOfStep"] is False
-    ok(api.post(f"{CLIENTS}/bulkDel", {"emails": ["sleeper@example.com", "late@example.com"]}))
+    leaving = ["sleeper@example.com", "late@example.com", "orphan@example.com"]
+    ok(api.post(f"{CLIENTS}/bulkDel", {"emails": leaving}))
     assert node_client(node, "late@example.com") is None
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 

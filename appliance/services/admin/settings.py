@@ -33,8 +33,9 @@ from appliance.services.admin.settings_table import (
 
 REDACTED = "********"
 # Stored alongside settings but never part of the settings API.
-# nodeRetiredTags: {node id: [tags]} of inbounds deleted here while their node could not
-# be told (services.nodes.deploy), deleted there at its next reconcile.
+# nodeRetiredTags: {node id: {tag: new tag or ""}} of inbounds renamed, deleted or moved
+# away here while their node could not be told (services.nodes.deploy), renamed or
+# deleted there at its next reconcile.
 INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid", "nodeRetiredTags"})
 
 

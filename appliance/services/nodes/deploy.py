@@ -141,7 +141,7 @@ class NodeDeploy:
         if old_node is not None and old_node == new_node:
             applied = self._put_inbound(new_node, bare_tag(old_tag), after)
             if not applied and bare_tag(old_tag) != bare_tag(after["tag"]):
-                self._retire(new_node, bare_tag(old_tag))
+                self._retire(new_node, bare_tag(old_tag), bare_tag(after["tag"]))
             return
         if old_node is not None:
             self._drop_inbound(old_node, bare_tag(old_tag))
@@ -342,21 +342,34 @@ class NodeDeploy:
             link = self._link(node_id)
             with db_session:
                 wanted = node_inbounds(self.store, node_id)
-            held = link.call("GET", f"{INBOUNDS}/list/slim") or []
-            by_tag = {row.get("tag"): row for row in held if isinstance(row, dict)}
+            retired = self._retired().get(str(node_id), {})
+            listed = link.call("GET", f"{INBOUNDS}/list/slim") or []
+            by_tag = {row.get("tag"): row for row in listed if isinstance(row, dict)}
+            # A rename made while the node could not be told: the same inbound there, with
+            # its clients, under the new tag.
+            for old, new in retired.items():
+                if new in wanted and new not in by_tag and old not in wanted and old in by_tag:
+                    found = by_tag.pop(old)["id"]
+                    link.call("POST", f"{INBOUNDS}/update/{found}", wanted[new])
+                    by_tag[new] = {**wanted[new], "id": found}
             for tag, body in wanted.items():
                 row = by_tag.get(tag)
-                if row is None:
-                    link.call("POST", f"{INBOUNDS}/add", body)
-                elif not same_inbound(body, row):
+                if row is not None and not same_inbound(body, row):
                     link.call("POST", f"{INBOUNDS}/update/{row['id']}", body)
-            retired = self._retired().get(str(node_id), [])
-            for tag in retired:
-                row = by_tag.get(tag)
-                if tag not in wanted and row is not None:
-                    link.call("POST", f"{INBOUNDS}/del/{row['id']}")
+            retiring = {by_tag[t]["id"] for t in retired if t not in wanted and t in by_tag}
             self._held[node_id] = set()
-            self._sync_clients(node_id, link)
+            # Clients before the retired inbounds go: those on them alone are deleted while
+            # the node can still say who is on them. Missing inbounds come after (one may
+            # take the port of a retired one), and their clients with a second pass.
+            self._sync_clients(node_id, link, retiring)
+            for inbound_id in sorted(retiring):
+                link.call("POST", f"{INBOUNDS}/del/{inbound_id}")
+            missing = [body for tag, body in wanted.items() if tag not in by_tag]
+            for body in missing:
+                link.call("POST", f"{INBOUNDS}/add", body)
+            self._ids.pop(node_id, None)
+            if missing:
+                self._sync_clients(node_id, link)
         self._unretire(node_id, retired)
         self.nodes.set_dirty([node_id], False)
         if self._marked.get(node_id, 0) != marked:
@@ -365,13 +378,14 @@ class NodeDeploy:
         self._errors.pop(node_id, None)
         log.info("node %s is in step", node_id)
 
-    def _sync_clients(self, node_id: int, link: NodeLink) -> None:
-        """Compare the node's clients with the wanted ones and send the differences."""
+    def _sync_clients(self, node_id: int, link: NodeLink, retiring: set[int] = frozenset()) -> None:
+        """Compare the node's clients with the wanted ones and send the differences;
+        `retiring`: ids of node inbounds about to be deleted, which no client keeps."""
         with db_session:
             wanted = node_clients(self.store, node_id).get(node_id, {})
-            tags = set(node_inbounds(self.store, node_id))
+            tags = node_tags(self.store, node_id)
         ids = self._inbound_ids(link)
-        owned = {ids[tag] for tag in tags if tag in ids}
+        owned = {ids[tag] for tag in tags if tag in ids} | retiring
         listed = link.call("GET", f"{CLIENTS}/list") or []
         current = {keys_of([c["email"]])[0]: c for c in listed if isinstance(c, dict)}
         create, changed, attach, detach, remove = [], [], {}, {}, []
@@ -488,31 +502,42 @@ class NodeDeploy:
         if self.nodes.exists(node_id):
             self.nodes.set_dirty([node_id], True)
 
-    def _retire(self, node_id: int, tag: str) -> None:
-        """Keep `tag` as one to delete on the node at its next reconcile."""
+    def _retire(self, node_id: int, tag: str, successor: str = "") -> None:
+        """Keep `tag` as one to delete on the node at its next reconcile, or to rename
+        to `successor` there."""
         if not self.nodes.exists(node_id):
             return
         retired = self._retired()
-        tags = retired.setdefault(str(node_id), [])
-        if tag not in tags:
-            tags.append(tag)
-            self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
+        tags = retired.setdefault(str(node_id), {})
+        for old, new in list(tags.items()):
+            if new == tag:
+                tags[old] = successor
+        tags[tag] = successor
+        for old, new in list(tags.items()):
+            if old == new:
+                del tags[old]
+        self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
         self._mark(node_id)
 
-    def _unretire(self, node_id: int, tags: list[str]) -> None:
+    def _unretire(self, node_id: int, tags: dict[str, str]) -> None:
         if not tags:
             return
         retired = self._retired()
-        left = [t for t in retired.get(str(node_id), []) if t not in tags]
+        left = {
+            old: new for old, new in retired.get(str(node_id), {}).items() if tags.get(old) != new
+        }
         if left:
             retired[str(node_id)] = left
         else:
             retired.pop(str(node_id), None)
         self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
 
-    def _retired(self) -> dict[str, list[str]]:
+    def _retired(self) -> dict[str, dict[str, str]]:
+        """{node id: {retired tag: the tag it was renamed to, or ""}}."""
         try:
             value = json.loads(self.settings.internal(RETIRED_KEY) or "{}")
         except ValueError:
             return {}
-        return value if isinstance(value, dict) else {}
+        if not isinstance(value, dict):
+            return {}
+        return {k: v for k, v in value.items() if isinstance(v, dict)}
