@@ -265,6 +265,30 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 
+def test_the_central_panel_reconciles_its_nodes_when_it_starts(fleet):
+    central, node, node_id = fleet
+    api = central.client()
+    created = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, free_port(), "restored")))
+    client = {"email": "keeper@example.com"}
+    ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [created["id"]]}))
+    central.stop()
+    # Meanwhile someone deletes the deployed client and changes the inbound on the node.
+    node_api = node.client()
+    ok(node_api.post(f"{CLIENTS}/del/keeper@example.com"))
+    on_node = node_inbound(node, "restored")
+    ok(node_api.post(f"{INBOUNDS}/update/{on_node['id']}", {**on_node, "remark": "changed"}))
+    central.start()
+    wait_until(
+        lambda: node_client(node, "keeper@example.com") is not None,
+        "the central panel puts the client back when it starts",
+        WAIT,
+    )
+    assert node_inbound(node, "restored")["remark"] == "restored"
+    api = central.client()
+    ok(api.post(f"{CLIENTS}/del/keeper@example.com"))
+    ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
+
+
 def test_bulk_changes_reach_the_node_in_batches(fleet):
     central, node, node_id = fleet
     api = central.client()
