@@ -502,7 +502,7 @@ class Panel:
             if self._changes is not None:
                 self._changes.bump(inbounds=drops_inbounds(resource))
         if resource in ("inbounds", "nodes"):
-            self.deploy.forget_bound()
+            self.deploy.forget_bound(nodes_changed=resource == "nodes")
         if resource == "nodes":
             # A node enabled again or pointed elsewhere is reconciled now, not at the next beat.
             gevent.spawn(self.deploy.catch_up)

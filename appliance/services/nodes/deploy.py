@@ -91,6 +91,7 @@ class NodeDeploy:
         # email keys each holds of this panel's clients.
         self._held: dict[int, set[str]] = {}
         self._bound: set[int] | None = None
+        self._any_nodes: bool | None = None
         self._errors: dict[int, str] = {}
         # How often each node was marked dirty: a reconcile clears the flag only when no
         # mark came while it ran.
@@ -125,9 +126,12 @@ class NodeDeploy:
             }
         return found
 
-    def forget_bound(self) -> None:
-        """Inbounds or nodes changed: which nodes have inbounds is read again when needed."""
+    def forget_bound(self, nodes_changed: bool = False) -> None:
+        """Inbounds (or nodes) changed: which nodes have inbounds (and whether there are
+        nodes at all) is read again when needed. A panel without nodes reads nothing."""
         self._bound = None
+        if nodes_changed:
+            self._any_nodes = None
 
     # ---- inbounds: inside the save's transaction --------------------------------------
 
@@ -296,6 +300,9 @@ class NodeDeploy:
         """The heartbeat's follow-up: reconcile every enabled online node that is dirty,
         not reconciled since it came online (or since this panel started), or whose
         record now points elsewhere (another address, port, path or token)."""
+        self._bound_nodes()
+        if not self._any_nodes:
+            return
         for record in self.nodes.rows():
             node_id = record["id"]
             where = details(record)
@@ -486,6 +493,11 @@ class NodeDeploy:
         return ids
 
     def _bound_nodes(self) -> set[int]:
+        if self._any_nodes is None:
+            with db_session:
+                self._any_nodes = self.store.Node.select().exists()
+        if not self._any_nodes:
+            return set()
         if self._bound is None:
             with db_session:
                 self._bound = bound_nodes(self.store)
