@@ -87,6 +87,21 @@ def out_of_step(central, node_id: int) -> bool:
     return next(n for n in nodes if n["id"] == node_id)["outOfStep"]
 
 
+def restart_later(node):
+    """Stop `node` (its data directory kept); the returned call starts it again on the
+    same ports."""
+    ports = (urlsplit(node.url).port, urlsplit(node.sub_url).port)
+    node.stop()
+
+    def start() -> None:
+        node.args = [
+            "--listen", LOOPBACK, "--port", str(ports[0]), "--sub-port", str(ports[1])
+        ]  # fmt: skip
+        node.start()
+
+    return start
+
+
 def through(port: int, user_id: str, tmp_path) -> bytes:
     """Bytes sent through the node's inbound on `port` as the VLESS user `user_id`."""
     socks = free_port()
@@ -216,8 +231,7 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
     assert node_client(node, "orphan@example.com") is not None
     steady_id = node_inbound(node, "steady")["id"]
 
-    ports = (urlsplit(node.url).port, urlsplit(node.sub_url).port)
-    node.stop()
+    start_again = restart_later(node)
     try:
         # Three edits while the node is down: all saved here, none lost there.
         ok(api.post(f"{CLIENTS}/update/sleeper@example.com", {**base, "comment": "while down"}))
@@ -235,10 +249,7 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
         assert view["nodeOutOfStep"] is True
         assert view["remark"] == "renamed"
     finally:
-        node.args = [
-            "--listen", LOOPBACK, "--port", str(ports[0]), "--sub-port", str(ports[1])
-        ]  # fmt: skip
-        node.start()
+        start_again()
 
     wait_until(lambda: not out_of_step(central, node_id), "the node is back in step", WAIT)
     # The renamed inbound is the same one there; the deleted one and the client left on
@@ -262,6 +273,39 @@ def test_a_node_down_during_three_edits_converges_when_back(fleet):
     leaving = ["sleeper@example.com", "late@example.com", "orphan@example.com"]
     ok(api.post(f"{CLIENTS}/bulkDel", {"emails": leaving}))
     assert node_client(node, "late@example.com") is None
+    ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
+
+
+def test_a_change_the_node_refuses_on_its_return_stays_visible(fleet):
+    central, node, node_id = fleet
+    api = central.client()
+    start_again = restart_later(node)
+    holder = socket.socket()
+    try:
+        holder.bind((LOOPBACK, 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        # Saved here while the node is away; on its return, its port is taken there.
+        created = ok(api.post(f"{INBOUNDS}/add", vless_inbound(node_id, busy, "contested")))
+    finally:
+        start_again()
+    try:
+        view = wait_until(
+            lambda: (
+                f"port {busy}" in (v := ok(api.get(f"{INBOUNDS}/get/{created['id']}")))["nodeError"]
+                and v
+            ),
+            "the inbound says why its node is out of step",
+            WAIT,
+        )
+        assert view["nodeOutOfStep"] is True
+        assert out_of_step(central, node_id) is True
+        assert node_inbound(node, "contested") is None
+    finally:
+        holder.close()
+    wait_until(lambda: not out_of_step(central, node_id), "the node is back in step", WAIT)
+    assert node_inbound(node, "contested")["port"] == busy
+    assert ok(api.get(f"{INBOUNDS}/get/{created['id']}"))["nodeError"] == ""
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 

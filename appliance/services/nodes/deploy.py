@@ -217,6 +217,10 @@ class NodeDeploy:
         for node_id in sorted(nodes):
             try:
                 if node_id not in self._held:
+                    # Not in step since it came online: replayed whole, unless a replay
+                    # just failed there (the heartbeat retries it, not every request).
+                    if node_id in self._errors:
+                        raise Unreached
                     self.reconcile(node_id)
                     continue
                 with self._lock(node_id):
@@ -243,6 +247,13 @@ class NodeDeploy:
             tags = node_tags(self.store, node_id)
         held = self._held[node_id]
         ids = self._inbound_ids(link, node_id)
+        needed = set().union(*(want_tags for _, want_tags in wanted.values()))
+        if not needed <= set(ids):
+            self._ids.pop(node_id, None)
+            ids = self._inbound_ids(link, node_id)
+            if not needed <= set(ids):
+                lacking = ", ".join(sorted(needed - set(ids)))
+                raise NodeError(f"{link.details.label} has no inbound {lacking}", reached=True)
         owned = {ids[tag] for tag in tags if tag in ids}
         for key, email in sorted(keys.items()):
             if key not in wanted and key not in held:
