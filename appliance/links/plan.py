@@ -147,7 +147,8 @@ class PreparedInbound:
 
 def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
     """The client-independent part of the links of `inbound` with its enabled `hosts` (in
-    their order); None when the protocol has no link form."""
+    their order); None when the protocol has no link form. An inbound that runs on a node
+    carries `nodeAddress`, which stands in for the default address."""
     if not isinstance(inbound, dict):
         return None
     protocol = _text(inbound.get("protocol"))

@@ -59,7 +59,7 @@ from appliance.links import (
     prepared_links,
 )
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
 
 log = logging.getLogger(__name__)
 
@@ -427,19 +427,6 @@ class InboundCatalog:
         hosts = hosts_by_inbound(self.reads.rows(*hosts_query([row[0] for row in rows])))
         records = with_node_addresses([inbound_record(row) for row in rows], self.reads.rows)
         return {r["id"]: _prepared(r, hosts.get(r["id"], [])) for r in records}
-
-
-def with_node_addresses(records: list[dict], rows: Callable) -> list[dict]:
-    """`records` with `nodeAddress` set on those bound to a node: its links point to the
-    node (hosts still override). Reads the node table only when one is bound."""
-    node_ids = sorted({r["nodeId"] for r in records if r["nodeId"] is not None})
-    if node_ids:
-        marks = ", ".join("?" * len(node_ids))
-        addresses = dict(rows(f"SELECT id, address FROM node WHERE id IN ({marks})", node_ids))
-        for record in records:
-            if record["nodeId"] is not None:
-                record["nodeAddress"] = addresses.get(record["nodeId"], "")
-    return records
 
 
 def _prepared(record: dict, hosts: list[dict]) -> PreparedInbound | None:
