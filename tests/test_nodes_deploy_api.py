@@ -187,6 +187,11 @@ def test_a_node_refusal_fails_the_central_save_and_changes_nothing(fleet):
         )
     assert ok(api.get(f"{INBOUNDS}/get/{created['id']}"))["port"] == created["port"]
     assert node_inbound(node, "kept")["port"] == created["port"]
+    # Fallback rules name this panel's inbounds: they are refused, not silently dropped.
+    refused(
+        api.post(f"{INBOUNDS}/{created['id']}/fallbacks", {"fallbacks": [{"dest": "8080"}]}),
+        "not deployed to nodes",
+    )
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 

@@ -37,7 +37,7 @@ from appliance.services.clients.query import (
     slim_entry,
 )
 from appliance.services.clients.records import refit
-from appliance.services.inbounds.fallbacks import Fallbacks, master_problem
+from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
 
@@ -431,6 +431,10 @@ class Inbounds:
         the core would refuse the config at the next restart."""
         if row.fallbacks.is_empty():
             return
+        if record["nodeId"] is not None:
+            raise ServiceError(
+                f"inbound {row.id} has fallback rules and cannot move to a node: {NOT_ON_NODES}"
+            )
         problem = master_problem(record["protocol"], record["streamSettings"])
         if problem:
             raise ServiceError(
