@@ -136,6 +136,7 @@ class Panel:
             place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
             node_marks=lambda node_ids: self.deploy.marks(node_ids),
             touched=self.touched_clients.note,
+            node_save_failed=lambda before, after: self.deploy.save_failed(before, after),
         )
         self.hosts = Hosts(self.store)
         self.nodes = Nodes(self.store)

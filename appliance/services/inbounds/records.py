@@ -9,13 +9,14 @@ attached clients usable: the protocol must still take clients, and their secrets
 re-fitted to a changed Shadowsocks cipher as on attach. Every save that changes what
 the core runs (add, update, enable) is written, then tested by the installed core inside
 its still open transaction (`check_config`): a refusal rolls it back with the core's words.
-An inbound bound to a node is placed on that node the same way (`place_on_node`): the
-node's refusal rolls the save back with the node's words. Its views carry `nodeStatus`,
+An inbound bound to a node is placed on that node first (`place_on_node`): the node's
+refusal refuses the save with the node's words. Its views carry `nodeStatus`,
 `nodeOutOfStep` and `nodeError` (`node_marks`), so a list shows which run out of step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
@@ -53,8 +54,10 @@ HeldSockets = Callable[[], list[Socket]]
 # CoreService.check_candidate.
 CheckConfig = Callable[[int], None]
 # Applies a save of an inbound bound to a node on that node, inside the save's open
-# transaction (raising rolls it back): (node id, tag) before the save or None for a new
-# inbound, and the record after it or None once deleted; see NodeDeploy.inbound_saved.
+# transaction before anything is written (raising refuses the save): (node id, tag) before
+# the save or None for a new inbound, and the record after it or None once deleted; see
+# NodeDeploy.inbound_saved. The same arguments tell NodeDeploy.save_failed of a save that
+# failed here after the node took it.
 PlaceOnNode = Callable[[tuple[int | None, str] | None, dict | None], None]
 # node ids -> {node id: fields an inbound view of that node carries}, see NodeDeploy.marks.
 NodeMarks = Callable[[Iterable[int]], dict[int, dict]]
@@ -84,6 +87,7 @@ class Inbounds:
         place_on_node: PlaceOnNode = lambda before, after: None,
         node_marks: NodeMarks = lambda node_ids: {},
         touched: Callable[[list[str]], None] = lambda emails: None,
+        node_save_failed: PlaceOnNode = lambda before, after: None,
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -98,6 +102,7 @@ class Inbounds:
         # of an inbound bound to a node, and those whose secrets were re-fitted; see
         # services.clients.records.
         self.touched = touched
+        self.node_save_failed = node_save_failed
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
 
@@ -185,16 +190,14 @@ class Inbounds:
             record = self._placed(record)
             self._check_unique(record, None)
             self._check_free(record)
-            now = int(self.clock() * 1000)
-            row = self.store.Inbound(
-                created_at=now,
-                **_columns(record, self._tag_for(record, None), now),
-            )
-            row.flush()
-            self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
-            self._check_core(row.id)
-            self._place(None, row)
-            return self._view_of(row.id)
+            record = {**record, "tag": self._tag_for(record, None)}
+            with self._node_first(None, record):
+                now = int(self.clock() * 1000)
+                row = self.store.Inbound(created_at=now, **_columns(record, record["tag"], now))
+                row.flush()
+                self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
+                self._check_core(row.id)
+                return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
         with db_session:
@@ -206,22 +209,23 @@ class Inbounds:
             self._check_still_master(row, record)
             self._check_clients_fit(row, record)
             before = (row.node_id, row.tag)
-            now = int(self.clock() * 1000)
-            row.set(**_columns(record, self._tag_for(record, row), now))
-            on_node = before[0] is not None or row.node_id is not None
+            record = {**record, "tag": self._tag_for(record, row)}
+            on_node = before[0] is not None or record["nodeId"] is not None
             changed = []
-            for attachment in row.attachments:
-                client = attachment.client
-                secrets = (client.password, client.method)
-                try:
-                    refit(client, [a.inbound for a in client.attachments])
-                except ServiceError as exc:
-                    raise ServiceError(f"client '{client.email}': {exc.msg}") from None
-                if on_node or secrets != (client.password, client.method):
-                    changed.append(client.email)
-            self._check_core(row.id)
-            self._place(before, row)
-            view = self._view_of(row.id)
+            with self._node_first(before, record):
+                now = int(self.clock() * 1000)
+                row.set(**_columns(record, record["tag"], now))
+                for attachment in row.attachments:
+                    client = attachment.client
+                    secrets = (client.password, client.method)
+                    try:
+                        refit(client, [a.inbound for a in client.attachments])
+                    except ServiceError as exc:
+                        raise ServiceError(f"client '{client.email}': {exc.msg}") from None
+                    if on_node or secrets != (client.password, client.method):
+                        changed.append(client.email)
+                self._check_core(row.id)
+                view = self._view_of(row.id)
         self.touched(changed)
         return view
 
@@ -256,10 +260,9 @@ class Inbounds:
             row = self._row(inbound_id)
             before = (row.node_id, row.tag)
             detached = [a.client.email for a in row.attachments] if before[0] is not None else []
-            row.delete()
-            if before[0] is not None:
+            with self._node_first(before, None):
+                row.delete()
                 self.store.db.flush()
-                self.place_on_node(before, None)
         self.touched(detached)
 
     def bulk_delete(self, ids) -> dict:
@@ -281,10 +284,10 @@ class Inbounds:
             row = self._row(inbound_id)
             if enable and not row.enable:
                 self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
-            row.enable = enable
-            row.updated_at = int(self.clock() * 1000)
-            self._check_core(row.id)
-            self._place((row.node_id, row.tag), row)
+            with self._node_first((row.node_id, row.tag), {**record_of(row), "enable": enable}):
+                row.enable = enable
+                row.updated_at = int(self.clock() * 1000)
+                self._check_core(row.id)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -304,12 +307,22 @@ class Inbounds:
         self.store.db.flush()
         self.check_config(inbound_id)
 
-    def _place(self, before: tuple[int | None, str] | None, row) -> None:
-        """Apply the save of `row` on the node it is (or was) bound to; the caller holds
-        the save's db_session, which a refusal rolls back."""
-        if row.node_id is None and (before is None or before[0] is None):
+    @contextlib.contextmanager
+    def _node_first(self, before: tuple[int | None, str] | None, after: dict | None):
+        """Apply a save on the node it concerns (before the save: the node id and tag of
+        the stored inbound; after it: the record, None once deleted) before anything is
+        written here: a node's refusal then changes nothing here, and no write waits for
+        the node's answer. A save that fails here after the node took it leaves the node
+        to be brought back in step (`node_save_failed`)."""
+        if (before is None or before[0] is None) and (after is None or after["nodeId"] is None):
+            yield
             return
-        self.place_on_node(before, record_of(row))
+        self.place_on_node(before, after)
+        try:
+            yield
+        except BaseException:
+            self.node_save_failed(before, after)
+            raise
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")

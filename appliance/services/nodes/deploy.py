@@ -137,9 +137,9 @@ class NodeDeploy:
 
     def inbound_saved(self, before: tuple[int | None, str] | None, after: dict | None) -> None:
         """Apply an inbound save on its node(s): `before` is (node id, tag) of the stored
-        inbound before the save (None for a new one), `after` its record now (None when
-        deleted). Called inside the save's open transaction: a node's refusal raises and
-        rolls the save back; a node that cannot be told is marked dirty."""
+        inbound before the save (None for a new one), `after` its record as saved (None
+        when deleted). Called inside the save's transaction before it writes: a node's
+        refusal raises and refuses the save; a node that cannot be told is marked dirty."""
         old_node, old_tag = before if before is not None else (None, "")
         new_node = after["nodeId"] if after is not None else None
         if old_node is not None and old_node == new_node:
@@ -151,6 +151,28 @@ class NodeDeploy:
             self._drop_inbound(old_node, bare_tag(old_tag))
         if new_node is not None:
             self._put_inbound(new_node, bare_tag(after["tag"]), after)
+
+    def save_failed(self, before: tuple[int | None, str] | None, after: dict | None) -> None:
+        """A save that `inbound_saved` applied on a node failed here afterwards: the node
+        is reconciled back to what is stored here. An inbound it added (or renamed) there
+        is retired, so the reconcile deletes it (or renames it back). Runs once the failed
+        transaction has gone, since what it writes must stay."""
+        old_node, old_tag = before if before is not None else (None, "")
+        new_node = after["nodeId"] if after is not None else None
+
+        def mark() -> None:
+            if new_node is not None:
+                new_tag = bare_tag(after["tag"])
+                if old_node != new_node:
+                    self._retire(new_node, new_tag)
+                elif bare_tag(old_tag) != new_tag:
+                    self._retire(new_node, new_tag, bare_tag(old_tag))
+                else:
+                    self._mark(new_node)
+            if old_node is not None and old_node != new_node:
+                self._mark(old_node)
+
+        gevent.spawn(mark)
 
     def _put_inbound(self, node_id: int, old_tag: str, record: dict) -> bool:
         """Add or update the node's inbound (found by its old tag, else its new one);
