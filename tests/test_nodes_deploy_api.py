@@ -192,6 +192,13 @@ def test_a_node_refusal_fails_the_central_save_and_changes_nothing(fleet):
         api.post(f"{INBOUNDS}/{created['id']}/fallbacks", {"fallbacks": [{"dest": "8080"}]}),
         "not deployed to nodes",
     )
+    # Refused here after the node took it: the node is brought back in step.
+    with_rules = vless_inbound(node_id, free_port(), "ruled")
+    with_rules["settings"] = {"decryption": "none", "fallbacks": [{"dest": "8080"}]}
+    refused(api.post(f"{INBOUNDS}/add", with_rules), "not deployed to nodes")
+    assert not [i for i in ok(api.get(f"{INBOUNDS}/list")) if i["remark"] == "ruled"]
+    wait_until(lambda: node_inbound(node, "ruled") is None, "the node drops it again", WAIT)
+    wait_until(lambda: not out_of_step(central, node_id), "the node is in step", WAIT)
     ok(api.post(f"{INBOUNDS}/del/{created['id']}"))
 
 
