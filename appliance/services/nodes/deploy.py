@@ -336,7 +336,13 @@ class NodeDeploy:
         self._bound_nodes()
         if not self._any_nodes:
             return
-        for record in self.nodes.rows():
+        records = self.nodes.rows()
+        retired = self._retired()
+        if set(retired) - {str(r["id"]) for r in records}:
+            # Tags kept for a node deleted since: nothing is deployed there any more.
+            kept = {k: v for k, v in retired.items() if k in {str(r["id"]) for r in records}}
+            self.settings.set_internal(RETIRED_KEY, json.dumps(kept))
+        for record in records:
             node_id = record["id"]
             where = details(record)
             if self._where.get(node_id) != where:
