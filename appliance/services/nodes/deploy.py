@@ -1,9 +1,11 @@
 """Deploying to nodes: inbounds bound to a node and their clients run there, not here.
 
 An inbound save (add, update, enable, delete) is applied on its node through the node's
-own inbound API inside the save's open transaction: a node that refuses (a port in use
-there, its core refusing the config) fails the save with the node's words and nothing
-changes here. Client changes are pushed once they are committed, within the same request:
+own inbound API inside the save's transaction, before it writes anything: a node that
+refuses (a port in use there, its core refusing the config) fails the save with the
+node's words and nothing changes here, and no write of the panel waits for the node's
+answer. A save that fails here after the node took it is undone there by a reconcile
+(`save_failed`). Client changes are pushed once they are committed, within the same request:
 a call that named its clients (`TouchedClients`) costs those clients' work on the nodes
 that hold or should hold them; any other call (bulk operations, an inbound's clients)
 compares each node's client list with what it should hold and sends the differences in
@@ -17,9 +19,11 @@ has it (updated, never an error).
 
 What the central panel owns on a node, and so may change or delete there:
 - the inbounds whose node-side tag is that of an inbound bound to the node here, and
-  those whose tag was that of an inbound deleted (or moved away) here while the node
-  could not be told, kept as *retired tags* until a reconcile deleted them. Any other
-  inbound on the node (one an admin made there by hand) is never touched;
+  those whose tag was that of an inbound deleted, moved away or renamed here while the
+  node could not be told, kept as *retired tags* (in the `nodeRetiredTags` internal
+  setting) until a reconcile deleted them there, or renamed them, keeping the same node
+  inbound and its clients. Any other inbound on the node (one an admin made there by
+  hand) is never touched;
 - the clients attached to those inbounds: a node client on them whose email no central
   client attached there has is detached from them, and deleted when it is then attached
   to nothing on the node. Clients on the node's own inbounds alone are never touched.
@@ -90,9 +94,9 @@ class NodeDeploy:
         # Nodes whose clients are known to be as wanted since their last reconcile; the
         # email keys each holds of this panel's clients.
         self._held: dict[int, set[str]] = {}
-        self._bound: set[int] | None = None
-        self._any_nodes: bool | None = None
-        self._errors: dict[int, str] = {}
+        self._bound: set[int] | None = None  # ids of the nodes inbounds are bound to
+        self._any_nodes: bool | None = None  # whether any node exists; None: read it
+        self._errors: dict[int, str] = {}  # why the last push to a node failed
         # How often each node was marked dirty: a reconcile clears the flag only when no
         # mark came while it ran.
         self._marked: dict[int, int] = {}
