@@ -20,10 +20,8 @@ has it (updated, never an error).
 What the central panel owns on a node, and so may change or delete there:
 - the inbounds whose node-side tag is that of an inbound bound to the node here, and
   those whose tag was that of an inbound deleted, moved away or renamed here while the
-  node could not be told, kept as *retired tags* (in the `nodeRetiredTags` internal
-  setting) until a reconcile deleted them there, or renamed them, keeping the same node
-  inbound and its clients. Any other inbound on the node (one an admin made there by
-  hand) is never touched;
+  node could not be told (`retired`), until a reconcile deleted or renamed them there.
+  Any other inbound on the node (one an admin made there by hand) is never touched;
 - the clients attached to those inbounds: a node client on them whose email no central
   client attached there has is detached from them, and deleted when it is then attached
   to nothing on the node. Clients on the node's own inbounds alone are never touched.
@@ -31,7 +29,6 @@ What the central panel owns on a node, and so may change or delete there:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from urllib.parse import quote
@@ -44,6 +41,7 @@ from appliance.errors import ServiceError
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Details, Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.retired import RetiredTags
 from appliance.services.nodes.wanted import (
     bare_tag,
     bound_nodes,
@@ -67,7 +65,6 @@ ONE_BY_ONE = 100
 # Emails one push takes client by client; more, and comparing the node's list is cheaper.
 CLIENTS_AT_ONCE = 50
 NO_CLIENT = "no client with email"
-RETIRED_KEY = "nodeRetiredTags"
 # Statuses in which a node is called at once; any other waits for a reconcile.
 CALLABLE = ("online", "unknown")
 
@@ -89,7 +86,7 @@ class NodeDeploy:
         self.nodes = nodes
         self.health = health
         self.identity = identity
-        self.settings = settings
+        self.retired = RetiredTags(settings)
         self._locks: dict[int, RLock] = {}
         # Nodes whose clients are known to be as wanted since their last reconcile; the
         # email keys each holds of this panel's clients.
@@ -341,11 +338,7 @@ class NodeDeploy:
         if not self._any_nodes:
             return
         records = self.nodes.rows()
-        retired = self._retired()
-        if set(retired) - {str(r["id"]) for r in records}:
-            # Tags kept for a node deleted since: nothing is deployed there any more.
-            kept = {k: v for k, v in retired.items() if k in {str(r["id"]) for r in records}}
-            self.settings.set_internal(RETIRED_KEY, json.dumps(kept))
+        self.retired.keep_only(r["id"] for r in records)
         for record in records:
             node_id = record["id"]
             where = details(record)
@@ -392,7 +385,7 @@ class NodeDeploy:
             link = self._link(node_id)
             with db_session:
                 wanted = node_inbounds(self.store, node_id)
-            retired = self._retired().get(str(node_id), {})
+            retired = self.retired.of(node_id)
             listed = link.call("GET", f"{INBOUNDS}/list/slim") or []
             by_tag = {row.get("tag"): row for row in listed if isinstance(row, dict)}
             # A rename made while the node could not be told: the same inbound there, with
@@ -420,7 +413,7 @@ class NodeDeploy:
             self._ids.pop(node_id, None)
             if missing:
                 self._sync_clients(node_id, link)
-        self._unretire(node_id, retired)
+        self.retired.done(node_id, retired)
         self.nodes.set_dirty([node_id], False)
         if self._marked.get(node_id, 0) != marked:
             self.nodes.set_dirty([node_id], True)
@@ -558,41 +551,8 @@ class NodeDeploy:
             self.nodes.set_dirty([node_id], True)
 
     def _retire(self, node_id: int, tag: str, successor: str = "") -> None:
-        """Keep `tag` as one to delete on the node at its next reconcile, or to rename
-        to `successor` there."""
-        if not self.nodes.exists(node_id):
-            return
-        retired = self._retired()
-        tags = retired.setdefault(str(node_id), {})
-        for old, new in list(tags.items()):
-            if new == tag:
-                tags[old] = successor
-        tags[tag] = successor
-        for old, new in list(tags.items()):
-            if old == new:
-                del tags[old]
-        self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
-        self._mark(node_id)
-
-    def _unretire(self, node_id: int, tags: dict[str, str]) -> None:
-        if not tags:
-            return
-        retired = self._retired()
-        left = {
-            old: new for old, new in retired.get(str(node_id), {}).items() if tags.get(old) != new
-        }
-        if left:
-            retired[str(node_id)] = left
-        else:
-            retired.pop(str(node_id), None)
-        self.settings.set_internal(RETIRED_KEY, json.dumps(retired))
-
-    def _retired(self) -> dict[str, dict[str, str]]:
-        """{node id: {retired tag: the tag it was renamed to, or ""}}."""
-        try:
-            value = json.loads(self.settings.internal(RETIRED_KEY) or "{}")
-        except ValueError:
-            return {}
-        if not isinstance(value, dict):
-            return {}
-        return {k: v for k, v in value.items() if isinstance(v, dict)}
+        """Keep `tag` as one to delete (or rename to `successor`) on the node at its next
+        reconcile, and mark the node."""
+        if self.nodes.exists(node_id):
+            self.retired.add(node_id, tag, successor)
+            self._mark(node_id)
