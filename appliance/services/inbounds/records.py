@@ -210,7 +210,9 @@ class Inbounds:
             self._check_clients_fit(row, record)
             before = (row.node_id, row.tag)
             record = {**record, "tag": self._tag_for(record, row)}
-            on_node = before[0] is not None or record["nodeId"] is not None
+            # Clients follow an inbound that moves to or from a node; on the node it stays
+            # on, its inbound keeps them, so only re-fitted secrets need telling.
+            moved = before[0] != record["nodeId"]
             changed = []
             with self._node_first(before, record):
                 now = int(self.clock() * 1000)
@@ -222,7 +224,7 @@ class Inbounds:
                         refit(client, [a.inbound for a in client.attachments])
                     except ServiceError as exc:
                         raise ServiceError(f"client '{client.email}': {exc.msg}") from None
-                    if on_node or secrets != (client.password, client.method):
+                    if moved or secrets != (client.password, client.method):
                         changed.append(client.email)
                 self._check_core(row.id)
                 view = self._view_of(row.id)
