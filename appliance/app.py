@@ -64,6 +64,7 @@ from appliance.services.control.routing import CoreRouting
 from appliance.services.control.supervisor import CoreService
 from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.nodes.deploy import NodeDeploy
 from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
@@ -149,11 +150,22 @@ class Panel:
             held_sockets=lambda: self.core.held_sockets(),
             places=self.places,
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
+            place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
+            node_marks=lambda node_ids: self.deploy.marks(node_ids),
+            touched=self.touched_clients.note,
+            node_save_failed=lambda before, after: self.deploy.save_failed(before, after),
         )
         self.hosts = Hosts(self.store)
         self.nodes = Nodes(self.store, seal=TokenSeal(os.environ.get(NODE_KEY_ENV, "")))
-        self.node_health = NodeHealth(self.nodes, self.node_identity)
+        self.node_health = NodeHealth(
+            self.nodes,
+            self.node_identity,
+            on_change=lambda *change: self.deploy.status_changed(*change),
+        )
         self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
+        self.deploy = NodeDeploy(
+            self.store, self.nodes, self.node_health, self.node_identity, self.settings
+        )
         self.node_operations = NodeOperations(self.nodes, self.node_health, self.node_identity)
         self.node_tree = NodeTree(self.nodes, self.node_health, self.node_identity)
         self.mtls = MutualTls(options.data_dir, self.guid)
@@ -454,7 +466,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
-        every(HEARTBEAT_SECONDS, self.node_health.beat_all, "node heartbeat", fault)
+        every(HEARTBEAT_SECONDS, self.node_heartbeat, "node heartbeat", fault)
         every(HEARTBEAT_SECONDS, self.node_tree.refresh, "node descendants", fault)
         every(
             OUTBOUND_SUBS_CHECK_SECONDS,
@@ -467,6 +479,11 @@ class Panel:
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def node_heartbeat(self) -> None:
+        """Every node's health, then a reconcile of each online node out of step."""
+        self.node_health.beat_all()
+        self.deploy.catch_up()
 
     def _start_sub_workers(self, sock, tls: bool, count: int, own: WSGIServer | None) -> None:
         """Serve the subscription socket with `count` worker processes (runtime.workers):
@@ -571,15 +588,24 @@ class Panel:
         the core in step: with the clients of `emails` or of those the API call named
         client by client (`TouchedClients`) alone, else with everything stored. `emails`
         comes from the core itself, which then already took them."""
-        if resource in ("clients", "inbounds", "hosts", "settings"):
+        if resource in ("clients", "inbounds", "hosts", "settings", "nodes"):
             self.subscriptions.invalidate(resource)
             if self._changes is not None:
                 self._changes.bump(inbounds=drops_inbounds(resource))
+        if resource in ("inbounds", "nodes"):
+            self.deploy.forget_bound(nodes_changed=resource == "nodes")
+        if resource == "nodes":
+            # A node enabled again or pointed elsewhere is reconciled now, not at the next beat.
+            gevent.spawn(self.deploy.catch_up)
+        touched = None
         if resource in ("clients", "inbounds", "settings"):
             self.client_query.invalidate()
             if emails is None:
                 touched = self.touched_clients.take() if resource == "clients" else None
                 self.core.mark_dirty(touched)
+        if resource == "clients":
+            # The nodes take what the core took: the clients the call named, else all.
+            self.deploy.clients_changed(emails if emails is not None else touched)
         self.hub.invalidate(resource)
 
     def _websocket_allowed(self, environ: dict) -> bool:

@@ -147,7 +147,8 @@ class PreparedInbound:
 
 def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
     """The client-independent part of the links of `inbound` with its enabled `hosts` (in
-    their order); None when the protocol has no link form."""
+    their order); None when the protocol has no link form. An inbound that runs on a node
+    carries `nodeAddress`, which stands in for the default address."""
     if not isinstance(inbound, dict):
         return None
     protocol = _text(inbound.get("protocol"))
@@ -156,12 +157,14 @@ def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
     settings = section(inbound, "settings")
     stream = section(inbound, "streamSettings")
     network = _network(protocol, stream)
+    # An inbound that runs on a node is reached at the node, not at this panel's address.
+    node_address = _text(inbound.get("nodeAddress"))
     targets = []
     for target in _targets(inbound, stream, hosts):
         security = _security(protocol, stream, target)
         targets.append(
             _PreparedTarget(
-                address=target.address,
+                address=target.address or node_address,
                 port=target.port,
                 remark=target.remark,
                 security=security,

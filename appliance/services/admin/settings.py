@@ -33,7 +33,12 @@ from appliance.services.admin.settings_table import (
 
 REDACTED = "********"
 # Stored alongside settings but never part of the settings API.
-INTERNAL_KEYS = frozenset({"sessionSecret", "panelGuid", "parentGuid", "warpAccount", "vpnAccount"})
+# nodeRetiredTags: {node id: {tag: new tag or ""}} of inbounds renamed, deleted or moved
+# away here while their node could not be told (services.nodes.retired), renamed or
+# deleted there at its next reconcile.
+INTERNAL_KEYS = frozenset(
+    {"sessionSecret", "panelGuid", "parentGuid", "nodeRetiredTags", "warpAccount", "vpnAccount"}
+)
 
 
 class Settings:

@@ -59,7 +59,7 @@ from appliance.links import (
     prepared_links,
 )
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class Subscriptions:
             )
             if not found:
                 raise ServiceError(f"no inbound with id {inbound_id}")
-            inbound = inbound_record(found[0])
+            inbound = with_node_addresses([inbound_record(found[0])], self.store.rows)[0]
             (total,) = self.store.rows(
                 "SELECT COUNT(*) FROM client_inbound WHERE inbound_id = ?", [inbound_id]
             )[0]
@@ -373,6 +373,7 @@ class Subscriptions:
         for row in rows:
             if row[1] not in inbounds:
                 inbounds[row[1]] = inbound_record(row[1:])
+        with_node_addresses(list(inbounds.values()), self.store.rows)
         hosts = self._hosts(list(inbounds))
         return [(inbounds[row[1]], by_row[row[0]], hosts.get(row[1], [])) for row in rows]
 
@@ -424,16 +425,17 @@ class InboundCatalog:
         if not rows:
             return {}
         hosts = hosts_by_inbound(self.reads.rows(*hosts_query([row[0] for row in rows])))
-        return {row[0]: _prepared(row, hosts.get(row[0], [])) for row in rows}
+        records = with_node_addresses([inbound_record(row) for row in rows], self.reads.rows)
+        return {r["id"]: _prepared(r, hosts.get(r["id"], [])) for r in records}
 
 
-def _prepared(row: tuple, hosts: list[dict]) -> PreparedInbound | None:
+def _prepared(record: dict, hosts: list[dict]) -> PreparedInbound | None:
     """One inbound that cannot be prepared (a stored shape the renderers do not expect)
     costs its own links, not every subscription it is in."""
     try:
-        return prepare_inbound(inbound_record(row), hosts)
+        return prepare_inbound(record, hosts)
     except Exception:
-        log.exception("cannot render the links of inbound %s", row[0])
+        log.exception("cannot render the links of inbound %s", record["id"])
         return None
 
 

@@ -25,6 +25,11 @@ from appliance.runtime.file_paths import FilePlaces
 MASTER_PROTOCOLS = ("vless", "trojan")
 DEST_MAX = 255
 SORT_ORDER_MIN, SORT_ORDER_MAX = -(2**31), 2**31 - 1
+# Rules name inbounds by this panel's ids, which mean nothing on a node.
+NOT_ON_NODES = (
+    "fallback rules are not deployed to nodes (they name this panel's inbounds); set them "
+    "on the node itself"
+)
 HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 
 
@@ -139,6 +144,8 @@ class Fallbacks:
 
 
 def check_master(master) -> None:
+    if master.node_id is not None:
+        raise ServiceError(f"inbound {master.id} runs on a node: {NOT_ON_NODES}")
     problem = master_problem(master.protocol, json.loads(master.stream_settings))
     if problem:
         raise ServiceError(f"inbound {master.id} cannot hold fallbacks: {problem}")

@@ -9,10 +9,14 @@ attached clients usable: the protocol must still take clients, and their secrets
 re-fitted to a changed Shadowsocks cipher as on attach. Every save that changes what
 the core runs (add, update, enable) is written, then tested by the installed core inside
 its still open transaction (`check_config`): a refusal rolls it back with the core's words.
+An inbound bound to a node is placed on that node first (`place_on_node`): the node's
+refusal refuses the save with the node's words. Its views carry `nodeStatus`,
+`nodeOutOfStep` and `nodeError` (`node_marks`), so a list shows which run out of step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
@@ -34,9 +38,9 @@ from appliance.services.clients.query import (
     slim_entry,
 )
 from appliance.services.clients.records import refit
-from appliance.services.inbounds.fallbacks import Fallbacks, master_problem
+from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
@@ -49,12 +53,22 @@ HeldSockets = Callable[[], list[Socket]]
 # Raises ServiceError when the core refuses the config of the open transaction, see
 # CoreService.check_candidate.
 CheckConfig = Callable[[int], None]
+# Applies a save of an inbound bound to a node on that node, inside the save's open
+# transaction before anything is written (raising refuses the save): (node id, tag) before
+# the save or None for a new inbound, and the record after it or None once deleted; see
+# NodeDeploy.inbound_saved. The same arguments tell NodeDeploy.save_failed of a save that
+# failed here after the node took it.
+PlaceOnNode = Callable[[tuple[int | None, str] | None, dict | None], None]
+# node ids -> {node id: fields an inbound view of that node carries}, see NodeDeploy.marks.
+NodeMarks = Callable[[Iterable[int]], dict[int, dict]]
 
 # Characters a generated tag may not carry (the ones `inbound_rules` refuses in a tag
 # the user sends), so a generated tag survives being sent back on update.
 TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]+")
 # The prefix of the tag of an inbound bound to a node, here; the node's own tag lacks it.
 NODE_TAG = re.compile(r"^n[0-9]+-")
+# What a view of an inbound bound to a node says of that node (see NodeDeploy.marks).
+NODE_MARKS = ("nodeStatus", "nodeOutOfStep", "nodeError")
 # What a node can run: everything its core serves (MTProto is a process of its own here).
 NODE_PROTOCOLS = frozenset(inbound_rules.PROTOCOLS) - {"mtproto"}
 
@@ -70,6 +84,10 @@ class Inbounds:
         *,
         places: FilePlaces,
         check_config: CheckConfig = lambda inbound_id: None,
+        place_on_node: PlaceOnNode = lambda before, after: None,
+        node_marks: NodeMarks = lambda node_ids: {},
+        touched: Callable[[list[str]], None] = lambda emails: None,
+        node_save_failed: PlaceOnNode = lambda before, after: None,
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -78,6 +96,13 @@ class Inbounds:
         self.clients_of = clients_of
         self.held_sockets = held_sockets
         self.check_config = check_config
+        self.place_on_node = place_on_node
+        self.node_marks = node_marks
+        # Told the emails of the clients a save changed for the places that run them: those
+        # of an inbound bound to a node, and those whose secrets were re-fitted; see
+        # services.clients.records.
+        self.touched = touched
+        self.node_save_failed = node_save_failed
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
 
@@ -89,7 +114,7 @@ class Inbounds:
         views = self._views(slim)
         for view in views:
             del view["clientRows"]
-        return views
+        return self._marked(views)
 
     def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
         """Every inbound view with `clientRows`, the views of its attached clients as the
@@ -140,6 +165,14 @@ class Inbounds:
         with db_session:
             return self._view_of(self._row(inbound_id).id)
 
+    def _marked(self, views: list[dict]) -> list[dict]:
+        """`views` with the state of their nodes, for those bound to one."""
+        marks = self.node_marks({v["nodeId"] for v in views if v["nodeId"] is not None})
+        for view in views:
+            if view["nodeId"] is not None:
+                view.update(marks[view["nodeId"]])
+        return views
+
     def _view_of(self, inbound_id: int) -> dict:
         """The API view of one inbound, read fresh (the caller holds the db_session)."""
         self.store.db.flush()
@@ -147,7 +180,7 @@ class Inbounds:
         clients = self.clients_of([inbound_id], False).get(inbound_id, [])
         view = self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
         del view["clientRows"]
-        return view
+        return self._marked([view])[0]
 
     # ---- writes ----------------------------------------------------------------------
 
@@ -158,15 +191,14 @@ class Inbounds:
             record = self._placed(record)
             self._check_unique(record, None)
             self._check_free(record)
-            now = int(self.clock() * 1000)
-            row = self.store.Inbound(
-                created_at=now,
-                **_columns(record, self._tag_for(record, None), now),
-            )
-            row.flush()
-            self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
-            self._check_core(row.id)
-            return self._view_of(row.id)
+            record = {**record, "tag": self._tag_for(record, None)}
+            with self._node_first(None, record):
+                now = int(self.clock() * 1000)
+                row = self.store.Inbound(created_at=now, **_columns(record, record["tag"], now))
+                row.flush()
+                self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
+                self._check_core(row.id)
+                return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
         with db_session:
@@ -177,16 +209,28 @@ class Inbounds:
             self._check_free(record)
             self._check_still_master(row, record)
             self._check_clients_fit(row, record)
-            now = int(self.clock() * 1000)
-            row.set(**_columns(record, self._tag_for(record, row), now))
-            for attachment in row.attachments:
-                client = attachment.client
-                try:
-                    refit(client, [a.inbound for a in client.attachments])
-                except ServiceError as exc:
-                    raise ServiceError(f"client '{client.email}': {exc.msg}") from None
-            self._check_core(row.id)
-            return self._view_of(row.id)
+            before = (row.node_id, row.tag)
+            record = {**record, "tag": self._tag_for(record, row)}
+            # Clients follow an inbound that moves to or from a node; on the node it stays
+            # on, its inbound keeps them, so only re-fitted secrets need telling.
+            moved = before[0] != record["nodeId"]
+            changed = []
+            with self._node_first(before, record):
+                now = int(self.clock() * 1000)
+                row.set(**_columns(record, record["tag"], now))
+                for attachment in row.attachments:
+                    client = attachment.client
+                    secrets = (client.password, client.method)
+                    try:
+                        refit(client, [a.inbound for a in client.attachments])
+                    except ServiceError as exc:
+                        raise ServiceError(f"client '{client.email}': {exc.msg}") from None
+                    if moved or secrets != (client.password, client.method):
+                        changed.append(client.email)
+                self._check_core(row.id)
+                view = self._view_of(row.id)
+        self.touched(changed)
+        return view
 
     def import_(self, data) -> dict:
         """`data` is a JSON-encoded inbound, as exported; ids and counters are not kept."""
@@ -207,7 +251,7 @@ class Inbounds:
         copy = {
             key: value
             for key, value in self.get(inbound_id).items()
-            if key not in ("id", "up", "down", "tag", "clientStats")
+            if key not in ("id", "up", "down", "tag", "clientStats", *NODE_MARKS)
         }
         copy["port"] = body["port"]
         if "remark" in body:
@@ -216,7 +260,13 @@ class Inbounds:
 
     def delete(self, inbound_id) -> None:
         with db_session:
-            self._row(inbound_id).delete()
+            row = self._row(inbound_id)
+            before = (row.node_id, row.tag)
+            detached = [a.client.email for a in row.attachments] if before[0] is not None else []
+            with self._node_first(before, None):
+                row.delete()
+                self.store.db.flush()
+        self.touched(detached)
 
     def bulk_delete(self, ids) -> dict:
         if not isinstance(ids, list):
@@ -237,9 +287,10 @@ class Inbounds:
             row = self._row(inbound_id)
             if enable and not row.enable:
                 self._check_free({**_record(row), "enable": True, "nodeId": row.node_id})
-            row.enable = enable
-            row.updated_at = int(self.clock() * 1000)
-            self._check_core(row.id)
+            with self._node_first((row.node_id, row.tag), {**record_of(row), "enable": enable}):
+                row.enable = enable
+                row.updated_at = int(self.clock() * 1000)
+                self._check_core(row.id)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -258,6 +309,23 @@ class Inbounds:
         `inbound_id`; raising rolls them back."""
         self.store.db.flush()
         self.check_config(inbound_id)
+
+    @contextlib.contextmanager
+    def _node_first(self, before: tuple[int | None, str] | None, after: dict | None):
+        """Apply a save on the node it concerns (before the save: the node id and tag of
+        the stored inbound; after it: the record, None once deleted) before anything is
+        written here: a node's refusal then changes nothing here, and no write waits for
+        the node's answer. A save that fails here after the node took it leaves the node
+        to be brought back in step (`node_save_failed`)."""
+        if (before is None or before[0] is None) and (after is None or after["nodeId"] is None):
+            yield
+            return
+        self.place_on_node(before, after)
+        try:
+            yield
+        except BaseException:
+            self.node_save_failed(before, after)
+            raise
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")
@@ -379,6 +447,10 @@ class Inbounds:
         the core would refuse the config at the next restart."""
         if row.fallbacks.is_empty():
             return
+        if record["nodeId"] is not None:
+            raise ServiceError(
+                f"inbound {row.id} has fallback rules and cannot move to a node: {NOT_ON_NODES}"
+            )
         problem = master_problem(record["protocol"], record["streamSettings"])
         if problem:
             raise ServiceError(

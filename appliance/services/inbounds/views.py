@@ -8,6 +8,7 @@ so the three cannot disagree on what an inbound looks like.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 INBOUND_COLUMNS = [
     "id",
@@ -61,3 +62,16 @@ def inbound_record(row: tuple) -> dict:
 def record_of(inbound) -> dict:
     """`inbound_record` of a stored Inbound entity."""
     return inbound_record(tuple(getattr(inbound, column) for column in INBOUND_COLUMNS))
+
+
+def with_node_addresses(records: list[dict], rows: Callable) -> list[dict]:
+    """`records` with `nodeAddress` set on those bound to a node: its links point to the
+    node (hosts still override). Reads the node table only when one is bound."""
+    node_ids = sorted({r["nodeId"] for r in records if r["nodeId"] is not None})
+    if node_ids:
+        marks = ", ".join("?" * len(node_ids))
+        addresses = dict(rows(f"SELECT id, address FROM node WHERE id IN ({marks})", node_ids))
+        for record in records:
+            if record["nodeId"] is not None:
+                record["nodeAddress"] = addresses.get(record["nodeId"], "")
+    return records
