@@ -86,14 +86,6 @@ def secret_key(text: str) -> bytes:
     return key
 
 
-def link_secret(key_hex: str, domain: str) -> str:
-    """The secret as a Telegram link carries it: `ee` + key + domain for fake TLS,
-    `dd` + key for the padded transport."""
-    if domain:
-        return "ee" + key_hex.lower() + domain.encode("idna").hex()
-    return "dd" + key_hex.lower()
-
-
 class SeenOpenings:
     """Openings already used, so a recorded handshake cannot be replayed to probe the
     proxy (a censor that replays an app's first bytes would learn it is one). Bounded:

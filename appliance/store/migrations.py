@@ -367,6 +367,23 @@ def _v11_nodes(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v12_mtproto_counters(dialect: str) -> list[str]:
+    """The last counters read from each MTProto proxy process, per inbound and client,
+    with the process instance they came from: a proxy started again counts from zero."""
+    table = Table(
+        "mtproto_counter",
+        (
+            Column("inbound_id", "int"),
+            Column("instance", "str", 32, default=""),
+            Column("email_key", "str", 255),
+            Column("up", "bigint", default=0),
+            Column("down", "bigint", default=0),
+        ),
+        (Index(("inbound_id", "email_key"), unique=True),),
+    )
+    return table.create(dialect)
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -379,6 +396,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
     (10, "the audit log; API token scopes and expiry", _v10_audit_and_token_scopes),
     (11, "nodes, their last counters, and totals pushed down by a managing panel", _v11_nodes),
+    (12, "the last counters of the MTProto proxy processes", _v12_mtproto_counters),
 ]
 
 LATEST = MIGRATIONS[-1][0]

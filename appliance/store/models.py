@@ -259,6 +259,15 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         updated_at = Required(int, size=64, default=0)
         composite_key(master_guid, email_key)
 
+    class MtprotoCounter(db.Entity):
+        _table_ = "mtproto_counter"
+        inbound_id = Required(int)
+        instance = Optional(str, 32)
+        email_key = Required(str, 255, autostrip=False)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(inbound_id, email_key)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -280,4 +289,5 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         Node=Node,
         NodeCounter=NodeCounter,
         MasterTraffic=MasterTraffic,
+        MtprotoCounter=MtprotoCounter,
     )
