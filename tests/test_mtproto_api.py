@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import uuid
@@ -125,8 +126,7 @@ def test_client_secret_relays_exactly_what_telethon_sent(api, data_centre):
     running_proxy(api, inbound["id"], secrets=1)
     [link] = tg_links(api, client["email"])
     assert link == (
-        f"tg://proxy?server=127.0.0.1&port={inbound['port']}"
-        f"&secret=dd{client['id'].replace('-', '')}"
+        f"tg://proxy?server=127.0.0.1&port={inbound['port']}&secret=dd{client['secret']}"
     )
     before = len(data_centre.received)
     payloads = [os.urandom(16), os.urandom(40), os.urandom(1000)]
@@ -142,7 +142,7 @@ def test_fake_tls_secret_relays_too(api, data_centre):
     running_proxy(api, inbound["id"], secrets=1)
     [link] = tg_links(api, client["email"])
     secret = secret_in(link)
-    assert secret == "ee" + client["id"].replace("-", "") + b"cdn.example.com".hex()
+    assert secret == "ee" + client["secret"] + b"cdn.example.com".hex()
     before = len(data_centre.received)
     app = FakeTlsClient(inbound["port"], secret)
     try:
@@ -256,30 +256,58 @@ def test_rekey_changes_the_secret_everywhere(api):
     client = add_client(api, [inbound["id"]])
     running_proxy(api, inbound["id"], secrets=1)
     [old] = tg_links(api, client["email"])
-    new_id = str(uuid.uuid4())
-    ok(api.post(f"{API}/update/{client['email']}", {"client": {**client, "id": new_id}}))
+    new_key = os.urandom(16).hex()
+    ok(api.post(f"{API}/update/{client['email']}", {"client": {**client, "secret": new_key}}))
+    assert ok(api.get(f"{API}/get/{client['email']}"))["client"]["secret"] == new_key
     [new] = tg_links(api, client["email"])
-    assert secret_in(new) == "dd" + new_id.replace("-", "")
+    assert secret_in(new) == "dd" + new_key
+    assert ok(api.get(f"{API}/get/{client['email']}"))["client"]["id"] == client["id"]
     wait_until(lambda: refused_by_proxy(inbound["port"], secret_in(old)), "the old key refused")
     telethon_exchange(inbound["port"], secret_in(new), [b"n" * 16])
 
 
-def test_ad_tag_is_refused_on_every_save_path(api):
+@pytest.mark.parametrize(
+    ("field", "bad", "words"),
+    [
+        ("adTag", "0123", "adTag must be exactly 32 hexadecimal characters"),
+        ("adTag", AD_TAG + "0", "adTag must be exactly 32 hexadecimal characters"),
+        ("adTag", "g" * 32, "adTag must be exactly 32 hexadecimal characters"),
+        ("secret", "dd" + AD_TAG, "secret must be 32 hexadecimal characters"),
+        ("secret", 5, "secret must be 32 hexadecimal characters"),
+    ],
+)
+def test_bad_tag_or_secret_is_refused_on_every_save_path(api, field, bad, words):
     inbound = mtproto_inbound(api)
-    for bad in ("0123", AD_TAG + "0", "g" * 32):
-        refused(
-            api.post(
-                f"{API}/add",
-                {"client": {"email": unique(), "adTag": bad}, "inboundIds": [inbound["id"]]},
-            ),
-            "adTag must be exactly 32 hexadecimal characters",
-        )
+    email = unique()
+    item = {"client": {"email": email, field: bad}, "inboundIds": [inbound["id"]]}
+    refused(api.post(f"{API}/add", item), words)
+    result = ok(api.post(f"{API}/bulkCreate", [item]))
+    assert result["created"] == 0 and words in result["skipped"][0]["reason"]
+    result = ok(api.post(f"{API}/import", {"data": json.dumps([item])}))
+    assert result["created"] == 0 and words in result["skipped"][0]["reason"]
     client = add_client(api, [inbound["id"]], adTag=AD_TAG.upper())
-    assert client["adTag"] == AD_TAG
-    refused(
-        api.post(f"{API}/update/{client['email']}", {"client": {**client, "adTag": "xyz"}}),
-        "adTag must be exactly 32 hexadecimal characters",
-    )
+    assert client["adTag"] == AD_TAG and len(client["secret"]) == 32
+    refused(api.post(f"{API}/update/{client['email']}", {"client": {**client, field: bad}}), words)
+    stored = ok(api.get(f"{API}/get/{client['email']}"))["client"]
+    assert (stored["adTag"], stored["secret"]) == (AD_TAG, client["secret"])
+
+
+def test_client_tag_overrides_the_inbound_tag_for_active_secrets_only(api, panel):
+    inbound_tag = "f" * 32
+    inbound = mtproto_inbound(api, adTag=inbound_tag)
+    own = add_client(api, [inbound["id"]], adTag=AD_TAG)
+    plain = add_client(api, [inbound["id"]])
+    off = add_client(api, [inbound["id"]], adTag=AD_TAG, enable=False)
+    running_proxy(api, inbound["id"], secrets=2)
+    path = os.path.join(panel.data_dir, "mtproto", f"{inbound['id']}.json")
+    with open(path) as fh:
+        config = json.load(fh)
+    assert config["secrets"] == {
+        own["email"]: {"secret": own["secret"], "adTag": AD_TAG},
+        plain["email"]: {"secret": plain["secret"], "adTag": inbound_tag},
+    }
+    assert off["email"] not in config["secrets"]
+    assert os.stat(path).st_mode & 0o077 == 0
 
 
 def test_listener_change_restarts_only_that_proxy(api):

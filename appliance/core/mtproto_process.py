@@ -70,7 +70,9 @@ class MtprotoProcess:
         """The config file a (re)started process reads; the running one is told by API."""
         self.config = config
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with open(self.path + ".tmp", "w") as fh:
+        # The secrets are the users' keys: for the panel's user alone.
+        descriptor = os.open(self.path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as fh:
             json.dump(config, fh)
         os.replace(self.path + ".tmp", self.path)
 

@@ -527,17 +527,9 @@ def _mtproto(settings: dict, path: str) -> None:
         fail(join(path, "domain"), "a host name for fake TLS", domain)
 
 
-def mtproto_key(uuid: str) -> str:
-    """A client's MTProto secret key, 32 hex digits: its UUID's 16 bytes. The UUID is
-    generated when omitted, re-keyed by setting a new one and stored on the client row,
-    so the proxy, the clients page and the links always agree on it."""
-    return uuid.replace("-", "").lower()
-
-
-def mtproto_link_secret(uuid: str, domain: str) -> str:
+def mtproto_link_secret(key: str, domain: str) -> str:
     """The secret as Telegram's links carry it: `ee` + key + the domain's bytes in hex for
     fake TLS, `dd` + key for the padded transport."""
-    key = mtproto_key(uuid)
     return "ee" + key + domain.encode("idna").hex() if domain else "dd" + key
 
 

@@ -238,8 +238,10 @@ def _credentials(protocol: str, settings: dict, stream: dict, client: dict) -> d
             "vless_encryption": encryption,
         }
     if protocol == "mtproto":
-        user_id = _text(client.get("id"))
-        return {"password": mtproto_link_secret(user_id, _text(settings.get("domain")))}
+        key = _text(client.get("secret"))
+        if not key:
+            return None
+        return {"password": mtproto_link_secret(key, _text(settings.get("domain")))}
     if protocol == "trojan":
         password = _text(client.get("password"))
         return {"password": password} if password else None

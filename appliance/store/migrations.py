@@ -367,9 +367,11 @@ def _v11_nodes(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
-def _v12_mtproto_counters(dialect: str) -> list[str]:
-    """The last counters read from each MTProto proxy process, per inbound and client,
-    with the process instance they came from: a proxy started again counts from zero."""
+def _v12_mtproto(dialect: str) -> list[str]:
+    """MTProto: each client's secret key (existing clients get their UUID's 16 bytes, a
+    random value already), and the last counters read from each proxy process, per
+    inbound and client, with the process instance they came from: a proxy started again
+    counts from zero."""
     table = Table(
         "mtproto_counter",
         (
@@ -381,7 +383,11 @@ def _v12_mtproto_counters(dialect: str) -> list[str]:
         ),
         (Index(("inbound_id", "email_key"), unique=True),),
     )
-    return table.create(dialect)
+    return [
+        add_column("client", Column("mt_secret", "str", 32, default=""), dialect),
+        "UPDATE client SET mt_secret = LOWER(REPLACE(uuid, '-', ''))",
+        *table.create(dialect),
+    ]
 
 
 MIGRATIONS: list[tuple[int, str, Step]] = [
@@ -396,7 +402,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (9, "sign-in blocks that outlive a restart", _v9_login_blocks),
     (10, "the audit log; API token scopes and expiry", _v10_audit_and_token_scopes),
     (11, "nodes, their last counters, and totals pushed down by a managing panel", _v11_nodes),
-    (12, "the last counters of the MTProto proxy processes", _v12_mtproto_counters),
+    (12, "MTProto: client secrets, the last counters of the proxy processes", _v12_mtproto),
 ]
 
 LATEST = MIGRATIONS[-1][0]

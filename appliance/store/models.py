@@ -115,6 +115,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         enable = Required(bool, default=True)
         group_name = Optional(str, 64, index="ix_client_group_name")
         ad_tag = Optional(str, 32)
+        mt_secret = Optional(str, 32)
         method = Optional(str, 64)
         search_key = Optional(str, TEXT, autostrip=False)
         created_at = Required(int, size=64, default=0)

@@ -3,10 +3,10 @@
 Every enabled MTProto inbound of this host gets a proxy process (core.mtproto_process).
 What it should run is read from the database at each sync: the listener (address, port,
 fake-TLS domain, data-centre addresses from the `mtprotoDataCenters` setting) and the
-secrets of its active clients, each the client's own 16-byte key (its UUID: generated
-when omitted, re-keyed with a new id, stored on the client row, so the clients page and
-the links show what the proxy accepts) with the client's advertising tag, or else the
-inbound's. A client that is disabled, expired or out of quota has no secret there.
+secrets of its active clients, each the client's own 16-byte key (`secret`: generated
+when omitted, re-keyed by a new value, stored on the client row, so the clients page
+and the links show what the proxy accepts) with the client's advertising tag, or else
+the inbound's. A client that is disabled, expired or out of quota has no secret there.
 
 A change of secrets or tags alone goes to the running process through `PUT /secrets`
 (nobody else's connection drops; the config file is rewritten too, so a process started
@@ -33,7 +33,6 @@ from appliance.core.config import client_in_core
 from appliance.core.mtproto_process import MtprotoProcess
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import load_json
-from appliance.domain.protocols import mtproto_key
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ SYNC_DELAY = 0.2
 STATES = ("running", "starting", "error", "stopped")
 # The clients of one MTProto inbound as a sync reads them.
 SECRET_SELECT = (
-    "SELECT c.uuid, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
+    "SELECT c.mt_secret, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
     "t.up, t.down, t.enable FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
     "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE ci.inbound_id = ?"
 )
@@ -126,7 +125,7 @@ class MtprotoService:
                 inbound_tag = settings.get("adTag", "")
                 entries = {}
                 for row in self.store.rows(SECRET_SELECT, [inbound_id]):
-                    uuid, email, ad_tag, enable, total, expiry, up, down, t_enable = row
+                    secret, email, ad_tag, enable, total, expiry, up, down, t_enable = row
                     view = {
                         "enable": bool(enable),
                         "totalGB": total,
@@ -139,7 +138,7 @@ class MtprotoService:
                     }
                     if client_in_core(view, now_ms):
                         entries[email] = {
-                            "secret": mtproto_key(uuid),
+                            "secret": secret,
                             "adTag": ad_tag or inbound_tag,
                         }
                 found[inbound_id] = (tag, listener, entries)
