@@ -15,6 +15,7 @@ starts with the current ones) never needs a new one.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import os
@@ -25,7 +26,6 @@ from collections import deque
 from collections.abc import Callable
 
 import gevent
-import requests
 from gevent.event import Event
 
 from appliance.runtime.environment import child_environment, self_command
@@ -109,27 +109,29 @@ class MtprotoProcess:
     def _call(self, method: str, path: str, body: dict | None = None) -> dict | None:
         if self.state != "running" or not self.port:
             return None
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=API_TIMEOUT)
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         try:
-            reply = requests.request(
-                method,
-                f"http://127.0.0.1:{self.port}{path}",
-                json=body,
-                headers={"Authorization": f"Bearer {self.token}"},
-                timeout=API_TIMEOUT,
+            connection.request(
+                method, path, json.dumps(body) if body is not None else None, headers
             )
-        except requests.RequestException as exc:
+            reply = connection.getresponse()
+            text = reply.read()
+        except (OSError, http.client.HTTPException) as exc:
             log.warning("MTProto proxy of inbound %d did not answer: %s", self.inbound_id, exc)
             return None
-        if reply.status_code != 200:
+        finally:
+            connection.close()
+        if reply.status != 200:
             log.warning(
                 "MTProto proxy of inbound %d refused %s %s: %s",
                 self.inbound_id,
                 method,
                 path,
-                reply.text[:200],
+                text[:200].decode(errors="replace"),
             )
             return None
-        return reply.json()
+        return json.loads(text)
 
     # ---- the process -----------------------------------------------------------------------
 

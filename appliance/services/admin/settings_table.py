@@ -366,7 +366,6 @@ SETTINGS = (
         "s (like @every 6h).",
         "chatBot",
         backup_schedule,
-        data_centres,
     ),
     Setting(
         "tgCpuAlert",

@@ -9,7 +9,7 @@ import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { checkbox, checkedField, copyText, field, Modal, numberInput, selectInput, textInput } from "../components.js";
 
-export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo"];
+export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo", "mtproto"];
 const STREAM_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks"];
 const REALITY_PROTOCOLS = ["vless", "trojan"];
 const NETWORKS = ["tcp", "ws", "grpc", "httpupgrade", "xhttp", "kcp"];
@@ -54,6 +54,7 @@ function defaults(protocol) {
     case "socks": case "mixed": return { auth: "noauth", accounts: [], udp: false };
     case "http": return { accounts: [], allowTransparent: false };
     case "dokodemo": return { address: "", port: 0, network: "tcp", followRedirect: false };
+    case "mtproto": return { domain: "", adTag: "" };
     default: return {};
   }
 }
@@ -218,6 +219,10 @@ export const InboundForm = {
             ${pathField("settings.port", t("inbound.targetPort"), numberInput(s, "port", { min: 0, max: 65535 }))}
             ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
             ${checkbox(s, "followRedirect", t("inbound.followRedirect"))}`;
+        case "mtproto":
+          return html`
+            ${pathField("settings.domain", t("inbound.fakeTlsDomain"), textInput(s, "domain", { name: "domain" }), t("inbound.fakeTlsHint"))}
+            ${pathField("settings.adTag", t("inbound.adTag"), textInput(s, "adTag", { name: "adTag" }), t("inbound.adTagHint"))}`;
         default:
           return null;
       }
