@@ -32,7 +32,7 @@ LOGGERS = collections.defaultdict(lambda: logging.getLogger("telethon"))
 PADDED = b"\xdd\xdd\xdd\xdd"
 
 
-def _ctr(key: bytes, iv: bytes):
+def ctr(key: bytes, iv: bytes):
     return Cipher(algorithms.AES(key), modes.CTR(iv)).encryptor()
 
 
@@ -66,8 +66,8 @@ class StandInDataCentre:
         try:
             init = _exactly(conn, 64)
             reverse = init[8:56][::-1]
-            decrypt = _ctr(init[8:40], init[40:56])
-            encrypt = _ctr(reverse[:32], reverse[32:48])
+            decrypt = ctr(init[8:40], init[40:56])
+            encrypt = ctr(reverse[:32], reverse[32:48])
             plain = decrypt.update(init)
             if plain[56:60] != PADDED:
                 return
@@ -158,6 +158,25 @@ def telethon_exchange(port: int, secret: str, payloads: list[bytes]) -> tuple[Ca
     return asyncio.run(run())
 
 
+def client_hello(key: bytes, domain: str, now: float) -> bytes:
+    """A TLS ClientHello record as a Telegram app signs it for a fake-TLS secret."""
+    name = domain.encode()
+    sni = struct.pack(">HHHBH", 0, len(name) + 5, len(name) + 3, 0, len(name)) + name
+    extensions = sni + b"\x00\x2b\x00\x03\x02\x03\x04"
+    body = (
+        b"\x03\x03" + bytes(32) + b"\x20" + os.urandom(32)
+        + b"\x00\x02\x13\x01" + b"\x01\x00"
+        + struct.pack(">H", len(extensions)) + extensions
+    )  # fmt: skip
+    handshake = b"\x01" + len(body).to_bytes(3, "big") + body
+    record = b"\x16\x03\x01" + struct.pack(">H", len(handshake)) + handshake
+    mac = bytearray(hmac.new(key, record, hashlib.sha256).digest())
+    stamp = int(now).to_bytes(4, "little")
+    for i in range(4):
+        mac[28 + i] ^= stamp[i]
+    return record[:11] + bytes(mac) + record[43:]
+
+
 class FakeTlsClient:
     """An app's side of a fake-TLS ("ee") secret: the signed ClientHello, the check of the
     proxy's signed answer, then Telethon's obfuscation and framing in TLS records."""
@@ -168,7 +187,7 @@ class FakeTlsClient:
         self.domain = bytes.fromhex(link_secret[34:]).decode()
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.buffer = b""
-        hello = self._hello(clock())
+        hello = client_hello(self.key, self.domain, clock())
         self.sock.sendall(hello)
         self._check_answer(hello[11:43])
         header, self.encrypt, self.decrypt = MTProxyIO.init_header(
@@ -176,23 +195,6 @@ class FakeTlsClient:
         )
         self.sent = bytearray()
         self._records(bytes(header))
-
-    def _hello(self, now: float) -> bytes:
-        name = self.domain.encode()
-        sni = struct.pack(">HHHBH", 0, len(name) + 5, len(name) + 3, 0, len(name)) + name
-        extensions = sni + b"\x00\x2b\x00\x03\x02\x03\x04"
-        body = (
-            b"\x03\x03" + bytes(32) + b"\x20" + os.urandom(32)
-            + b"\x00\x02\x13\x01" + b"\x01\x00"
-            + struct.pack(">H", len(extensions)) + extensions
-        )  # fmt: skip
-        handshake = b"\x01" + len(body).to_bytes(3, "big") + body
-        record = b"\x16\x03\x01" + struct.pack(">H", len(handshake)) + handshake
-        mac = bytearray(hmac.new(self.key, record, hashlib.sha256).digest())
-        stamp = int(now).to_bytes(4, "little")
-        for i in range(4):
-            mac[28 + i] ^= stamp[i]
-        return record[:11] + bytes(mac) + record[43:]
 
     def _check_answer(self, client_random: bytes) -> None:
         answer = b""
