@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 import uuid
 
 import psutil
@@ -30,6 +31,7 @@ from mtproto_helpers import (
     telethon_exchange,
     telethon_round,
 )
+from test_ws import connect, next_message, panel_origin
 
 API = "/panel/api/clients"
 INBOUNDS = "/panel/api/inbounds"
@@ -180,14 +182,25 @@ def test_bytes_are_counted_once_for_the_right_client(api, panel):
     assert counted[1] == 4 + 32
     assert traffic(api, bob["email"]) == (0, 0)
 
-    # The proxy is killed: it comes back with counters from zero, and nothing is counted
-    # twice; what passes through the new process is added on top.
+    # The proxy is killed: the browsers are told, it comes back with counters from zero,
+    # and nothing is counted twice; what passes through the new process is added on top.
     pid = running_proxy(api, inbound["id"])["pid"]
-    os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: running_proxy(api, inbound["id"])["pid"] != pid, "a new proxy process")
-    wait_until(lambda: proxy_of(api, inbound["id"])["state"] == "running", "the proxy runs")
-    import time
-
+    ws = connect(panel, api, origin=panel_origin(panel))
+    try:
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 15
+        down = next_message(ws, "mtprotoState", deadline)["data"]
+        assert (down["inboundId"], down["state"]) == (inbound["id"], "error")
+        assert "signal 9" in down["errorMsg"]
+        states = []
+        while not states or states[-1] == "starting":
+            state = next_message(ws, "mtprotoState", deadline)["data"]
+            assert state["inboundId"] == inbound["id"]
+            states.append(state["state"])
+        assert states == ["starting", "running"]
+    finally:
+        ws.close()
+    assert running_proxy(api, inbound["id"])["pid"] != pid
     time.sleep(2.5)  # two ticks on the new process
     assert traffic(api, alice["email"]) == counted
     capture2, _ = telethon_exchange(inbound["port"], secret_in(link), [os.urandom(100)])
@@ -195,6 +208,51 @@ def test_bytes_are_counted_once_for_the_right_client(api, panel):
     wait_until(lambda: traffic(api, alice["email"]) == expected, "the second exchange counted")
     row = ok(api.get(f"{INBOUNDS}/get/{inbound['id']}"))
     assert (row["up"], row["down"]) == expected
+
+
+def test_an_open_connection_shows_the_client_online_with_its_address(api):
+    inbound = mtproto_inbound(api)
+    client = add_client(api, [inbound["id"]])
+    running_proxy(api, inbound["id"], secrets=1)
+    [link] = tg_links(api, client["email"])
+
+    async def scenario():
+        conn, capture = await telethon_connect(inbound["port"], secret_in(link))
+        try:
+            await telethon_round(conn, capture, b"o" * 16)
+            online = await asyncio.to_thread(
+                wait_until,
+                lambda: client["email"] in ok(api.post(f"{API}/onlines")),
+                "the client online",
+            )
+            addresses = await asyncio.to_thread(api.post, f"{API}/ips/{client['email']}")
+        finally:
+            await conn.disconnect()
+        return online, ok(addresses)
+
+    online, addresses = asyncio.run(scenario())
+    assert online
+    assert [entry.split(" ", 1)[0] for entry in addresses] == ["127.0.0.1"]
+
+
+def test_a_panel_restart_starts_new_proxies_and_counts_nothing_twice(api, panel):
+    inbound = mtproto_inbound(api)
+    client = add_client(api, [inbound["id"]])
+    pid = running_proxy(api, inbound["id"], secrets=1)["pid"]
+    [link] = tg_links(api, client["email"])
+    telethon_exchange(inbound["port"], secret_in(link), [os.urandom(300)])
+    wait_until(lambda: traffic(api, client["email"])[1] == 36, "the exchange counted")
+    counted = traffic(api, client["email"])
+    mark = len(panel.lines)
+    ok(api.post("/panel/api/setting/restartPanel"))
+    panel.wait_listening(mark)
+    fresh = panel.client()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert running_proxy(fresh, inbound["id"], secrets=1)["pid"] != pid
+    telethon_exchange(inbound["port"], secret_in(link), [b"r" * 16])
+    wait_until(lambda: traffic(fresh, client["email"])[1] == counted[1] + 36, "counted anew")
+    time.sleep(1.5)
+    assert traffic(fresh, client["email"])[1] == counted[1] + 36
 
 
 def test_depleted_client_loses_its_secret_live(api):

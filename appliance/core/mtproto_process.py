@@ -159,6 +159,7 @@ class MtprotoProcess:
 
     def _launch(self) -> None:
         self._errors.clear()
+        self._set("starting", self.error)
         self.process = subprocess.Popen(
             self_command("mtproto-proxy", self.path),
             stdin=subprocess.PIPE,

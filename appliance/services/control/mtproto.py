@@ -37,7 +37,6 @@ from appliance.domain.parse import load_json
 log = logging.getLogger(__name__)
 
 SYNC_DELAY = 0.2
-STATES = ("running", "starting", "error", "stopped")
 # The clients of one MTProto inbound as a sync reads them.
 SECRET_SELECT = (
     "SELECT c.mt_secret, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
@@ -70,7 +69,9 @@ class MtprotoService:
         self.clock = clock
         self.processes: dict[int, MtprotoProcess] = {}
         self.listeners: dict[int, dict] = {}
+        # The secrets each process should hold, and those it confirmed it holds.
         self.pushed: dict[int, dict] = {}
+        self.applied: dict[int, dict] = {}
         self.tags: dict[int, str] = {}
         self._dirty = Event()
         self._loop: gevent.Greenlet | None = None
@@ -166,18 +167,21 @@ class MtprotoService:
                 process.start(config)
             elif self.pushed.get(inbound_id) != entries:
                 process.write(config)
-                if process.state == "running" and not process.put_secrets(entries):
-                    log.warning(
-                        "MTProto inbound %d: secrets not taken live; restarting", inbound_id
-                    )
+                self.pushed[inbound_id] = entries
+                if process.state != "running":
+                    continue  # it gets them once it runs (`_push_current`)
+                if process.put_secrets(entries):
+                    self.applied[inbound_id] = entries
+                else:
+                    log.warning("MTProto inbound %d: secrets not taken; restarting", inbound_id)
                     process.stop()
                     process.start(config)
-                self.pushed[inbound_id] = entries
 
     def _stop(self, inbound_id: int) -> None:
         self.processes.pop(inbound_id).stop()
         self.listeners.pop(inbound_id, None)
         self.pushed.pop(inbound_id, None)
+        self.applied.pop(inbound_id, None)
 
     # ---- traffic ---------------------------------------------------------------------------
 
@@ -211,7 +215,17 @@ class MtprotoService:
     # ---- status ----------------------------------------------------------------------------
 
     def _state_changed(self, inbound_id: int, state: str, error: str) -> None:
+        if state == "running":
+            # The process read its config file when it started, and the secrets may have
+            # changed between that read and now: it gets the current set once more.
+            gevent.spawn(self._push_current, inbound_id)
         self.on_state({"inboundId": inbound_id, "state": state, "errorMsg": error})
+
+    def _push_current(self, inbound_id: int) -> None:
+        process = self.processes.get(inbound_id)
+        entries = self.pushed.get(inbound_id)
+        if process is not None and entries is not None and process.put_secrets(entries):
+            self.applied[inbound_id] = entries
 
     def info(self) -> list[dict]:
         return [
@@ -221,7 +235,7 @@ class MtprotoService:
                 "state": process.state,
                 "errorMsg": process.error,
                 "pid": process.pid if process.state == "running" else 0,
-                "secrets": len(self.pushed.get(inbound_id, {})),
+                "secrets": len(self.applied.get(inbound_id, {})),
             }
             for inbound_id, process in sorted(self.processes.items())
         ]
