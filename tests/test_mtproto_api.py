@@ -376,13 +376,14 @@ def test_listener_change_restarts_only_that_proxy(api):
     pid_two = running_proxy(api, two["id"], secrets=1)["pid"]
     new_port = free_port()
     ok(api.post(f"{INBOUNDS}/update/{one['id']}", {**one, "port": new_port}))
-    wait_until(
-        lambda: (
-            running_proxy(api, one["id"])["port"] == new_port
-            and running_proxy(api, one["id"])["pid"] != pid_one
-        ),
-        "the proxy of the changed inbound restarted on its new port",
-    )
+
+    def moved() -> dict | None:
+        proxy = proxy_of(api, one["id"])
+        on_new_port = proxy and proxy["state"] == "running" and proxy["port"] == new_port
+        return proxy if on_new_port else None
+
+    restarted = wait_until(moved, "the proxy of the changed inbound runs on its new port")
+    assert restarted["pid"] not in (0, pid_one)
     assert running_proxy(api, two["id"])["pid"] == pid_two
     assert psutil.pid_exists(pid_two)
     ok(api.post(f"{INBOUNDS}/del/{one['id']}"))
