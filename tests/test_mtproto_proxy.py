@@ -16,21 +16,35 @@ import sys
 import pytest
 import requests
 from helpers import clean_env, free_port
-from mtproto_helpers import StandInDataCentre, telethon_connect, telethon_exchange, telethon_round
+from mtproto_helpers import (
+    FakeTlsClient,
+    StandInDataCentre,
+    big_answer,
+    telethon_connect,
+    telethon_exchange,
+    telethon_round,
+)
 
 ALICE = "00112233445566778899aabbccddeeff"
 BOB = "ffeeddccbbaa99887766554433221100"
 
 
 class Proxy:
-    def __init__(self, tmp_path, dc: StandInDataCentre, secrets: dict, port: int | None = None):
+    def __init__(
+        self,
+        tmp_path,
+        dc: StandInDataCentre,
+        secrets: dict,
+        port: int | None = None,
+        domain: str = "",
+    ):
         self.port = port or free_port()
         self.token = os.urandom(16).hex()
         path = tmp_path / f"proxy-{self.port}.json"
         config = {
             "listen": "127.0.0.1",
             "port": self.port,
-            "domain": "",
+            "domain": domain,
             "dataCenters": [dc.address] * 5,
             "secrets": secrets,
         }
@@ -126,6 +140,30 @@ def test_withdrawing_a_secret_closes_its_connections_only(proxy):
     assert users["bob"]["connections"] == 0 and users["bob"]["bytes_in"] > 64
     assert users["alice"]["bytes_in"] == 64 + len(capture.sent)
     assert users["alice"]["bytes_out"] == 2 * 36
+
+
+def test_large_packets_arrive_whole_both_ways_in_both_disguises(tmp_path, dc, proxy):
+    # Many TLS records and many socket reads each way; Telethon without `cryptg`
+    # decrypts in pure Python, so a few hundred KiB keep the test quick.
+    upload = os.urandom(300_000)
+    order = b"send" + (700_000).to_bytes(4, "little")
+    before = len(dc.received)
+    capture, answers = telethon_exchange(proxy.port, "dd" + ALICE, [upload, order])
+    assert bytes(dc.received[before]) == bytes(capture.sent)
+    assert answers[1] == big_answer(order)
+
+    tls = Proxy(tmp_path, dc, {"alice": {"secret": ALICE, "adTag": ""}}, domain="a.example")
+    try:
+        app = FakeTlsClient(tls.port, "ee" + ALICE + b"a.example".hex())
+        before = len(dc.received)
+        app.send(upload)
+        app.send(order)
+        app.recv()
+        assert app.recv() == big_answer(order)
+        assert bytes(dc.received[before]) == bytes(app.sent)
+        app.close()
+    finally:
+        tls.stop()
 
 
 def test_a_refused_connection_counts_for_nobody(proxy):
