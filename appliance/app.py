@@ -683,7 +683,7 @@ class Panel:
         self.bot_notices.cpu(values["cpu"])
 
     def _snapshot(self, now: float) -> dict:
-        status = self.sampler.sample(now)
+        status = {**self.sampler.sample(now), "mtproto": self.mtproto.info()}
         self._status = (time.monotonic(), status)
         self.hub.publish({"type": "status", "data": status})
         return status

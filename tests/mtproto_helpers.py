@@ -116,6 +116,18 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     return data
 
 
+def hold_port(port: int) -> socket.socket:
+    """Take a port the moment it is free (a killed proxy's restart waits a second)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return socket.create_server(("127.0.0.1", port))
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class Capture:
     """The bytes Telethon's codec framed, before the obfuscation: what a data centre
     must receive."""

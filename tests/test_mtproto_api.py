@@ -27,6 +27,7 @@ from helpers import free_port, ok, refused
 from mtproto_helpers import (
     FakeTlsClient,
     StandInDataCentre,
+    hold_port,
     telethon_connect,
     telethon_exchange,
     telethon_round,
@@ -388,6 +389,26 @@ def test_listener_change_restarts_only_that_proxy(api):
     assert psutil.pid_exists(pid_two)
     ok(api.post(f"{INBOUNDS}/del/{one['id']}"))
     wait_until(lambda: proxy_of(api, one["id"]) is None, "the proxy of a deleted inbound stops")
+
+
+def test_a_proxy_that_cannot_start_again_says_why_and_comes_back(api):
+    inbound = mtproto_inbound(api)
+    pid = running_proxy(api, inbound["id"])["pid"]
+    os.kill(pid, signal.SIGKILL)
+    holder = hold_port(inbound["port"])
+    try:
+        down = wait_until(
+            lambda: (
+                (proxy := proxy_of(api, inbound["id"]))
+                and "cannot listen" in proxy["errorMsg"]
+                and proxy
+            ),
+            "the proxy's reason in the status",
+        )
+        assert down["state"] == "error" and "Address already in use" in down["errorMsg"]
+    finally:
+        holder.close()
+    assert running_proxy(api, inbound["id"])["pid"] not in (0, pid)
 
 
 def test_management_api_needs_its_token(api):

@@ -5,10 +5,13 @@ tests share."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 
 import pytest
 from helpers import free_port, ok
+from mtproto_helpers import hold_port
 from test_ui import DESKTOP, client_row, expect, go, open_inbound_form, signed_in_page
 
 # The fixtures that give a module one browser and fail a test whose pages logged errors
@@ -71,3 +74,23 @@ def test_mtproto_inbound_client_key_tag_and_link(browser, panel, watches):
     page.click("button[form=client-form]")
     page.wait_for_selector("text=adTag must be exactly 32 hexadecimal characters")
     expect(form).to_be_visible()
+    page.keyboard.press("Escape")
+
+    # A proxy that cannot start again (another program took its port) is marked on its
+    # inbound's row and its clients' rows, with the reason, until it runs again.
+    status = ok(api.get("/panel/api/server/status"))
+    [proxy] = [p for p in status["mtproto"] if p["inboundId"] == inbound["id"]]
+    os.kill(proxy["pid"], signal.SIGKILL)
+    holder = hold_port(port)
+    try:
+        mark = client_row(page, "ui-telegram@example.com").locator(
+            "[data-testid=proxy-down-client]"
+        )
+        expect(mark).to_contain_text("MTProto proxy not running", timeout=15_000)
+        expect(mark).to_have_attribute("title", re.compile("cannot listen"), timeout=15_000)
+        go(page, "inbounds")
+        row = page.locator("tr", has_text="ui-telegram")
+        expect(row.locator("[data-testid=proxy-down-inbound]")).to_be_visible()
+    finally:
+        holder.close()
+    expect(row.locator("[data-testid=proxy-down-inbound]")).to_have_count(0, timeout=40_000)
