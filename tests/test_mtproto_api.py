@@ -11,6 +11,7 @@ row, the status of the proxy process, the links.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -131,6 +132,8 @@ def test_client_secret_relays_exactly_what_telethon_sent(api, data_centre):
     assert link == (
         f"tg://proxy?server=127.0.0.1&port={inbound['port']}&secret=dd{client['secret']}"
     )
+    entries = ok(api.get(f"{INBOUNDS}/get/{inbound['id']}"))["settings"]["clients"]
+    assert entries == [{"email": client["email"], "secret": client["secret"]}]
     before = len(data_centre.received)
     payloads = [os.urandom(16), os.urandom(40), os.urandom(1000)]
     capture, answers = telethon_exchange(inbound["port"], secret_in(link), payloads)
@@ -301,6 +304,21 @@ def test_secrets_change_without_dropping_other_connections(api):
     capture, answers = asyncio.run(scenario())
     assert answers == [hashlib.sha256(body).digest() for body in capture.bodies]
     assert running_proxy(api, inbound["id"])["pid"] == pid
+
+
+def test_subscriptions_carry_the_link_and_hosts_override_the_server(api, panel):
+    inbound = mtproto_inbound(api, domain="cdn.example.com")
+    client = add_client(api, [inbound["id"]])
+    secret = "ee" + client["secret"] + b"cdn.example.com".hex()
+    host = {"inboundId": inbound["id"], "remark": "tg", "address": "tg.example.org", "port": 8443}
+    ok(api.post("/panel/api/hosts/add", host))
+    expected = f"tg://proxy?server=tg.example.org&port=8443&secret={secret}"
+    assert ok(api.get(f"{API}/subLinks/{client['subId']}")) == [expected]
+    body = requests.get(f"{panel.sub_url}/sub/{client['subId']}", timeout=10).text
+    assert base64.b64decode(body).decode().split("\n") == [expected]
+    ok(api.post(f"{API}/update/{client['email']}", {"client": {**client, "enable": False}}))
+    assert ok(api.get(f"{API}/subLinks/{client['subId']}")) == []
+    assert tg_links(api, client["email"]) == []
 
 
 def test_disabled_client_has_no_link_and_no_secret(api):
