@@ -175,8 +175,7 @@ class Panel:
             settings=self.settings,
             accounting=MtprotoAccounting(self.store, self.presence, self.accounting),
             workdir=os.path.join(options.data_dir, "mtproto"),
-            sweep=self.client_bulk.disable_depleted,
-            on_change=self.changed,
+            sweep=self._sweep_for_mtproto,
             on_state=self._mtproto_state,
             client_ips=self.client_ips,
         )
@@ -648,6 +647,14 @@ class Panel:
     def _core_state(self, state: str) -> None:
         """Called from the core's watcher: push the new state to every browser."""
         self.hub.publish({"type": "coreState", "data": state})
+
+    def _sweep_for_mtproto(self) -> None:
+        """The invalid-client sweep after the MTProto proxies' counters were read: who it
+        disables leaves the core at once and every proxy with the sync that follows."""
+        disabled = self.client_bulk.disable_depleted()
+        if disabled:
+            self.core.mark_dirty(disabled)
+            self.changed("clients", disabled)
 
     def _mtproto_state(self, state: dict) -> None:
         """Called when an MTProto proxy process changes state: push it to every browser."""

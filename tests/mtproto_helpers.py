@@ -208,6 +208,7 @@ class FakeTlsClient:
         self.domain = bytes.fromhex(link_secret[34:]).decode()
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.buffer = b""
+        self.frames = b""
         hello = client_hello(self.key, self.domain, clock())
         self.sock.sendall(hello)
         self._check_answer(hello[11:43])
@@ -247,11 +248,14 @@ class FakeTlsClient:
         self._records(self.encrypt.encrypt(framed))
 
     def recv(self) -> bytes:
-        plain = b""
+        """The next frame's body; a record may hold the end of one frame and the start of
+        the next, which is kept for the next call."""
+        plain = self.frames
         while len(plain) < 4 or len(plain) < 4 + struct.unpack("<I", plain[:4])[0]:
             header = self._take(5)
             plain += self.decrypt.encrypt(self._take(struct.unpack(">H", header[3:5])[0]))
         size = struct.unpack("<I", plain[:4])[0]
+        self.frames = plain[4 + size :]
         return plain[4 : 4 + size]
 
     def close(self) -> None:

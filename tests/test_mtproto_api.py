@@ -321,6 +321,18 @@ def test_subscriptions_carry_the_link_and_hosts_override_the_server(api, panel):
     assert tg_links(api, client["email"]) == []
 
 
+def test_an_expiry_that_passes_withdraws_the_secret(api):
+    inbound = mtproto_inbound(api)
+    expiry = int(time.time() * 1000) + 3000
+    client = add_client(api, [inbound["id"]], expiryTime=expiry)
+    running_proxy(api, inbound["id"], secrets=1)
+    [link] = tg_links(api, client["email"])
+    wait_until(lambda: running_proxy(api, inbound["id"])["secrets"] == 0, "the secret withdrawn")
+    assert ok(api.get(f"{API}/get/{client['email']}"))["client"]["enable"] is False
+    assert tg_links(api, client["email"]) == []
+    assert refused_by_proxy(inbound["port"], secret_in(link))
+
+
 def test_disabled_client_has_no_link_and_no_secret(api):
     inbound = mtproto_inbound(api)
     client = add_client(api, [inbound["id"]], enable=False)

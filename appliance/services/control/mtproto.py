@@ -15,8 +15,8 @@ coalesced: `mark_dirty` wakes one sync shortly after.
 
 Each traffic tick reads every process's `GET /stats` into the same exactly-once
 accounting as the core's (services.clients.mtproto_traffic), records the addresses of
-open connections, runs the invalid-client sweep when bytes moved, and syncs again, so a
-client that ran out loses its secret within one tick and an expiry that passed applies.
+open connections and runs the invalid-client sweep, whose change syncs again: a client
+that ran out or expired loses its secret within one tick.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from appliance.domain.parse import load_json
 log = logging.getLogger(__name__)
 
 SYNC_DELAY = 0.2
+RETRY_SECONDS = 5.0
 # The clients of one MTProto inbound as a sync reads them.
 SECRET_SELECT = (
     "SELECT c.mt_secret, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
@@ -52,8 +53,7 @@ class MtprotoService:
         settings,
         accounting,
         workdir: str,
-        sweep: Callable[[], list[str]],
-        on_change: Callable[[str, list[str]], None],
+        sweep: Callable[[], None],
         on_state: Callable[[dict], None],
         client_ips=None,
         clock=time.time,
@@ -63,7 +63,6 @@ class MtprotoService:
         self.accounting = accounting
         self.workdir = workdir
         self.sweep = sweep
-        self.on_change = on_change
         self.on_state = on_state
         self.client_ips = client_ips
         self.clock = clock
@@ -93,7 +92,8 @@ class MtprotoService:
             except Exception as exc:
                 unavailable = self.store.unavailable(exc)
                 if unavailable is None:
-                    log.exception("MTProto sync failed")
+                    log.exception("MTProto sync failed; trying again in %g s", RETRY_SECONDS)
+                    gevent.spawn_later(RETRY_SECONDS, self.mark_dirty)
                 else:
                     log.warning("MTProto sync waits for the database: %s", unavailable.msg)
                     self.mark_dirty()
@@ -186,21 +186,21 @@ class MtprotoService:
     # ---- traffic ---------------------------------------------------------------------------
 
     def tick(self) -> None:
-        moved = False
+        """Count what moved, then disable clients that ran out or expired (the core's
+        tick does too, but only while a core runs): their secrets go in the sync that
+        the change starts."""
+        if not self.processes:
+            return
         for inbound_id in list(self.processes):
-            moved |= self._collect(inbound_id)
-        if moved:
-            disabled = self.sweep()
-            if disabled:
-                self.on_change("clients", disabled)
-        self.sync()
+            self._collect(inbound_id)
+        self.sweep()
 
-    def _collect(self, inbound_id: int) -> bool:
+    def _collect(self, inbound_id: int) -> None:
         process = self.processes.get(inbound_id)
         stats = process.stats() if process is not None else None
         if not stats:
-            return False
-        moved = self.accounting.tick(inbound_id, self.tags.get(inbound_id, ""), stats)
+            return
+        self.accounting.tick(inbound_id, self.tags.get(inbound_id, ""), stats)
         if self.client_ips is not None:
             now = self.clock()
             sightings = {
@@ -210,7 +210,6 @@ class MtprotoService:
             }
             if sightings:
                 self.client_ips.record(sightings, now)
-        return bool(moved)
 
     # ---- status ----------------------------------------------------------------------------
 
