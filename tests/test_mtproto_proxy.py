@@ -12,6 +12,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import requests
@@ -20,6 +22,7 @@ from mtproto_helpers import (
     FakeTlsClient,
     StandInDataCentre,
     big_answer,
+    client_hello,
     telethon_connect,
     telethon_exchange,
     telethon_round,
@@ -37,6 +40,7 @@ class Proxy:
         secrets: dict,
         port: int | None = None,
         domain: str = "",
+        **extra,
     ):
         self.port = port or free_port()
         self.token = os.urandom(16).hex()
@@ -47,6 +51,7 @@ class Proxy:
             "domain": domain,
             "dataCenters": [dc.address] * 5,
             "secrets": secrets,
+            **extra,
         }
         path.write_text(json.dumps(config))
         env = clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
@@ -164,6 +169,63 @@ def test_large_packets_arrive_whole_both_ways_in_both_disguises(tmp_path, dc, pr
         app.close()
     finally:
         tls.stop()
+
+
+class Site:
+    """The real site behind a fake-TLS domain, on loopback: it answers `SITE:` and the
+    first bytes it was sent."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"SITE:" + conn.recv(100))
+
+
+def site_answer(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        answer = b""
+        while piece := sock.recv(4096):
+            answer += piece
+        return answer
+
+
+def test_fake_tls_sends_what_is_not_ours_to_the_real_site(tmp_path, dc):
+    site = Site()
+    secrets = {"alice": {"secret": ALICE, "adTag": ""}}
+    proxy = Proxy(tmp_path, dc, secrets, domain="a.example", front=site.address, frontInternal=True)
+    try:
+        probe = b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"
+        assert site_answer(proxy.port, probe) == b"SITE:" + probe[:100]
+        wrong = client_hello(bytes.fromhex(BOB), "a.example", time.time())
+        assert site_answer(proxy.port, wrong) == b"SITE:" + wrong[:100]
+        app = FakeTlsClient(proxy.port, "ee" + ALICE + b"a.example".hex())
+        app.send(b"still ours......")
+        assert len(app.recv()) == 32
+        app.close()
+        # The same signed hello again is a replay: it meets the site, not the proxy.
+        right = client_hello(bytes.fromhex(ALICE), "a.example", time.time())
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as first:
+            first.sendall(right)
+            assert first.recv(3) == b"\x16\x03\x03"  # the proxy's ServerHello
+        assert site_answer(proxy.port, right) == b"SITE:" + right[:100]
+    finally:
+        proxy.stop()
+    # Without the test's permission the proxy relays to no internal address.
+    guarded = Proxy(tmp_path, dc, secrets, domain="a.example", front=site.address)
+    try:
+        assert site_answer(guarded.port, b"GET / HTTP/1.1\r\n\r\n") == b""
+    finally:
+        guarded.stop()
 
 
 def test_a_refused_connection_counts_for_nobody(proxy):

@@ -8,7 +8,10 @@ idle Telegram apps cost their sockets and ciphers, about 8 KiB each, and no thre
 - **Config file** (written by the panel): the listener (`listen`, `port`), the fake-TLS
   `domain` (set: only fake-TLS "ee" secrets are accepted; empty: only padded "dd"
   ones), the data-centre addresses (`dataCenters`, "host:port" for DC 1, 2, ...) and
-  the first set of secrets.
+  the first set of secrets. With fake TLS, a connection that is not a hello signed by
+  one of the secrets (a censor's probe, a browser) is relayed to the real site, `front`
+  (the domain's port 443), so the port looks like that site; never to an internal
+  address.
 - **Token on stdin.** The first line on stdin is `{"token": ...}`: the bearer token of
   the management API, read once at start and never written to disk or shown in `ps`.
   The pipe then stays open; EOF (the panel is gone, however it ended) stops the proxy,
@@ -29,7 +32,9 @@ idle Telegram apps cost their sockets and ciphers, about 8 KiB each, and no thre
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -61,6 +66,7 @@ from appliance.core.mtproto_wire import (
     server_hello,
     tls_record_length,
 )
+from appliance.runtime.egress import refusal
 
 log = logging.getLogger("appliance.mtproto")
 
@@ -72,6 +78,15 @@ AD_TAG_DIGITS = 32
 
 class Refused(Exception):
     """A connection that is not one of ours: closed without an answer."""
+
+
+class Fronted(Exception):
+    """A connection to a fake-TLS proxy that is not one of ours: it goes to the real site
+    (`front`), with the bytes read from it so far, so a prober meets that site's server."""
+
+    def __init__(self, reason: str, read: bytes):
+        super().__init__(reason)
+        self.read = read
 
 
 class ClientSide:
@@ -148,6 +163,11 @@ class Proxy:
     def __init__(self, config: dict, token: str):
         self.token = token
         self.domain = str(config.get("domain") or "")
+        # Where fake-TLS connections that are not ours go (the domain's own site), and
+        # whether it may be an internal address (tests only: the panel never sets it,
+        # so nobody reaches a service of the host's network through the proxy).
+        self.front = _address(config["front"]) if config.get("front") else None
+        self.front_internal = bool(config.get("frontInternal"))
         self.data_centres = [_address(text) for text in config.get("dataCenters", [])]
         self.instance = random_tokens.token_hex(8)
         self.secrets: dict[str, tuple[bytes, str]] = {}
@@ -200,6 +220,10 @@ class Proxy:
             with gevent.Timeout(HANDSHAKE_SECONDS, Refused("handshake too slow")):
                 name, opening = self._open(client)
                 dc_sock, dc_stream = self._reach(opening.transport, opening.dc)
+        except Fronted as exc:
+            log.debug("connection from %s sent to the site: %s", address[0], exc)
+            self._to_front(sock, exc.read)
+            return
         except (Refused, OSError) as exc:
             log.debug("connection from %s closed: %s", address[0], exc)
             for each in (sock, dc_sock):
@@ -239,11 +263,11 @@ class Proxy:
         if self.domain:
             header = client.take(5)
             if header[:3] != TLS_HELLO_START:
-                raise Refused("not a TLS hello")
+                raise Fronted("not a TLS hello", header + client.buffer)
             hello = header + client.take(tls_record_length(header))
             accepted = accept_client_hello(hello, self.keys.items(), self.domain, time.time())
             if accepted is None or not self.seen.first_time(hello[11:43]):
-                raise Refused("no secret signs this hello")
+                raise Fronted("no secret signs this hello", hello + client.buffer)
             answer = server_hello(hello, accepted[1])
             client.sock.sendall(answer)
             client.tally[1] += len(answer)
@@ -257,6 +281,31 @@ class Proxy:
         if opening.name in self.keys:
             self.keys.move_to_end(opening.name, last=False)
         return opening.name, opening
+
+    def _to_front(self, sock: socket.socket, read: bytes) -> None:
+        """Relay a connection that is not ours to the real site, as if it had gone there."""
+        upstream = None
+        try:
+            if self.front is None:
+                return
+            host, port = self.front
+            target = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
+            internal = refusal(ipaddress.ip_address(target[0]))
+            if internal and not self.front_internal:
+                log.warning("not relaying to %s: %s", host, internal)
+                return
+            upstream = socket.create_connection(target, timeout=CONNECT_SECONDS)
+            upstream.settimeout(None)
+            upstream.sendall(read)
+            back = gevent.spawn(_copy, upstream, sock)
+            _copy(sock, upstream)
+            back.join()
+        except OSError as exc:
+            log.debug("the site %s: %s", self.front[0], exc)
+        finally:
+            for each in (sock, upstream):
+                if each is not None:
+                    each.close()
 
     def _reach(self, transport: bytes, dc: int):
         index = abs(dc) - 1
@@ -290,6 +339,20 @@ class Proxy:
                 return _answer(start_response, "400 Bad Request", {"error": str(exc)})
             return _answer(start_response, "200 OK", {"active": count})
         return _answer(start_response, "404 Not Found", {"error": "no such path"})
+
+
+def _copy(source: socket.socket, target: socket.socket) -> None:
+    """Bytes from `source` to `target` until `source` ends, then end `target`'s side."""
+    try:
+        while True:
+            data = source.recv(CHUNK)
+            if not data:
+                break
+            target.sendall(data)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
 
 
 def _plain(sock: socket.socket) -> plain_socket.socket:

@@ -117,10 +117,12 @@ class MtprotoService:
             )
             for inbound_id, tag, listen, port, settings_text in rows:
                 settings = load_json(settings_text, "settings")
+                domain = settings.get("domain", "")
                 listener = {
                     "listen": listen or "0.0.0.0",
                     "port": port,
-                    "domain": settings.get("domain", ""),
+                    "domain": domain,
+                    "front": f"{domain}:443" if domain else "",
                     "dataCenters": centres,
                 }
                 inbound_tag = settings.get("adTag", "")
