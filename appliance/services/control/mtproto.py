@@ -210,8 +210,9 @@ class MtprotoService:
                 for name, user in (stats.get("users") or {}).items()
                 if user.get("ips")
             }
-            if sightings:
-                self.client_ips.record(sightings, now)
+            over = self.client_ips.record(sightings, now) if sightings else []
+            if over:
+                self.client_ips.write_limit_lines(over, now)
 
     # ---- status ----------------------------------------------------------------------------
 
