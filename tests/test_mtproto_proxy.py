@@ -133,6 +133,9 @@ def test_withdrawing_a_secret_closes_its_connections_only(proxy):
         await asyncio.to_thread(proxy.call, "PUT", "/secrets", json=only_alice)
         with pytest.raises((ConnectionError, OSError, asyncio.TimeoutError)):
             await telethon_round(bob, bob_capture, b"b" * 16)
+        # A new advertising tag for alice is taken with her connection open.
+        retagged = {"secrets": {"alice": {"secret": ALICE, "adTag": tag}}}
+        await asyncio.to_thread(proxy.call, "PUT", "/secrets", json=retagged)
         answer = await telethon_round(alice, alice_capture, b"c" * 16)
         await alice.disconnect()
         await bob.disconnect()
@@ -140,6 +143,7 @@ def test_withdrawing_a_secret_closes_its_connections_only(proxy):
 
     capture, answer = asyncio.run(scenario())
     assert len(answer) == 32
+    assert proxy.call("GET", "/secrets").json() == {"secrets": {"alice": tag}}
     users = proxy.call("GET", "/stats").json()["users"]
     # Counters outlive the connections and the secret: the panel reads what bob moved.
     assert users["bob"]["connections"] == 0 and users["bob"]["bytes_in"] > 64
