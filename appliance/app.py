@@ -51,6 +51,7 @@ from appliance.services.admin.update import PanelUpdate
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.groups import Groups
 from appliance.services.clients.ips import ClientIps
+from appliance.services.clients.mtproto_traffic import MtprotoAccounting
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
@@ -58,6 +59,7 @@ from appliance.services.clients.sub_address import SubscriptionAddress
 from appliance.services.clients.subscriptions import Subscriptions, drops_inbounds
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.control.metrics import CoreMetrics
+from appliance.services.control.mtproto import MtprotoService
 from appliance.services.control.probe import OutboundProbe
 from appliance.services.control.releases import CoreReleases, installed_binary
 from appliance.services.control.routing import CoreRouting
@@ -147,7 +149,7 @@ class Panel:
             self.store,
             self.reserved_ports,
             self.client_query.by_inbound,
-            held_sockets=lambda: self.core.held_sockets(),
+            held_sockets=lambda: self.core.held_sockets() + self.mtproto.held_sockets(),
             places=self.places,
             check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
             place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
@@ -209,6 +211,15 @@ class Panel:
             on_change=self.changed,
             client_ips=self.client_ips,
             extra_outbounds=self.outbound_subs.core_outbounds,
+        )
+        self.mtproto = MtprotoService(
+            store=self.store,
+            settings=self.settings,
+            accounting=MtprotoAccounting(self.store, self.presence, self.accounting),
+            workdir=os.path.join(options.data_dir, "mtproto"),
+            sweep=self._sweep_for_mtproto,
+            on_state=self._mtproto_state,
+            client_ips=self.client_ips,
         )
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
         self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
@@ -455,7 +466,9 @@ class Panel:
         os.makedirs(self.places.sockets_dir, exist_ok=True)
         os.makedirs(self.places.www_dir, exist_ok=True)
         self.core.start()
+        self.mtproto.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
+        every(self.settings.get("trafficInterval"), self.mtproto.tick, "MTProto traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
         every(
             self.settings.get("trafficInterval"),
@@ -603,6 +616,7 @@ class Panel:
             if emails is None:
                 touched = self.touched_clients.take() if resource == "clients" else None
                 self.core.mark_dirty(touched)
+            self.mtproto.mark_dirty()
         if resource == "clients":
             # The nodes take what the core took: the clients the call named, else all.
             self.deploy.clients_changed(emails if emails is not None else touched)
@@ -645,6 +659,7 @@ class Panel:
         self.hub.close_sessions(open_ids - live)
 
     def stop(self) -> None:
+        self.mtproto.shutdown()
         self.core.shutdown()
         # The workers first: one leaving meanwhile would have the panel accept again.
         if self.sub_workers is not None:
@@ -749,6 +764,18 @@ class Panel:
         """Called from the core's watcher: push the new state to every browser."""
         self.hub.publish({"type": "coreState", "data": state})
 
+    def _sweep_for_mtproto(self) -> None:
+        """The invalid-client sweep after the MTProto proxies' counters were read: who it
+        disables leaves the core at once and every proxy with the sync that follows."""
+        disabled = self.client_bulk.disable_depleted()
+        if disabled:
+            self.core.mark_dirty(disabled)
+            self.changed("clients", disabled)
+
+    def _mtproto_state(self, state: dict) -> None:
+        """Called when an MTProto proxy process changes state: push it to every browser."""
+        self.hub.publish({"type": "mtprotoState", "data": state})
+
     def status(self) -> dict:
         """The last snapshot, with the core's state as it is now (it changes between
         samples, and a browser acting on it must not wait two seconds). While no browser
@@ -761,6 +788,7 @@ class Panel:
         return {
             **status,
             "core": self.core_info(),
+            "mtproto": self.mtproto.info(),
             "subWorkers": workers,
             "guid": self.guid(),
             "parentGuid": self.settings.internal("parentGuid"),
@@ -778,7 +806,7 @@ class Panel:
         self.bot_notices.cpu(values["cpu"])
 
     def _snapshot(self, now: float) -> dict:
-        status = self.sampler.sample(now)
+        status = {**self.sampler.sample(now), "mtproto": self.mtproto.info()}
         self._status = (time.monotonic(), status)
         self.hub.publish({"type": "status", "data": status})
         return status

@@ -394,4 +394,4 @@ CASES: dict[str, tuple[dict, dict, list[dict]]] = {
     ),
 }
 
-NO_LINK_PROTOCOLS = ("socks", "http", "mixed", "dokodemo", "tunnel", "wireguard", "mtproto")
+NO_LINK_PROTOCOLS = ("socks", "http", "mixed", "dokodemo", "tunnel", "wireguard")

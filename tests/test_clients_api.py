@@ -62,7 +62,7 @@ SAMPLES = {
     },
     "mtproto": {"settings": {"domain": "a.example"}},
 }
-NO_CLIENTS = ("socks", "http", "mixed", "dokodemo", "tunnel", "wireguard", "mtproto")
+NO_CLIENTS = ("socks", "http", "mixed", "dokodemo", "tunnel", "wireguard")
 AD_TAG = "0123456789abcdef0123456789abcdef"
 
 

@@ -5,7 +5,6 @@ input of every shape, and the `invalidate` push on the WebSocket."""
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import random
 import time
@@ -52,14 +51,13 @@ SAMPLES = {
     "tunnel": {"settings": {"rewriteAddress": "example.com", "rewritePort": 80}},
     "mtproto": {"settings": {"adTag": "0123456789abcdef0123456789abcdef", "domain": "a.example"}},
 }
-CLIENT_PROTOCOLS = {"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"}
-
-_ports = itertools.count(20000)
+CLIENT_PROTOCOLS = {"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2", "mtproto"}
 
 
 def next_port() -> int:
-    """A port no other test of this module uses (the panel itself is on an ephemeral port)."""
-    return next(_ports)
+    """A port no other test uses: MTProto inbounds are listened on by their proxy, so a
+    fixed series could meet one another module's panel holds."""
+    return free_port()
 
 
 def sample(protocol: str, port: int | None = None, **fields) -> dict:

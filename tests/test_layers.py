@@ -29,7 +29,8 @@ ALLOWED = {
     # A subscription worker process: composed like `app`, without the core or the panel.
     "sub_worker": BOTTOM | {"runtime", "domain", "store", "links", "services", "sub", "web"},
     "cli": BOTTOM | {"runtime", "domain", "store", "core", "services", "app", "config"},
-    "__main__": {"cli", "sub_worker"},
+    # `mtproto-proxy` starts the MTProto process (core) without the command line's set-up.
+    "__main__": {"cli", "sub_worker", "core"},
 }
 
 

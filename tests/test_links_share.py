@@ -31,7 +31,12 @@ from links_cases import (
     inbound,
 )
 
-from appliance.links import LinkContext, client_links
+from appliance.links import (
+    LinkContext,
+    client_clash_proxies,
+    client_json_configs,
+    client_links,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "links"
 SHARE = json.loads((GOLDEN / "share_links.json").read_text())
@@ -78,6 +83,24 @@ def test_protocols_without_a_link_form_give_nothing(protocol):
     record = inbound(protocol, {}, {})
     assert client_links(record, ALICE, [], CTX) == []
     assert client_links(record, ALICE, [{"remark": "h", "address": "x.example"}], CTX) == []
+
+
+def test_mtproto_links_name_the_secret_and_hosts_override_the_server():
+    key = "00112233445566778899aabbccddeeff"
+    padded = inbound("mtproto", {}, {})
+    assert client_links(padded, client(secret=key), [], CTX) == [
+        f"tg://proxy?server=vpn.example.com&port=443&secret=dd{key}"
+    ]
+    fake_tls = inbound("mtproto", {}, {"domain": "cdn.example.com"})
+    hosts = [{"remark": "a", "address": "a.example"}, {"remark": "b", "port": 8443}]
+    assert client_links(fake_tls, client(secret=key), hosts, CTX) == [
+        f"tg://proxy?server=a.example&port=443&secret=ee{key}{b'cdn.example.com'.hex()}",
+        f"tg://proxy?server=vpn.example.com&port=8443&secret=ee{key}{b'cdn.example.com'.hex()}",
+    ]
+    # No secret, no link; and no JSON or Mihomo form of a Telegram proxy.
+    assert client_links(padded, ALICE, [], CTX) == []
+    assert client_json_configs(padded, client(secret=key), [], CTX) == []
+    assert client_clash_proxies(padded, client(secret=key), [], CTX) == []
 
 
 def test_vless_ws_link_parses_back_to_the_inbound_fields():

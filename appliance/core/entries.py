@@ -37,4 +37,8 @@ def client_entry(protocol: str, client: dict, flow_capable: bool, ss_method: str
             entry["method"] = ss_method
     elif protocol in ("hysteria", "hysteria2"):
         entry["auth"] = client["auth"]
+    elif protocol == "mtproto":
+        entry["secret"] = client.get("secret", "")
+        if client.get("adTag"):
+            entry["adTag"] = client["adTag"]
     return entry

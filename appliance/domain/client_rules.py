@@ -6,7 +6,8 @@ auth string (Hysteria) are all generated when omitted, and a Shadowsocks 2022 pa
 checked against the key length of each attached 2022 inbound (replaced by a generated key
 when it does not fit, as the spec asks). One key cannot have two lengths, so a client may
 not sit on 2022 inbounds of different key lengths at once. Legacy Shadowsocks ciphers get
-the inbound's method copied onto the client.
+the inbound's method copied onto the client. The MTProto secret is a key of its own (16
+bytes in hex), so re-keying a Telegram proxy user leaves their other links alone.
 
 Emails are the key in client paths and in the core's traffic counters
 (`user>>>EMAIL>>>traffic>>>uplink`), so they may not contain `>>>`, `/`, control
@@ -43,6 +44,7 @@ FLOWS = ("", "xtls-rprx-vision", "xtls-rprx-vision-udp443")
 VMESS_SECURITY = ("auto", "aes-128-gcm", "chacha20-poly1305", "none", "zero")
 SUB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 AD_TAG = re.compile(r"[0-9a-fA-F]{32}")
+MTPROTO_SECRET = re.compile(r"[0-9a-fA-F]{32}")
 GROUP_MAX = 64
 COMMENT_MAX = 1024
 EMAIL_MAX = 255
@@ -101,6 +103,18 @@ def check_ad_tag(value: Any) -> str:
     return value.lower()
 
 
+def check_mtproto_secret(value: Any) -> str:
+    """The MTProto secret key: 32 hexadecimal characters (16 bytes), generated when
+    omitted; a new value re-keys the client on every MTProto inbound."""
+    if value in (None, ""):
+        return secrets.token_hex(16)
+    if not isinstance(value, str) or not MTPROTO_SECRET.fullmatch(value):
+        raise ServiceError(
+            f"secret must be 32 hexadecimal characters, the MTProto key (got {describe(value)})"
+        )
+    return value.lower()
+
+
 def normalize_client(payload: Any, inbounds: list[dict]) -> dict:
     """A complete client record from `payload`, fit for every inbound in `inbounds`
     (normalised inbound records with `id`, `protocol` and `settings`)."""
@@ -124,6 +138,7 @@ def normalize_client(payload: Any, inbounds: list[dict]) -> dict:
         "enable": True if payload.get("enable") is None else to_bool(payload["enable"], "enable"),
         "group": check_group(payload.get("group")),
         "adTag": check_ad_tag(payload.get("adTag")),
+        "secret": check_mtproto_secret(payload.get("secret")),
         "method": "",
     }
     fit_inbounds(client, inbounds)

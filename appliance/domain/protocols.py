@@ -527,6 +527,12 @@ def _mtproto(settings: dict, path: str) -> None:
         fail(join(path, "domain"), "a host name for fake TLS", domain)
 
 
+def mtproto_link_secret(key: str, domain: str) -> str:
+    """The secret as Telegram's links carry it: `ee` + key + the domain's bytes in hex for
+    fake TLS, `dd` + key for the padded transport."""
+    return "ee" + key + domain.encode("idna").hex() if domain else "dd" + key
+
+
 PROTOCOL_CHECKS: dict[str, Callable[[dict, str], None]] = {
     "vless": _vless,
     "vmess": _vmess,
@@ -543,7 +549,9 @@ PROTOCOL_CHECKS: dict[str, Callable[[dict, str], None]] = {
     "mtproto": _mtproto,
 }
 
-CLIENT_PROTOCOLS = frozenset({"shadowsocks", "vless", "vmess", "trojan", "hysteria", "hysteria2"})
+CLIENT_PROTOCOLS = frozenset(
+    {"shadowsocks", "vless", "vmess", "trojan", "hysteria", "hysteria2", "mtproto"}
+)
 FALLBACK_PROTOCOLS = frozenset({"vless", "trojan"})
 
 

@@ -38,11 +38,11 @@ __all__ = [
 
 
 def client_links(inbound: dict, client: dict, hosts: list[dict], ctx: LinkContext) -> list[str]:
-    """Share links (vless://, vmess://, trojan://, ss://, hy2://, hysteria://) of one
-    client on one inbound: one per host in the order given, else one per legacy
-    `externalProxy` entry, else one to `ctx.address` and the inbound's port. [] for
-    protocols without a link form (socks, http, mixed, dokodemo, tunnel, wireguard,
-    mtproto)."""
+    """Share links (vless://, vmess://, trojan://, ss://, hy2://, hysteria://,
+    tg://proxy) of one client on one inbound: one per host in the order given, else one
+    per legacy `externalProxy` entry, else one to `ctx.address` and the inbound's port.
+    [] for protocols without a link form (socks, http, mixed, dokodemo, tunnel,
+    wireguard)."""
     return prepared_links(prepare_inbound(inbound, hosts), client, ctx)
 
 
@@ -86,7 +86,7 @@ def prepared_json_configs(
     return [
         client_config(plan, socks_port=socks_port, http_port=http_port)
         for plan in plans_for(prepared, client, ctx)
-        if plan.hysteria_version == 2
+        if plan.hysteria_version == 2 and plan.protocol != "mtproto"
     ]
 
 

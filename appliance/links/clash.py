@@ -46,6 +46,8 @@ def clash_proxy(plan: LinkPlan) -> dict | None:
     """The Mihomo proxy of one plan, or None when Mihomo cannot express it."""
     if plan.protocol in ("hysteria", "hysteria2"):
         return _hysteria(plan)
+    if plan.protocol == "mtproto":
+        return None
     network = _mihomo_network(plan)
     if network not in MIHOMO_TRANSPORTS[plan.protocol]:
         return None

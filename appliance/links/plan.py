@@ -36,10 +36,12 @@ import binascii
 import json
 from dataclasses import dataclass, field
 
-from appliance.domain.protocols import is_ss2022
+from appliance.domain.protocols import is_ss2022, mtproto_link_secret
 from appliance.links.remarks import render_remark
 
-LINK_PROTOCOLS = frozenset({"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"})
+LINK_PROTOCOLS = frozenset(
+    {"vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2", "mtproto"}
+)
 # The newer names the core accepts for two transports, mapped to the names every client
 # app understands.
 NETWORK_ALIASES = {"raw": "tcp", "splithttp": "xhttp"}
@@ -238,6 +240,11 @@ def _credentials(protocol: str, settings: dict, stream: dict, client: dict) -> d
             "flow": _text(client.get("flow")),
             "vless_encryption": encryption,
         }
+    if protocol == "mtproto":
+        key = _text(client.get("secret"))
+        if not key:
+            return None
+        return {"password": mtproto_link_secret(key, _text(settings.get("domain")))}
     if protocol == "trojan":
         password = _text(client.get("password"))
         return {"password": password} if password else None

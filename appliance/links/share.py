@@ -41,6 +41,8 @@ def share_link(plan: LinkPlan) -> str:
     """The share link of one plan."""
     if plan.protocol == "vmess":
         return _vmess(plan)
+    if plan.protocol == "mtproto":
+        return _telegram(plan)
     if plan.protocol == "shadowsocks":
         return _shadowsocks(plan)
     if plan.protocol in ("hysteria", "hysteria2"):
@@ -233,6 +235,12 @@ def _hysteria(plan: LinkPlan) -> str:
 DEFAULT_MBPS = 100
 _BANDWIDTH = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:b|bps)?\s*", re.IGNORECASE)
 _UNIT_MBPS = {"": 1e-6, "k": 1e-3, "m": 1.0, "g": 1e3, "t": 1e6}
+
+
+def _telegram(plan: LinkPlan) -> str:
+    """Telegram's own proxy link; it has no name, so the remark is not carried."""
+    params = {"server": plan.address, "port": str(plan.port), "secret": plan.password}
+    return "tg://proxy?" + "&".join(f"{key}={_encode(value)}" for key, value in params.items())
 
 
 def bandwidth_mbps(value: object) -> int:

@@ -393,6 +393,29 @@ def _v12_outbound_subscriptions(dialect: str) -> list[str]:
     return table.create(dialect)
 
 
+def _v13_mtproto(dialect: str) -> list[str]:
+    """MTProto: each client's secret key (existing clients get their UUID's 16 bytes, a
+    random value already), and the last counters read from each proxy process, per
+    inbound and client, with the process instance they came from: a proxy started again
+    counts from zero."""
+    table = Table(
+        "mtproto_counter",
+        (
+            Column("inbound_id", "int"),
+            Column("instance", "str", 32, default=""),
+            Column("email_key", "str", 255),
+            Column("up", "bigint", default=0),
+            Column("down", "bigint", default=0),
+        ),
+        (Index(("inbound_id", "email_key"), unique=True),),
+    )
+    return [
+        add_column("client", Column("mt_secret", "str", 32, default=""), dialect),
+        "UPDATE client SET mt_secret = LOWER(REPLACE(uuid, '-', ''))",
+        *table.create(dialect),
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -410,6 +433,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
         "outbound subscriptions and the outbounds of their last good refresh",
         _v12_outbound_subscriptions,
     ),
+    (13, "MTProto: client secrets, the last counters of the proxy processes", _v13_mtproto),
 ]
 
 LATEST = MIGRATIONS[-1][0]

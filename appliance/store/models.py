@@ -115,6 +115,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         enable = Required(bool, default=True)
         group_name = Optional(str, 64, index="ix_client_group_name")
         ad_tag = Optional(str, 32)
+        mt_secret = Optional(str, 32)
         method = Optional(str, 64)
         search_key = Optional(str, TEXT, autostrip=False)
         created_at = Required(int, size=64, default=0)
@@ -275,6 +276,15 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         last_error = Optional(str, 1024, autostrip=False)
         created_at = Required(int, size=64, default=0)
 
+    class MtprotoCounter(db.Entity):
+        _table_ = "mtproto_counter"
+        inbound_id = Required(int)
+        instance = Optional(str, 32)
+        email_key = Required(str, 255, autostrip=False)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(inbound_id, email_key)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -297,4 +307,5 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         NodeCounter=NodeCounter,
         MasterTraffic=MasterTraffic,
         OutboundSub=OutboundSub,
+        MtprotoCounter=MtprotoCounter,
     )

@@ -50,6 +50,9 @@ function handle(text) {
     if (message.data && message.data.core) state.coreState = message.data.core.state;
   } else if (message.type === "coreState") {
     state.coreState = message.data;
+  } else if (message.type === "mtprotoState") {
+    const proxies = ((state.status && state.status.mtproto) || []).filter((p) => p.inboundId !== message.data.inboundId);
+    if (state.status) state.status = { ...state.status, mtproto: [...proxies, { ...message.data }] };
   } else if (message.type === "invalidate") {
     invalidate(message.resource);
   } else if (message.type === "traffic") {

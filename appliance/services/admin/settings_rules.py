@@ -66,6 +66,19 @@ class OneOf:
 PORT = Range(1, 65535)
 
 
+def data_centres(name: str, value: str) -> str:
+    """Telegram data-centre addresses for the MTProto proxies: "host:port" for DC 1, 2, ...
+    separated by commas."""
+    parts = [part.strip() for part in value.split(",")]
+    for n, part in enumerate(parts, 1):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ServiceError(
+                f"{name} must list host:port addresses separated by commas (entry {n} is {part!r})"
+            )
+    return ",".join(parts)
+
+
 def listen_address(name: str, value: str) -> str:
     if value:
         try:

@@ -26,6 +26,7 @@ from appliance.services.admin.settings_rules import (
     backup_schedule,
     check_cert_pair,
     check_core_template,
+    data_centres,
     host_names,
     listen_address,
     private_destinations,
@@ -187,6 +188,15 @@ SETTINGS = (
         "clients",
         Range(1, 3600),
         restart=True,
+    ),
+    Setting(
+        "mtprotoDataCenters",
+        "149.154.175.50:443,149.154.167.51:443,149.154.175.100:443,149.154.167.91:443,"
+        "149.154.171.5:443",
+        "Telegram data centres the MTProto proxies relay to: host:port of DC 1, 2, ... "
+        "separated by commas.",
+        "clients",
+        data_centres,
     ),
     Setting(
         "ipLimitEnable",

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from pony.orm import db_session
 
+from appliance.core.config import client_in_core
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
@@ -330,6 +331,13 @@ class Subscriptions:
         return Rendered(True, document.encode())
 
     def _links(self, inbound: dict, client: dict, hosts: list[dict], ctx) -> list[str]:
+        # An MTProto secret exists only while its client is served: the proxy holds no
+        # other, so a link would not work (every other protocol's links are handed out
+        # whatever the state, to be kept for when the client is enabled again).
+        if inbound["protocol"] == "mtproto" and not client_in_core(
+            client, int(self.clock() * 1000)
+        ):
+            return []
         return self._guarded(client_links, inbound, client, hosts, ctx)
 
     def _guarded(self, renderer, inbound: dict, client: dict, hosts: list[dict], ctx) -> list:

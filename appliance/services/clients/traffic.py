@@ -160,7 +160,7 @@ class TrafficAccounting:
                     for key, (up, down) in sorted(tick.clients.items())
                 ],
             )
-            self._start_clocks(set(tick.clients), now)
+            self.start_clocks(set(tick.clients), now)
         if tick.inbounds:
             store.execute_many(
                 f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ?",
@@ -186,7 +186,7 @@ class TrafficAccounting:
         store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
         return new_outbounds
 
-    def _start_clocks(self, moved: set[str], now: int) -> None:
+    def start_clocks(self, moved: set[str], now: int) -> None:
         """Expiry "start on first use" (stored as minus the duration) begins with the
         first bytes: it becomes now plus the duration. Few clients wait to start, and an
         index finds them, so only those are touched."""

@@ -51,7 +51,7 @@ export const ClientForm = {
     const model = Vue.reactive({
       email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
-      presetFrom: "now",
+      presetFrom: "now", secret: "", adTag: "",
     });
     const selected = Vue.ref(new Set());
     const subUrl = Vue.ref("");
@@ -77,6 +77,7 @@ export const ClientForm = {
           comment: original.comment || "", group: original.group || "", limitIp: original.limitIp || 0,
           tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
           totalGB: original.totalGB ? +(original.totalGB / GB).toFixed(2) : 0,
+          secret: original.secret || "", adTag: original.adTag || "",
         });
         if (original.expiryTime > 0) {
           model.expiryMode = "date";
@@ -93,6 +94,13 @@ export const ClientForm = {
     });
 
     const flowCapable = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.tlsFlowCapable));
+    const onMtproto = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.protocol === "mtproto"));
+
+    // A new MTProto key: 16 random bytes in hex, like the one the panel generates.
+    function rekey() {
+      const bytes = crypto.getRandomValues(new Uint8Array(16));
+      model.secret = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+    }
 
     function expiryTime() {
       if (model.expiryMode === "date" && model.expiryDate) return new Date(`${model.expiryDate}T23:59:59`).getTime();
@@ -128,6 +136,7 @@ export const ClientForm = {
         group: model.group, limitIp: Number(model.limitIp) || 0, tgId: Number(model.tgId) || 0,
         reset: Number(model.reset) || 0, flow: flowCapable.value ? model.flow : "",
         totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
+        secret: model.secret.trim(), adTag: model.adTag.trim(),
       };
       delete client.inboundIds;
       delete client.traffic;
@@ -193,6 +202,9 @@ export const ClientForm = {
         ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}
         ${field(t("clients.reset"), numberInput(model, "reset", { min: 0 }), t("clients.resetHint"))}
         ${flowCapable.value ? field(t("clients.flow"), selectInput(model, "flow", FLOWS.map((f) => [f, f || t("common.none")]))) : null}
+        ${onMtproto.value ? field(t("clients.mtSecret"), html`<div class="copy-row">${textInput(model, "secret", { name: "secret", placeholder: t("clients.secretPlaceholder"), autocomplete: "off" })}
+          <button type="button" data-testid="rekey" onClick=${rekey}>${t("clients.newKey")}</button></div>`, t("clients.mtSecretHint")) : null}
+        ${onMtproto.value ? field(t("clients.adTag"), textInput(model, "adTag", { name: "adTag", autocomplete: "off" }), t("clients.adTagHint")) : null}
         ${field(t("clients.group"), textInput(model, "group", { list: "group-names" }))}
         ${field(t("clients.tgId"), numberInput(model, "tgId", { min: 0 }))}
         ${field(t("clients.comment"), textInput(model, "comment"))}

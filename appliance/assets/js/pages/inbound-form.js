@@ -10,7 +10,7 @@ import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { checkbox, checkedField, copyText, field, Modal, numberInput, selectInput, textInput } from "../components.js";
 
-export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo"];
+export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo", "mtproto"];
 const STREAM_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks"];
 // Protocols that run only on this host (NODE_PROTOCOLS of appliance/services/inbounds/records.py).
 const HOST_ONLY = ["mtproto"];
@@ -57,6 +57,7 @@ function defaults(protocol) {
     case "socks": case "mixed": return { auth: "noauth", accounts: [], udp: false };
     case "http": return { accounts: [], allowTransparent: false };
     case "dokodemo": return { address: "", port: 0, network: "tcp", followRedirect: false };
+    case "mtproto": return { domain: "", adTag: "" };
     default: return {};
   }
 }
@@ -221,6 +222,10 @@ export const InboundForm = {
             ${pathField("settings.port", t("inbound.targetPort"), numberInput(s, "port", { min: 0, max: 65535 }))}
             ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
             ${checkbox(s, "followRedirect", t("inbound.followRedirect"))}`;
+        case "mtproto":
+          return html`
+            ${pathField("settings.domain", t("inbound.fakeTlsDomain"), textInput(s, "domain", { name: "domain" }), t("inbound.fakeTlsHint"))}
+            ${pathField("settings.adTag", t("inbound.adTag"), textInput(s, "adTag", { name: "adTag" }), t("inbound.adTagHint"))}`;
         default:
           return null;
       }

@@ -17,7 +17,7 @@ import { InboundLinksDialog } from "./inbound-links.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
 // Protocols whose inbounds carry clients (CLIENT_PROTOCOLS of appliance/domain/protocols.py).
-const CLIENT_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2"];
+const CLIENT_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "hysteria", "hysteria2", "mtproto"];
 
 export const InboundsPage = {
   setup() {

@@ -1,0 +1,261 @@
+"""MTProto inbounds as the panel runs them: one proxy process each, kept in step.
+
+Every enabled MTProto inbound of this host gets a proxy process (core.mtproto_process).
+What it should run is read from the database at each sync: the listener (address, port,
+fake-TLS domain, data-centre addresses from the `mtprotoDataCenters` setting) and the
+secrets of its active clients, each the client's own 16-byte key (`secret`: generated
+when omitted, re-keyed by a new value, stored on the client row, so the clients page
+and the links show what the proxy accepts) with the client's advertising tag, or else
+the inbound's. A client that is disabled, expired or out of quota has no secret there.
+
+A change of secrets or tags alone goes to the running process through `PUT /secrets`
+(nobody else's connection drops; the config file is rewritten too, so a process started
+again starts with them); a change of the listener restarts that one process. Changes are
+coalesced: `mark_dirty` wakes one sync shortly after.
+
+Each traffic tick reads every process's `GET /stats` into the same exactly-once
+accounting as the core's (services.clients.mtproto_traffic), records the addresses of
+open connections and runs the invalid-client sweep, whose change syncs again: a client
+that ran out or expired loses its secret within one tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import gevent
+from gevent.event import Event
+from pony.orm import db_session
+
+from appliance.core.config import client_in_core
+from appliance.core.mtproto_process import MtprotoProcess
+from appliance.domain.client_rules import email_key
+from appliance.domain.parse import load_json
+
+log = logging.getLogger(__name__)
+
+SYNC_DELAY = 0.2
+RETRY_SECONDS = 5.0
+# The clients of one MTProto inbound as a sync reads them.
+SECRET_SELECT = (
+    "SELECT c.mt_secret, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
+    "t.up, t.down, t.enable FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
+    "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE ci.inbound_id = ?"
+)
+
+
+class MtprotoService:
+    def __init__(
+        self,
+        store,
+        settings,
+        accounting,
+        workdir: str,
+        sweep: Callable[[], None],
+        on_state: Callable[[dict], None],
+        client_ips=None,
+        clock=time.time,
+    ):
+        self.store = store
+        self.settings = settings
+        self.accounting = accounting
+        self.workdir = workdir
+        self.sweep = sweep
+        self.on_state = on_state
+        self.client_ips = client_ips
+        self.clock = clock
+        self.processes: dict[int, MtprotoProcess] = {}
+        self.listeners: dict[int, dict] = {}
+        # The secrets each process should hold, and those it confirmed it holds.
+        self.pushed: dict[int, dict] = {}
+        self.applied: dict[int, dict] = {}
+        self.tags: dict[int, str] = {}
+        self._dirty = Event()
+        self._loop: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        self._loop = gevent.spawn(self._sync_loop)
+        self.mark_dirty()
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def _sync_loop(self) -> None:
+        while True:
+            self._dirty.wait()
+            gevent.sleep(SYNC_DELAY)
+            self._dirty.clear()
+            try:
+                self.sync()
+            except Exception as exc:
+                unavailable = self.store.unavailable(exc)
+                if unavailable is None:
+                    log.exception("MTProto sync failed; trying again in %g s", RETRY_SECONDS)
+                    gevent.spawn_later(RETRY_SECONDS, self.mark_dirty)
+                else:
+                    log.warning("MTProto sync waits for the database: %s", unavailable.msg)
+                    self.mark_dirty()
+                    gevent.sleep(1)
+
+    # ---- what should run -------------------------------------------------------------------
+
+    def wanted(self) -> dict[int, tuple[str, dict, dict]]:
+        """inbound id -> (tag, listener config, secrets) of every MTProto inbound that
+        should run here now."""
+        now_ms = int(self.clock() * 1000)
+        centres = [
+            part.strip() for part in self.settings.get("mtprotoDataCenters").split(",") if part
+        ]
+        found = {}
+        with db_session:
+            rows = self.store.rows(
+                "SELECT id, tag, listen, port, settings FROM inbound "
+                "WHERE protocol = ? AND enable = ? AND node_id IS NULL",
+                ["mtproto", True],
+            )
+            for inbound_id, tag, listen, port, settings_text in rows:
+                settings = load_json(settings_text, "settings")
+                domain = settings.get("domain", "")
+                listener = {
+                    "listen": listen or "0.0.0.0",
+                    "port": port,
+                    "domain": domain,
+                    "front": f"{domain}:443" if domain else "",
+                    "dataCenters": centres,
+                }
+                inbound_tag = settings.get("adTag", "")
+                entries = {}
+                for row in self.store.rows(SECRET_SELECT, [inbound_id]):
+                    secret, email, ad_tag, enable, total, expiry, up, down, t_enable = row
+                    view = {
+                        "enable": bool(enable),
+                        "totalGB": total,
+                        "expiryTime": expiry,
+                        "traffic": {
+                            "up": up or 0,
+                            "down": down or 0,
+                            "enable": t_enable is None or bool(t_enable),
+                        },
+                    }
+                    if client_in_core(view, now_ms):
+                        entries[email] = {
+                            "secret": secret,
+                            "adTag": ad_tag or inbound_tag,
+                        }
+                found[inbound_id] = (tag, listener, entries)
+        return found
+
+    def sync(self) -> None:
+        wanted = self.wanted()
+        for inbound_id in [i for i in self.processes if i not in wanted]:
+            self._collect(inbound_id)
+            self._stop(inbound_id)
+        for inbound_id, (tag, listener, entries) in wanted.items():
+            self.tags[inbound_id] = tag
+            process = self.processes.get(inbound_id)
+            if process is not None and self.listeners.get(inbound_id) != listener:
+                self._collect(inbound_id)
+                self._stop(inbound_id)
+                process = None
+            config = {**listener, "secrets": entries}
+            if process is None:
+                process = self.processes[inbound_id] = MtprotoProcess(
+                    inbound_id, self.workdir, self._state_changed
+                )
+                self.listeners[inbound_id] = listener
+                self.pushed[inbound_id] = entries
+                process.start(config)
+            elif self.pushed.get(inbound_id) != entries:
+                process.write(config)
+                self.pushed[inbound_id] = entries
+                if process.state != "running":
+                    continue  # it gets them once it runs (`_push_current`)
+                if process.put_secrets(entries):
+                    self.applied[inbound_id] = entries
+                else:
+                    log.warning("MTProto inbound %d: secrets not taken; restarting", inbound_id)
+                    process.stop()
+                    process.start(config)
+
+    def _stop(self, inbound_id: int) -> None:
+        self.processes.pop(inbound_id).stop()
+        self.listeners.pop(inbound_id, None)
+        self.pushed.pop(inbound_id, None)
+        self.applied.pop(inbound_id, None)
+
+    # ---- traffic ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Count what moved, then disable clients that ran out or expired (the core's
+        tick does too, but only while a core runs): their secrets go in the sync that
+        the change starts."""
+        if not self.processes:
+            return
+        for inbound_id in list(self.processes):
+            self._collect(inbound_id)
+        self.sweep()
+
+    def _collect(self, inbound_id: int) -> None:
+        process = self.processes.get(inbound_id)
+        stats = process.stats() if process is not None else None
+        if not stats:
+            return
+        self.accounting.tick(inbound_id, self.tags.get(inbound_id, ""), stats)
+        if self.client_ips is not None:
+            now = self.clock()
+            sightings = {
+                email_key(name): dict.fromkeys(user.get("ips") or [], int(now))
+                for name, user in (stats.get("users") or {}).items()
+                if user.get("ips")
+            }
+            over = self.client_ips.record(sightings, now) if sightings else []
+            if over:
+                self.client_ips.write_limit_lines(over, now)
+
+    # ---- status ----------------------------------------------------------------------------
+
+    def _state_changed(self, inbound_id: int, state: str, error: str) -> None:
+        if state == "running":
+            # The process read its config file when it started, and the secrets may have
+            # changed between that read and now: it gets the current set once more.
+            gevent.spawn(self._push_current, inbound_id)
+        self.on_state({"inboundId": inbound_id, "state": state, "errorMsg": error})
+
+    def _push_current(self, inbound_id: int) -> None:
+        process = self.processes.get(inbound_id)
+        entries = self.pushed.get(inbound_id)
+        if process is not None and entries is not None and process.put_secrets(entries):
+            self.applied[inbound_id] = entries
+
+    def info(self) -> list[dict]:
+        return [
+            {
+                "inboundId": inbound_id,
+                "port": self.listeners.get(inbound_id, {}).get("port", 0),
+                "state": process.state,
+                "errorMsg": process.error,
+                "pid": process.pid if process.state == "running" else 0,
+                "secrets": len(self.applied.get(inbound_id, {})),
+            }
+            for inbound_id, process in sorted(self.processes.items())
+        ]
+
+    def held_sockets(self) -> list[tuple[str, int, frozenset]]:
+        """(listen, port, transports) the running proxies hold: theirs, not a stranger's."""
+        return [
+            (self.listeners[i]["listen"], self.listeners[i]["port"], frozenset({"tcp"}))
+            for i, process in self.processes.items()
+            if process.state == "running" and i in self.listeners
+        ]
+
+    def shutdown(self) -> None:
+        if self._loop is not None:
+            self._loop.kill()
+        for inbound_id in list(self.processes):
+            try:
+                self._collect(inbound_id)
+            except Exception as exc:
+                log.warning("MTProto inbound %d: last counters not read: %s", inbound_id, exc)
+            self._stop(inbound_id)
