@@ -31,6 +31,7 @@ READS = {
     "/panel/api/clients/clientIpsByGuid",
     "/panel/api/clients/activeInbounds",
     "/panel/api/clients/lastOnline",
+    "/panel/api/clients/counters",
     "/panel/api/core/",
     "/panel/api/core/balancerStatus",
     "/panel/api/core/routeTest",
