@@ -236,7 +236,9 @@ def test_node_traffic_counts_toward_the_central_quota(world):
         WAIT,
     )
     assert client["totalGB"] == 50_000
-    assert traffic(world["central"], email)["down"] >= 80_000
+    wait_until(
+        lambda: traffic(world["central"], email)["down"] >= 80_000, "every byte counted", WAIT
+    )
     listed = {n["id"]: n for n in ok(api.get(f"{NODES}/list"))}[world["record"]["id"]]
     assert listed["depletedCount"] == 1
     assert listed["clientCount"] == 3
