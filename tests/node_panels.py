@@ -4,6 +4,11 @@ Each panel has its own data directory and (on a `--db` run) its own database. A 
 added to the central panel the way an admin does it: an API token of scope `node` is
 created on the node, and the central panel gets the node's address, port, base path and
 that token. Loopback is an internal address, so records set `allowPrivateAddress`.
+
+A node that runs the real core (`core_node`) listens on a port fixed at its first start,
+so it can be killed and started again on its data directory at the address the central
+panel holds; `mirror_on_node` makes the node's side of an inbound bound to it and of its
+clients, as deployment does.
 """
 
 from __future__ import annotations
