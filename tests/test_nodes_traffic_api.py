@@ -362,9 +362,9 @@ def test_the_node_judges_a_managed_clients_quota_by_the_central_totals(world):
         }
         assert ok(node_api.post(f"{INBOUNDS}/pushClientTraffics", body))["stored"] == 1
 
-    totals(1_000)
     record = ok(node_api.get(f"{CLIENTS}/get/{solo['email']}"))["client"]
     ok(node_api.post(f"{CLIENTS}/update/{solo['email']}", {**record, "totalGB": 30_000}))
+    totals(1_000)
     time.sleep(3)  # three of the node's sweeps
     assert ok(node_api.get(f"{CLIENTS}/get/{solo['email']}"))["client"]["enable"] is True
     world["central"].stop()
@@ -381,10 +381,16 @@ def test_the_node_judges_a_managed_clients_quota_by_the_central_totals(world):
 
 def test_the_counters_route_answers_only_what_moved_since_its_cursor(world):
     node_api = world["node"].client()
+    idle = new_client("idle")  # on the node, never carrying a byte
+    ok(
+        node_api.post(
+            f"{CLIENTS}/add", {"client": idle, "inboundIds": [world["node_inbound"]["id"]]}
+        )
+    )
     full = ok(node_api.post(f"{CLIENTS}/counters", {"cursor": ""}))
     assert full["full"] is True
     emails = {c["email"] for c in full["clients"]}
-    assert {u["email"] for u in world["users"].values()} <= emails
+    assert {u["email"] for u in world["users"].values()} | {idle["email"]} <= emails
     assert world["node_inbound"]["tag"] in {i["tag"] for i in full["inbounds"]}
     push(world, "carol", 10_000)
     email = world["users"]["carol"]["email"]
@@ -395,5 +401,11 @@ def test_the_counters_route_answers_only_what_moved_since_its_cursor(world):
 
     moved = wait_until(carol_moved, "the node's tick moves carol's counters", WAIT)
     assert moved["full"] is False
-    assert world["users"]["alice"]["email"] not in {c["email"] for c in moved["clients"]}
+    assert idle["email"] not in {c["email"] for c in moved["clients"]}
+    assert moved["inbounds"] and len(moved["clients"]) < len(full["clients"])
     refused(node_api.post(f"{CLIENTS}/counters", {"cursor": 5}), "cursor")
+    # A client deleted since the cursor is answered as zero, under its email key.
+    before = moved["cursor"]
+    ok(node_api.post(f"{CLIENTS}/del/{idle['email']}"))
+    after = ok(node_api.post(f"{CLIENTS}/counters", {"cursor": before}))
+    assert {"email": idle["email"].casefold(), "up": 0, "down": 0} in after["clients"]

@@ -42,10 +42,13 @@ def in_lock_order(emails: list[str]) -> list[str]:
 
 
 # The traffic a quota is judged by: the managing panel's totals where it pushed them,
-# this panel's own counters elsewhere.
+# this panel's own counters elsewhere. Totals pushed before the client last changed here
+# (re-enabled, its quota raised or its traffic reset by that panel) may be the ones that
+# change undid: until fresh ones come, the quota does not cut that client off.
 SWEEP_QUOTA_USED = (
-    f"(c.total_bytes > 0 AND CASE WHEN m.email_key IS NULL THEN {USED} "
-    "ELSE m.up + m.down END >= c.total_bytes)"
+    f"(c.total_bytes > 0 AND CASE WHEN m.email_key IS NULL THEN {USED} >= c.total_bytes "
+    "WHEN m.updated_at >= c.updated_at THEN m.up + m.down >= c.total_bytes "
+    "ELSE 1 = 0 END)"
 )
 
 
@@ -352,6 +355,7 @@ class ClientBulk:
                 traffic.up = traffic.down = 0
                 traffic.enable = True
                 row.enable = True
+                row.updated_at = self.clients.now_ms()
                 affected += 1
         return {"affected": affected}
 
@@ -448,6 +452,7 @@ class ClientBulk:
             self.store.execute(f"DELETE FROM client WHERE id IN ({marks})", chunk)
             key_marks = ", ".join("?" * len(keys))
             if keys:
+                self.store.client_writes.note(keys=keys)
                 self.store.execute(
                     f"DELETE FROM client_traffic WHERE email_key IN ({key_marks})", keys
                 )

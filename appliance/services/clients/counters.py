@@ -13,7 +13,9 @@ zero); the one rule is that no counter that moved is left out, which is why the
 sequence is read before the rows: a write committed after that read is journaled after
 it too, and the next poll gets it.
 
-Inbound counters are few: every answer carries all of them.
+Inbound counters are few: every answer carries all of them. A client deleted since the
+cursor is answered as zero (under its email key), so the managing panel's kept value
+follows it down.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from pony.orm import db_session
 
+from appliance.domain.client_rules import email_key
 from appliance.errors import ServiceError
 from appliance.store.batches import chunks
 from appliance.store.client_writes import ClientNotes
@@ -111,9 +114,15 @@ class CounterFeed:
                         chunk,
                     )
             inbounds = self.store.rows("SELECT tag, up, down FROM inbound")
+        clients = [{"email": e, "up": u, "down": d} for e, u, d in rows]
+        if keys is not None:
+            # A traffic row deleted since (its client deleted) counts as zero: a client
+            # made again under that email then starts from zero on the managing panel too.
+            found = {email_key(e) for e, _, _ in rows}
+            clients += [{"email": k, "up": 0, "down": 0} for k in keys if k not in found]
         return {
             "cursor": now,
             "full": keys is None,
-            "clients": [{"email": e, "up": u, "down": d} for e, u, d in rows],
+            "clients": clients,
             "inbounds": [{"tag": t, "up": u, "down": d} for t, u, d in inbounds],
         }
