@@ -70,7 +70,6 @@ class _NodeState:
     """What this process knows of one node's polls (memory only)."""
 
     cursor: str = ""
-    busy: bool = False
     polled_at: float = 0.0
     guid: str = ""
     # Push-down: the totals last stored on the node, the journal position they cover.
@@ -116,6 +115,11 @@ class NodeTraffic:
         self._states: dict[int, _NodeState] = {}
         # node id -> counter name -> [up, down] last seen, as kept in node_counter.
         self._last: dict[int, dict[str, tuple[int, int]]] = {}
+        self._born: dict[int, int] = {}  # node id -> createdAt of the record polled
+        # Nodes with a poll in flight, kept apart from the rest of what is known of them
+        # (which goes when a node stops being polled) so that none is ever polled twice
+        # at once, even across going offline and back.
+        self._busy: set[int] = set()
         self._pool = Pool(CONCURRENCY)
         # One node's answer written at a time: each is a short transaction, and two
         # touching the same clients' rows never wait on each other in a circle.
@@ -125,18 +129,27 @@ class NodeTraffic:
 
     def poll_all(self) -> None:
         """Every enabled, online node at once; then the sweep, when any was polled."""
-        records = [r for r in self.nodes.rows() if r["enable"] and self.health.online(r["id"])]
+        every = self.nodes.rows()
+        # Kept values belong to one record: a node deleted and another added under the
+        # same id (SQLite may reuse the highest) starts with none.
+        born = {r["id"]: r["createdAt"] for r in every}
+        for node_id in [n for n in self._born if born.get(n) != self._born[n]]:
+            self._drop(node_id)
+            self._last.pop(node_id, None)
+            del self._born[node_id]
+        self._born.update(born)
+        records = [r for r in every if r["enable"] and self.health.online(r["id"])]
         polled = {r["id"] for r in records}
         for node_id in list(self._states):
             if node_id not in polled:
                 self._drop(node_id)
         if not records:
             return
-        greenlets = [
-            self._pool.spawn(self._poll_one, record)
-            for record in records
-            if not self._states.setdefault(record["id"], _NodeState()).busy
-        ]
+        greenlets = []
+        for record in records:
+            if record["id"] not in self._busy:
+                self._busy.add(record["id"])
+                greenlets.append(self._pool.spawn(self._poll_one, record))
         gevent.joinall(greenlets, timeout=POLL_TIMEOUT * 3)
         self.sweep()
 
@@ -144,8 +157,6 @@ class NodeTraffic:
         """One node's poll in its greenlet: one at a time per node (an answer counted
         after a newer one would look like a reset, and be added again), and whatever
         fails is logged and tried again next round."""
-        state = self._states.setdefault(record["id"], _NodeState())
-        state.busy = True
         try:
             self.poll(record)
         except Exception as exc:
@@ -155,7 +166,7 @@ class NodeTraffic:
             else:
                 log.warning("traffic of node %s not counted: %s", record["name"], unavailable.msg)
         finally:
-            state.busy = False
+            self._busy.discard(record["id"])
 
     def poll(self, record: dict) -> bool:
         """Poll one node and add what moved; True when its answer was counted."""
@@ -190,6 +201,8 @@ class NodeTraffic:
         transaction; returns what moved (email key -> [up, down], central tag -> ...)."""
         now = int(self.clock() * 1000)
         with db_session:
+            if not self.store.Node.exists(id=node_id):
+                return {}, {}  # deleted while its answer was on the way
             last = self._kept(node_id)
             changed: dict[str, tuple[int, int]] = {}
             clients: dict[str, list[int]] = {}
@@ -355,11 +368,9 @@ class NodeTraffic:
 
     def _drop(self, node_id: int) -> None:
         """A node no longer polled (disabled, offline, deleted): what it reported goes;
-        its kept values stay in the database (and in memory while it exists)."""
+        its kept values stay (deleting a node deletes them)."""
         self._states.pop(node_id, None)
         self.presence.forget(node_id)
-        if not self.nodes.exists(node_id):
-            self._last.pop(node_id, None)
 
 
 def _measure(name, values, last, changed, moved, owner) -> None:
