@@ -6,13 +6,18 @@ clients) `mirror_on_node` makes. A V2Ray client pushes bytes through the node's 
 to an echo server. The central panel polls the node's counters every second; what is
 checked is what a user reads: the central client's and inbound's counters equal the
 node's own (which the core tests prove count the bytes once), after node and central
-kills, restarts and repeated polls; and where each client is online.
+kills, restarts, polls repeated after a timeout (a proxy loses the node's answers) and
+polls that get every counter again; the totals pushed down and the node's quota check by
+them; and where each client is online.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import threading
 import time
 import uuid
 
@@ -191,6 +196,79 @@ def test_a_repeated_poll_adds_nothing(world):
     time.sleep(4)
     assert pair(world["central"], world["users"]["carol"]["email"]) == before
     assert pair(world["central"], world["users"]["alice"]["email"]) == alice
+
+
+@contextlib.contextmanager
+def answer_losing_proxy(port: int):
+    """A TCP proxy on loopback to the panel on `port`. While `losing` is set, the node
+    still gets and answers every counters poll, but the answer is held back until the
+    central panel gives up waiting: a poll that timed out after the node answered it."""
+    listener = socket.create_server((LOOPBACK, 0))
+    state = {"losing": False, "lost": 0}
+
+    def pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def serve(conn: socket.socket) -> None:
+        with conn, socket.create_connection((LOOPBACK, port)) as upstream:
+            head = conn.recv(65536)
+            upstream.sendall(head)
+            if state["losing"] and b"/clients/counters" in head.split(b"\r\n", 1)[0]:
+                with contextlib.suppress(OSError):
+                    upstream.recv(65536)  # the node answered; the answer goes nowhere
+                    state["lost"] += 1
+                    conn.recv(1)  # until the central panel hangs up
+                return
+            back = threading.Thread(target=pipe, args=(upstream, conn), daemon=True)
+            back.start()
+            pipe(conn, upstream)
+            back.join()
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], state
+    finally:
+        listener.close()
+
+
+def test_a_poll_repeated_after_a_timeout_counts_once(world):
+    api = world["central"].client()
+    node_id = world["record"]["id"]
+    node_port = world["record"]["port"]
+    email = world["users"]["carol"]["email"]
+    start = settled(world, "carol", 1)
+    with answer_losing_proxy(node_port) as (port, proxy):
+        moved = ok(api.post(f"{NODES}/update/{node_id}", {**connection_of(world), "port": port}))
+        assert moved["status"] == "online", moved
+        try:
+            proxy["losing"] = True
+            push(world, "carol", 60_000)
+            wait_until(lambda: pair(world["node"], email)[1] >= start[1] + 60_000, "tick", WAIT)
+            wait_until(lambda: proxy["lost"] >= 2, "two polls answered and lost", WAIT)
+            assert pair(world["central"], email) == start
+            proxy["losing"] = False
+            up, down = settled(world, "carol", start[1] + 60_000)
+        finally:
+            ok(api.post(f"{NODES}/update/{node_id}", connection_of(world)))
+    assert_once(up - start[0], 60_000)
+    assert_once(down - start[1], 60_000)
+
+
+def connection_of(world) -> dict:
+    """The node record's connection as stored (an empty token keeps the saved one)."""
+    record = world["record"]
+    fields = ("name", "scheme", "address", "port", "basePath", "allowPrivateAddress")
+    return {**{k: record[k] for k in fields}, "apiToken": ""}
 
 
 def test_a_node_killed_between_polls_loses_and_doubles_nothing(world):
