@@ -30,8 +30,8 @@ class Fleet:
         nodes: Nodes,
         health: NodeHealth,
         identity: Callable[[], Identity],
-        traffic: NodeTraffic | None = None,
-        depleted_sql: Callable[[], tuple[str, list]] | None = None,
+        traffic: NodeTraffic,
+        depleted_sql: Callable[[], tuple[str, list]],
     ):
         self.nodes = nodes
         self.health = health
@@ -154,17 +154,15 @@ class Fleet:
                 for a in store.ClientInbound
                 if a.inbound.node_id is not None
             )[:]
-            depleted = []
-            if self.depleted_sql is not None:
-                condition, params = self.depleted_sql()
-                depleted = store.rows(
-                    "SELECT i.node_id, COUNT(DISTINCT c.id) FROM client_inbound ci "
-                    "JOIN inbound i ON i.id = ci.inbound_id JOIN client c ON c.id = ci.client_id "
-                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-                    f"WHERE i.node_id IS NOT NULL AND {condition} GROUP BY i.node_id",
-                    params,
-                )
-        online = self.traffic.online_counts() if self.traffic is not None else {}
+            condition, params = self.depleted_sql()
+            depleted = store.rows(
+                "SELECT i.node_id, COUNT(DISTINCT c.id) FROM client_inbound ci "
+                "JOIN inbound i ON i.id = ci.inbound_id JOIN client c ON c.id = ci.client_id "
+                "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+                f"WHERE i.node_id IS NOT NULL AND {condition} GROUP BY i.node_id",
+                params,
+            )
+        online = self.traffic.online_counts()
         for key, rows in (
             ("inbounds", inbounds),
             ("clients", clients),

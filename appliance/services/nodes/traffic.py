@@ -12,7 +12,8 @@ the `n<id>-` prefix) in the same transaction that moves the kept values forward.
 - a central panel killed between polls reads the kept values again and goes on;
 - a node restarted (or killed) keeps its counters in its own database, so its next
   answer continues them; a counter lower than its kept value was reset on the node, and
-  its new value is what moved since.
+  its new value is what moved since (which is why a node never has two polls in
+  flight: an older answer counted after a newer one would read as a reset).
 The kept values are held in memory after the first poll of each node, and only those
 that moved are written. A node answers only the counters that moved since the cursor of
 its last answer (`services/clients/counters.py`); with no cursor (after this panel
@@ -168,8 +169,8 @@ class NodeTraffic:
         finally:
             self._busy.discard(record["id"])
 
-    def poll(self, record: dict) -> bool:
-        """Poll one node and add what moved; True when its answer was counted."""
+    def poll(self, record: dict) -> None:
+        """Poll one node, add what moved, push its clients' totals down."""
         node_id = record["id"]
         state = self._states.setdefault(node_id, _NodeState())
         link = NodeLink(details(record), self.identity())
@@ -180,7 +181,7 @@ class NodeTraffic:
             )
         except NodeError as exc:
             log.info("traffic of node %s not read: %s", record["name"], exc.msg)
-            return False
+            return
         with self._writing:
             clients, inbounds = self._count(node_id, answer)
         state.cursor = answer.cursor
@@ -192,7 +193,6 @@ class NodeTraffic:
             self._read_ips(link, state)
         except NodeError as exc:
             log.info("node %s: %s", record["name"], exc.msg)
-        return True
 
     # ---- counting ---------------------------------------------------------------------
 
