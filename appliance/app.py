@@ -49,6 +49,7 @@ from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.tgnotices import BotNotices
 from appliance.services.admin.update import PanelUpdate
 from appliance.services.clients.bulk import ClientBulk
+from appliance.services.clients.counters import CounterFeed, CounterJournal
 from appliance.services.clients.groups import Groups
 from appliance.services.clients.ips import ClientIps
 from appliance.services.clients.mtproto_traffic import MtprotoAccounting
@@ -70,9 +71,11 @@ from appliance.services.nodes.deploy import NodeDeploy
 from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
+from appliance.services.nodes.master_traffic import MasterTraffic
 from appliance.services.nodes.operations import NodeOperations
 from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import NODE_KEY_ENV, TokenSeal
+from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs
@@ -140,10 +143,18 @@ class Panel:
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
+        self.counter_journal = CounterJournal()
+        self.store.client_writes.watch(self.counter_journal.note)
+        self.counter_feed = CounterFeed(self.store, self.counter_journal)
         self.touched_clients = TouchedClients()
         self.clients = Clients(self.store, touched=self.touched_clients.note)
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
-        self.client_bulk = ClientBulk(self.clients, self.client_query)
+        self.client_bulk = ClientBulk(
+            self.clients, self.client_query, lambda: self.settings.internal("parentGuid")
+        )
+        self.master_traffic = MasterTraffic(
+            self.store, lambda: self.settings.internal("parentGuid")
+        )
         self.groups = Groups(self.store)
         self.inbounds = Inbounds(
             self.store,
@@ -164,7 +175,22 @@ class Panel:
             self.node_identity,
             on_change=lambda *change: self.deploy.status_changed(*change),
         )
-        self.fleet = Fleet(self.nodes, self.node_health, self.node_identity)
+        self.node_traffic = NodeTraffic(
+            self.nodes,
+            self.node_health,
+            self.node_identity,
+            self.presence,
+            self.client_query,
+            self.counter_journal,
+            sweep=self.sweep_depleted,
+        )
+        self.fleet = Fleet(
+            self.nodes,
+            self.node_health,
+            self.node_identity,
+            self.node_traffic,
+            self.client_query.depleted_sql,
+        )
         self.deploy = NodeDeploy(
             self.store, self.nodes, self.node_health, self.node_identity, self.settings
         )
@@ -215,7 +241,7 @@ class Panel:
         self.mtproto = MtprotoService(
             store=self.store,
             settings=self.settings,
-            accounting=MtprotoAccounting(self.store, self.presence, self.accounting),
+            accounting=MtprotoAccounting(self.store, self.presence),
             workdir=os.path.join(options.data_dir, "mtproto"),
             sweep=self._sweep_for_mtproto,
             on_state=self._mtproto_state,
@@ -306,6 +332,7 @@ class Panel:
                     subscriptions=self.subscriptions,
                     settings=self.settings,
                     sub_address=self.sub_address,
+                    master_traffic=self.master_traffic,
                 )
             ),
             client_routes(
@@ -313,11 +340,12 @@ class Panel:
                     clients=self.clients,
                     query=self.client_query,
                     bulk=self.client_bulk,
-                    presence=self.presence,
                     subscriptions=self.subscriptions,
                     settings=self.settings,
                     sub_address=self.sub_address,
-                    panel_guid=self.guid,
+                    node_traffic=self.node_traffic,
+                    counter_feed=self.counter_feed,
+                    master_traffic=self.master_traffic,
                 )
             ),
             group_routes(GroupRouteNeeds(groups=self.groups)),
@@ -487,6 +515,9 @@ class Panel:
             "outbound subscription refresh",
             fault,
         )
+        every(
+            self.settings.get("trafficInterval"), self.node_traffic.poll_all, "node traffic", fault
+        )
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
@@ -621,6 +652,14 @@ class Panel:
             # The nodes take what the core took: the clients the call named, else all.
             self.deploy.clients_changed(emails if emails is not None else touched)
         self.hub.invalidate(resource)
+
+    def sweep_depleted(self) -> None:
+        """After node traffic was added: disable the clients it took past their quota
+        (or whose expiry passed), here and, through the change notice, on their nodes."""
+        disabled = self.client_bulk.disable_depleted()
+        if disabled:
+            self.core.mark_dirty(disabled)
+            self.changed("clients", disabled)
 
     def _websocket_allowed(self, environ: dict) -> bool:
         """Upgrade only `/ws` under the base path, only from the panel's own pages and

@@ -4,14 +4,21 @@ Each panel has its own data directory and (on a `--db` run) its own database. A 
 added to the central panel the way an admin does it: an API token of scope `node` is
 created on the node, and the central panel gets the node's address, port, base path and
 that token. Loopback is an internal address, so records set `allowPrivateAddress`.
+
+A node that runs the real core (`core_node`) listens on a port fixed at its first start,
+so it can be killed and started again on its data directory at the address the central
+panel holds; `mirror_on_node` makes the node's side of an inbound bound to it and of its
+clients, as deployment does.
 """
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
-from conftest import PanelServer
-from helpers import ok
+from conftest import PanelServer, start_panel
+from core_panel import CORE_ENV, loopback_template, wait_until
+from helpers import INBOUNDS, create_inbound, free_port, ok
 
 NODES = "/panel/api/nodes"
 
@@ -40,3 +47,62 @@ def add_node(central_api, node: PanelServer, name: str, token: str | None = None
     token = token or node_token(node, f"central-{name}")
     body = {"name": name, **connection(node, token), **fields}
     return ok(central_api.post(f"{NODES}/add", body))
+
+
+# ---- nodes on the real core ----------------------------------------------------------
+
+
+def restart(server: PanelServer) -> None:
+    """Restart a panel through its API (a setting read at start takes effect) and wait
+    until it listens again."""
+    mark = len(server.lines)
+    ok(server.client().post("/panel/api/setting/restartPanel"))
+    server.wait_listening(mark)
+
+
+def with_interval(server: PanelServer, interval: int = 1) -> PanelServer:
+    """`trafficInterval` stored and in effect: the traffic jobs (the core's ticks, the
+    node polls) read it at start."""
+    ok(server.client().post("/panel/api/setting/update", {"trafficInterval": interval}))
+    restart(server)
+    return server
+
+
+def core_node(tmp_path, interval: int = 1) -> PanelServer:
+    """A node panel on the real core, running the loopback template, with traffic ticks
+    every `interval` seconds. It listens on a port of its own choosing, so that a restart
+    on the same data directory (after a kill) keeps the address its record holds."""
+    server = start_panel(tmp_path, "--port", str(free_port()), env=CORE_ENV)
+    api = server.client()
+    ok(api.post("/panel/api/core/update", {"coreSetting": json.dumps(loopback_template(api))}))
+    return with_interval(server, interval)
+
+
+def mirror_on_node(node_api, central_inbound: dict, clients: list[dict]) -> dict:
+    """The node's side of an inbound the central panel binds to a node, and of its
+    clients: the inbound under the central tag without its `n<id>-` prefix, the clients
+    with the same emails and fields, each created unless the node already has it (as
+    deployment makes and adopts them). Returns the node's inbound once its core runs it."""
+    prefix = f"n{central_inbound['nodeId']}-"
+    assert central_inbound["tag"].startswith(prefix), central_inbound["tag"]
+    tag = central_inbound["tag"].removeprefix(prefix)
+    existing = {i["tag"]: i for i in ok(node_api.get(f"{INBOUNDS}/list"))}
+    inbound = existing.get(tag)
+    if inbound is None:
+        settings = {k: v for k, v in central_inbound["settings"].items() if k != "clients"}
+        fields = ("remark", "protocol", "listen", "port", "streamSettings", "sniffing")
+        payload = {**{k: central_inbound[k] for k in fields}, "tag": tag, "settings": settings}
+        inbound = create_inbound(node_api, payload)
+    for client in clients:
+        found = node_api.get(f"/panel/api/clients/get/{client['email']}")
+        if not found["success"]:
+            body = {"client": client, "inboundIds": [inbound["id"]]}
+            ok(node_api.post("/panel/api/clients/add", body))
+
+    def serving() -> bool:
+        config = ok(node_api.get("/panel/api/server/getConfigJson"))
+        running = ok(node_api.get("/panel/api/server/status"))["core"]["state"] == "running"
+        return running and tag in {i.get("tag") for i in config.get("inbounds", [])}
+
+    wait_until(serving, f"the node's core runs inbound {tag}")
+    return inbound

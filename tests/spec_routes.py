@@ -26,6 +26,7 @@ INBOUNDS = [
     ("POST", "/panel/api/inbounds/:id/delAllClients"),
     ("POST", "/panel/api/inbounds/resetAllTraffics"),
     ("POST", "/panel/api/inbounds/import"),
+    ("POST", "/panel/api/inbounds/pushClientTraffics"),
     ("GET", "/panel/api/inbounds/:id/fallbacks"),
     ("POST", "/panel/api/inbounds/:id/fallbacks"),
 ]

@@ -512,6 +512,8 @@ def test_update_traffic_and_traffic_record(api, vless):
         "enable": True,
         "lastOnline": 0,
         "inboundIds": [vless],
+        # A panel no other panel manages has no totals pushed down.
+        "masterTraffic": None,
     }
     assert get_client(api, email)["client"]["traffic"] == {"up": 300, "down": 400, "enable": True}
 

@@ -52,6 +52,7 @@ class ClientWrites:
         self._open: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._done = ClientNotes()
         self._listeners: list[Callable[[], None]] = []
+        self._watchers: list[Callable[[ClientNotes], None]] = []
 
     def note(
         self,
@@ -75,7 +76,7 @@ class ClientWrites:
         notes = self._open.pop(getcurrent(), None)
         if notes:
             self._done.merge(notes)
-            self._tell()
+            self._tell(notes)
 
     def committed(self, moved: Iterable[str] = (), everything: bool = False) -> None:
         """Note committed writes: counters that grew, by email key, or every client (a
@@ -83,7 +84,7 @@ class ClientWrites:
         notes = ClientNotes(moved=set(moved), everything=everything)
         if notes:
             self._done.merge(notes)
-            self._tell()
+            self._tell(notes)
 
     def take(self) -> ClientNotes:
         """Every committed note so far, handed over once."""
@@ -98,6 +99,13 @@ class ClientWrites:
         """Call `callback` whenever committed notes arrive."""
         self._listeners.append(callback)
 
-    def _tell(self) -> None:
+    def watch(self, callback: Callable[[ClientNotes], None]) -> None:
+        """Hand every batch of committed notes to `callback` as it arrives, besides the
+        one reader that `take`s them (the counters a managing panel polls follow them)."""
+        self._watchers.append(callback)
+
+    def _tell(self, notes: ClientNotes) -> None:
+        for watcher in self._watchers:
+            watcher(notes)
         for callback in self._listeners:
             callback()

@@ -3,7 +3,6 @@ changes to many clients at once. Groups have their own routes (group_routes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,11 +21,13 @@ CLIENT_AND_INBOUNDS = {"client": "object", "inboundIds": "integer[]"}
 if TYPE_CHECKING:
     from appliance.services.admin.settings import Settings
     from appliance.services.clients.bulk import ClientBulk
-    from appliance.services.clients.presence import Presence
+    from appliance.services.clients.counters import CounterFeed
     from appliance.services.clients.query import ClientQuery
     from appliance.services.clients.records import Clients
     from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
+    from appliance.services.nodes.master_traffic import MasterTraffic
+    from appliance.services.nodes.traffic import NodeTraffic
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,12 @@ class ClientRouteNeeds:
     clients: Clients
     query: ClientQuery
     bulk: ClientBulk
-    presence: Presence  # the inbounds that carried traffic lately
     subscriptions: Subscriptions  # share links
     settings: Settings  # the subscription domain the links point to
     sub_address: SubscriptionAddress  # each client's subscription URL
-    panel_guid: Callable[[], str]  # this panel's key in the per-guid answers
+    node_traffic: NodeTraffic  # who is online where, from this panel's core and its nodes
+    counter_feed: CounterFeed  # the counters a managing panel polls
+    master_traffic: MasterTraffic  # totals a managing panel pushed down
 
 
 def client_routes(needs: ClientRouteNeeds) -> RouteTable:
@@ -237,33 +239,62 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         clients.clear_ips(email)
         return Reply("client addresses cleared")
 
-    @table.post("/onlines", "Emails connected within the heartbeat window", reads=True)
+    @table.post(
+        "/onlines",
+        "Emails connected within the heartbeat window, here or on any node, each once",
+        reads=True,
+    )
     def onlines():
         return query.online_emails()
 
-    @table.post("/onlinesByGuid", "Online emails per panel guid", reads=True)
+    @table.post(
+        "/onlinesByGuid",
+        "Online emails per panel guid: this panel's own, then each node reporting",
+        reads=True,
+    )
     def onlines_by_guid():
-        return {needs.panel_guid(): query.online_emails()}
+        return needs.node_traffic.onlines_by_guid()
 
-    @table.post("/clientIpsByGuid", "Client addresses per panel guid", reads=True)
+    @table.post(
+        "/clientIpsByGuid",
+        "Client addresses per panel guid: this panel's, then each node reporting",
+        reads=True,
+    )
     def client_ips_by_guid():
-        return {needs.panel_guid(): query.ips_by_email()}
+        return needs.node_traffic.client_ips_by_guid()
 
     @table.post(
         "/activeInbounds",
-        "Inbound tags that carried traffic in the window, per guid",
+        "Inbound tags that carried traffic in the window, per guid; nodes not reporting are absent",
         reads=True,
     )
     def active_inbounds():
-        return {needs.panel_guid(): needs.presence.active_inbounds()}
+        return needs.node_traffic.active_inbounds_by_guid()
 
-    @table.post("/lastOnline", "Last time each client carried traffic (unix seconds)", reads=True)
+    @table.post(
+        "/lastOnline",
+        "Last time each client carried traffic here or on a node (unix seconds)",
+        reads=True,
+    )
     def last_online():
         return query.last_online()
 
-    @table.get("/traffic/<email>", "A client's traffic record")
+    @table.post(
+        "/counters",
+        "Panel to panel: absolute traffic counters of clients that moved since the cursor "
+        "of the last answer (all with an empty or unknown cursor) and of every inbound",
+        body={"cursor": "string"},
+        reads=True,
+    )
+    def counters():
+        return needs.counter_feed.counters(json_object(8192))
+
+    @table.get(
+        "/traffic/<email>",
+        "A client's traffic record; masterTraffic: the managing panel's totals, on a node",
+    )
     def traffic(email):
-        return clients.traffic(email)
+        return {**clients.traffic(email), "masterTraffic": needs.master_traffic.view(email)}
 
     @table.get("/subLinks/<subId>", "Share links a subscription id serves (not base64)")
     def sub_links(subId):

@@ -26,6 +26,8 @@ INBOUND_BODY = {
     "streamSettings": "object",
     "sniffing": "object",
 }
+# A push of 100,000 clients' totals, about 70 bytes each.
+PUSH_BODY = 16 << 20
 
 if TYPE_CHECKING:
     from appliance.services.admin.settings import Settings
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
     from appliance.services.inbounds.records import Inbounds
+    from appliance.services.nodes.master_traffic import MasterTraffic
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class InboundRouteNeeds:
     subscriptions: Subscriptions  # an inbound's share links, client by client
     settings: Settings  # the subscription domain the links point to
     sub_address: SubscriptionAddress  # each client's subscription URL
+    master_traffic: MasterTraffic  # totals a managing panel pushes down
 
 
 def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
@@ -122,6 +126,16 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
     def reset_all_traffics():
         inbounds.reset_all_traffics()
         return Reply("all inbound traffic reset")
+
+    @table.post(
+        "/pushClientTraffics",
+        "Panel to panel: the managing panel's client totals, kept beside this panel's own "
+        "counters (never merged into them) for display and the local quota check",
+        max_body=PUSH_BODY,
+        body={"masterGuid": "string", "traffics": "object[]"},
+    )
+    def push_client_traffics():
+        return needs.master_traffic.push(json_object(PUSH_BODY))
 
     @table.post(
         "/import",

@@ -10,6 +10,7 @@ minutes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gevent.lock import Semaphore
@@ -21,7 +22,7 @@ from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
-from appliance.services.clients.query import QUOTA_USED
+from appliance.services.clients.query import QUOTA_USED, USED
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
@@ -40,11 +41,25 @@ def in_lock_order(emails: list[str]) -> list[str]:
     return sorted(emails, key=email_key)
 
 
+# The traffic a quota is judged by: the managing panel's totals where it pushed them,
+# this panel's own counters elsewhere. Totals pushed before the client last changed here
+# (re-enabled, its quota raised or its traffic reset by that panel) may be the ones that
+# change undid: until fresh ones come, the quota does not cut that client off.
+SWEEP_QUOTA_USED = (
+    f"(c.total_bytes > 0 AND CASE WHEN m.email_key IS NULL THEN {USED} >= c.total_bytes "
+    "WHEN m.updated_at >= c.updated_at THEN m.up + m.down >= c.total_bytes "
+    "ELSE 1 = 0 END)"
+)
+
+
 class ClientBulk:
-    def __init__(self, clients: Clients, query):
+    def __init__(self, clients: Clients, query, master_guid: Callable[[], str] = lambda: ""):
         self.clients = clients
         self.store = clients.store
         self.query = query
+        # The guid of the panel managing this one as a node ("" when none): the totals it
+        # pushed down decide the quota of the clients it pushed them for.
+        self.master_guid = master_guid
         # One bulk creation at a time in this process, the database's only writer: on
         # PostgreSQL and MariaDB a transaction that checked its emails does not keep
         # another from checking the same ones before the first commits.
@@ -340,6 +355,7 @@ class ClientBulk:
                 traffic.up = traffic.down = 0
                 traffic.enable = True
                 row.enable = True
+                row.updated_at = self.clients.now_ms()
                 affected += 1
         return {"affected": affected}
 
@@ -368,13 +384,18 @@ class ClientBulk:
 
     def disable_depleted(self) -> list[str]:
         """The invalid-client sweep: clients still enabled whose quota is used up or whose
-        expiry passed are disabled (client row and traffic row). Returns their emails."""
+        expiry passed are disabled (client row and traffic row). Returns their emails.
+
+        On a node, a client its managing panel pushed totals for is judged by those
+        totals (`services/nodes/master_traffic.py`), not by this node's share of them."""
         with db_session:
-            depleted, params = self.query.depleted_sql()
+            expired, params = self.query.expired_sql()
             rows = self.store.rows(
-                f"SELECT c.id, c.email, c.email_key FROM client c LEFT JOIN client_traffic t "
-                f"ON t.email_key = c.email_key WHERE c.enable = ? AND {depleted}",
-                [True, *params],
+                "SELECT c.id, c.email, c.email_key FROM client c LEFT JOIN client_traffic t "
+                "ON t.email_key = c.email_key LEFT JOIN master_traffic m "
+                "ON m.email_key = c.email_key AND m.master_guid = ? "
+                f"WHERE c.enable = ? AND ({SWEEP_QUOTA_USED} OR {expired})",
+                [self.master_guid(), True, *params],
             )
             for chunk in chunks(rows):
                 ids = [row[0] for row in chunk]
@@ -431,6 +452,7 @@ class ClientBulk:
             self.store.execute(f"DELETE FROM client WHERE id IN ({marks})", chunk)
             key_marks = ", ".join("?" * len(keys))
             if keys:
+                self.store.client_writes.note(keys=keys)
                 self.store.execute(
                     f"DELETE FROM client_traffic WHERE email_key IN ({key_marks})", keys
                 )

@@ -17,14 +17,13 @@ import time
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
-from appliance.services.clients.traffic import ADD_UP_DOWN, TrafficAccounting, _added
+from appliance.services.clients.traffic import ADD_UP_DOWN, added, start_clocks
 
 
 class MtprotoAccounting:
-    def __init__(self, store, presence, accounting: TrafficAccounting, clock=time.time):
+    def __init__(self, store, presence, clock=time.time):
         self.store = store
         self.presence = presence
-        self.accounting = accounting
         self.clock = clock
 
     def tick(self, inbound_id: int, inbound_tag: str, stats: dict) -> dict[str, list[int]]:
@@ -64,13 +63,13 @@ class MtprotoAccounting:
             if moved:
                 self.store.execute_many(
                     f"UPDATE client_traffic SET {ADD_UP_DOWN}, last_online = ? WHERE email_key = ?",
-                    [(*_added(*step), now, key) for key, step in sorted(moved.items())],
+                    [(*added(*step), now, key) for key, step in sorted(moved.items())],
                 )
                 total = [sum(step[0] for step in moved.values()), sum(s[1] for s in moved.values())]
                 self.store.execute(
-                    f"UPDATE inbound SET {ADD_UP_DOWN} WHERE id = ?", [*_added(*total), inbound_id]
+                    f"UPDATE inbound SET {ADD_UP_DOWN} WHERE id = ?", [*added(*total), inbound_id]
                 )
-                self.accounting.start_clocks(set(moved), now)
+                start_clocks(self.store, set(moved), now)
             self.store.execute_many(
                 "UPDATE mtproto_counter SET instance = ?, up = ?, down = ? "
                 "WHERE inbound_id = ? AND email_key = ?",

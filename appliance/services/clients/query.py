@@ -451,7 +451,13 @@ class ClientQuery:
 
     @db_session
     def online_emails(self) -> list[str]:
-        keys = sorted(self.presence.online())
+        """Emails online here or on any node, each once."""
+        return self.emails_of(self.presence.online())
+
+    @db_session
+    def emails_of(self, keys) -> list[str]:
+        """The emails of the clients of `keys`, sorted; keys of no client are left out."""
+        keys = sorted(keys)
         emails: list[str] = []
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]

@@ -197,6 +197,7 @@ class Clients:
 
     def forget(self, key: str) -> None:
         """Drop what is kept per email besides the client row: traffic and IP log."""
+        self.store.client_writes.note(keys=(key,))
         select(t for t in self.store.ClientTraffic if t.email_key == key).delete(bulk=True)
         select(i for i in self.store.ClientIp if i.email_key == key).delete(bulk=True)
 

@@ -156,15 +156,15 @@ class TrafficAccounting:
                 f"UPDATE client_traffic SET {ADD_UP_DOWN}, core_up = ?, "
                 "core_down = ?, last_online = ? WHERE email_key = ?",
                 [
-                    (*_added(up, down), *moved_users[key], now, key)
+                    (*added(up, down), *moved_users[key], now, key)
                     for key, (up, down) in sorted(tick.clients.items())
                 ],
             )
-            self.start_clocks(set(tick.clients), now)
+            start_clocks(store, set(tick.clients), now)
         if tick.inbounds:
             store.execute_many(
                 f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ?",
-                [(*_added(up, down), tag) for tag, (up, down) in tick.inbounds.items()],
+                [(*added(up, down), tag) for tag, (up, down) in tick.inbounds.items()],
             )
         new_outbounds = [tag for tag in tick.outbounds if tag not in self._outbounds]
         store.execute_many(
@@ -173,7 +173,7 @@ class TrafficAccounting:
         )
         store.execute_many(
             f"UPDATE outbound_traffic SET {ADD_UP_DOWN} WHERE tag = ?",
-            [(*_added(up, down), tag) for tag, (up, down) in tick.outbounds.items()],
+            [(*added(up, down), tag) for tag, (up, down) in tick.outbounds.items()],
         )
         known: list[tuple[int, str]] = []
         fresh: list[tuple[str, int]] = []
@@ -186,24 +186,23 @@ class TrafficAccounting:
         store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
         return new_outbounds
 
-    def start_clocks(self, moved: set[str], now: int) -> None:
-        """Expiry "start on first use" (stored as minus the duration) begins with the
-        first bytes: it becomes now plus the duration. Few clients wait to start, and an
-        index finds them, so only those are touched."""
-        waiting = {
-            row[0] for row in self.store.rows("SELECT email_key FROM client WHERE expiry_time < 0")
-        }
-        keys = sorted(waiting & moved)
-        for chunk in chunks(keys):
-            self.store.execute(
-                "UPDATE client SET expiry_time = ? - expiry_time "
-                f"WHERE expiry_time < 0 AND email_key IN ({', '.join('?' * len(chunk))})",
-                [now, *chunk],
-            )
+
+def start_clocks(store, moved: set[str], now: int) -> None:
+    """Expiry "start on first use" (stored as minus the duration) begins with the first
+    bytes, here or on a node: it becomes now plus the duration. Few clients wait to
+    start, and an index finds them, so only those are touched."""
+    waiting = {row[0] for row in store.rows("SELECT email_key FROM client WHERE expiry_time < 0")}
+    keys = sorted(waiting & moved)
+    for chunk in chunks(keys):
+        store.execute(
+            "UPDATE client SET expiry_time = ? - expiry_time "
+            f"WHERE expiry_time < 0 AND email_key IN ({', '.join('?' * len(chunk))})",
+            [now, *chunk],
+        )
 
 
 @functools.lru_cache(maxsize=1 << 19)
-def _added(up: int, down: int) -> tuple[int, ...]:
+def added(up: int, down: int) -> tuple[int, ...]:
     """The parameters of ADD_UP_DOWN that add `up` and `down`, stopping at the maximum."""
     return (INT64_MAX - up, INT64_MAX, up, INT64_MAX - down, INT64_MAX, down)
 

@@ -9,7 +9,7 @@ unsaved details and save nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pony.orm import count, db_session, select
 
@@ -18,14 +18,27 @@ from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeLink
 from appliance.services.nodes.records import Nodes, details, parse_node, public_view
 
+if TYPE_CHECKING:
+    from appliance.services.nodes.traffic import NodeTraffic
+
 INBOUNDS_PATH = "/panel/api/inbounds/list/slim"
 
 
 class Fleet:
-    def __init__(self, nodes: Nodes, health: NodeHealth, identity: Callable[[], Identity]):
+    def __init__(
+        self,
+        nodes: Nodes,
+        health: NodeHealth,
+        identity: Callable[[], Identity],
+        traffic: NodeTraffic,
+        depleted_sql: Callable[[], tuple[str, list]],
+    ):
         self.nodes = nodes
         self.health = health
         self.identity = identity
+        # Who is online on each node (its polls), and what "depleted" means in SQL.
+        self.traffic = traffic
+        self.depleted_sql = depleted_sql
 
     # ---- views -----------------------------------------------------------------------
 
@@ -128,7 +141,8 @@ class Fleet:
         }
 
     def _counts(self) -> dict[int, dict]:
-        """Inbounds bound to each node, and the distinct clients attached to them."""
+        """Inbounds bound to each node, the distinct clients attached to them, those of
+        them past their quota or expiry, and those online there (its last polls)."""
         store = self.nodes.store
         counts: dict[int, dict] = {}
         with db_session:
@@ -140,8 +154,21 @@ class Fleet:
                 for a in store.ClientInbound
                 if a.inbound.node_id is not None
             )[:]
-        for node_id, number in inbounds:
-            counts.setdefault(node_id, {})["inbounds"] = number
-        for node_id, number in clients:
-            counts.setdefault(node_id, {})["clients"] = number
+            condition, params = self.depleted_sql()
+            depleted = store.rows(
+                "SELECT i.node_id, COUNT(DISTINCT c.id) FROM client_inbound ci "
+                "JOIN inbound i ON i.id = ci.inbound_id JOIN client c ON c.id = ci.client_id "
+                "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
+                f"WHERE i.node_id IS NOT NULL AND {condition} GROUP BY i.node_id",
+                params,
+            )
+        online = self.traffic.online_counts()
+        for key, rows in (
+            ("inbounds", inbounds),
+            ("clients", clients),
+            ("depleted", depleted),
+            ("online", online.items()),
+        ):
+            for node_id, number in rows:
+                counts.setdefault(node_id, {})[key] = number
         return counts
