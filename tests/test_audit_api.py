@@ -38,6 +38,7 @@ READS = {
     "/panel/api/nodes/probe/{id}",
     "/panel/api/core/",
     "/panel/api/core/balancerStatus",
+    "/panel/api/core/outbound-subs/parse",
     "/panel/api/core/routeTest",
     "/panel/api/server/corelogs/{count}",
     "/panel/api/server/logs/{count}",

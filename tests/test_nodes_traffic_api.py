@@ -3,12 +3,13 @@
 A node panel runs the real core (V2Ray 4.34); the central panel runs none and has an
 inbound bound to the node, whose node side (same tag without the `n<id>-` prefix, same
 clients) `mirror_on_node` makes. A V2Ray client pushes bytes through the node's inbound
-to an echo server. The central panel polls the node's counters every second; what is
-checked is what a user reads: the central client's and inbound's counters equal the
-node's own (which the core tests prove count the bytes once), after node and central
-kills, restarts, polls repeated after a timeout (a proxy loses the node's answers) and
-polls that get every counter again; the totals pushed down and the node's quota check by
-them; and where each client is online.
+to an echo server; the node also has an inbound and a client of its own, made there by
+hand, which the central panel neither deploys nor counts. The central panel polls the
+node's counters every second; what is checked is what a user reads: the central client's
+and inbound's counters equal the node's own (which the core tests prove count the bytes
+once), after node and central kills, restarts, polls repeated after a timeout (a proxy
+loses the node's answers) and polls that get every counter again; the totals pushed down
+and the node's quota check by them; and where each client is online.
 """
 
 from __future__ import annotations
@@ -63,10 +64,26 @@ def world(tmp_path_factory):
     users["capped"]["totalGB"] = 50_000
     for client in users.values():
         ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [central_inbound["id"]]}))
-    solo = new_client("solo")  # the node's own client, which the central panel does not know
-    node_inbound = mirror_on_node(node.client(), central_inbound, [*users.values(), solo])
-    users["solo"] = solo
+    node_inbound = mirror_on_node(node.client(), central_inbound, list(users.values()))
+    # The node's own inbound and client, made there by hand: the central panel knows
+    # neither, and its deployments leave them alone.
+    own_inbound = create_inbound(
+        node.client(),
+        {
+            "protocol": "vless",
+            "remark": "node-own",
+            "listen": LOOPBACK,
+            "port": free_port(),
+            "tag": "node-own",
+            "settings": {"decryption": "none"},
+            "streamSettings": PLAIN,
+        },
+    )
+    solo = new_client("solo")
+    ok(node.client().post(f"{CLIENTS}/add", {"client": solo, "inboundIds": [own_inbound["id"]]}))
     routes = {name: (free_port(), "vless", central_inbound["port"], c) for name, c in users.items()}
+    users["solo"] = solo
+    routes["solo"] = (free_port(), "vless", own_inbound["port"], solo)
     tmp = tmp_path_factory.mktemp("client-core")
     with (
         echo_server() as echo,
@@ -82,6 +99,7 @@ def world(tmp_path_factory):
             "record": record,
             "inbound": central_inbound,
             "node_inbound": node_inbound,
+            "own_inbound": own_inbound,
             "users": users,
             "routes": routes,
             "echo": echo,
@@ -463,7 +481,7 @@ def test_the_counters_route_answers_only_what_moved_since_its_cursor(world):
     idle = new_client("idle")  # on the node, never carrying a byte
     ok(
         node_api.post(
-            f"{CLIENTS}/add", {"client": idle, "inboundIds": [world["node_inbound"]["id"]]}
+            f"{CLIENTS}/add", {"client": idle, "inboundIds": [world["own_inbound"]["id"]]}
         )
     )
     full = ok(node_api.post(f"{CLIENTS}/counters", {"cursor": ""}))

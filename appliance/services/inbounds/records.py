@@ -169,7 +169,7 @@ class Inbounds:
         """`views` with the state of their nodes, for those bound to one."""
         marks = self.node_marks({v["nodeId"] for v in views if v["nodeId"] is not None})
         for view in views:
-            if view["nodeId"] is not None:
+            if view["nodeId"] in marks:
                 view.update(marks[view["nodeId"]])
         return views
 
