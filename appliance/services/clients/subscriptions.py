@@ -333,7 +333,9 @@ class Subscriptions:
                     prepared_singbox_outbounds, inbound_id, inbound, client, ctx
                 )
             ]
-            body = json.dumps(singbox_profile(outbounds), ensure_ascii=False, indent=2)
+            # Compact, like the JSON format: an indent would cost the pure-Python encoder.
+            profile = singbox_profile(outbounds)
+            body = json.dumps(profile, ensure_ascii=False, separators=(",", ":"))
             return Rendered(True, body.encode())
         proxies = [
             proxy
