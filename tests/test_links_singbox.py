@@ -130,3 +130,19 @@ def test_vless_encryption_gets_no_outbound():
         {"decryption": "mlkem768x25519plus.native.600s.key", "encryption": "mlkem768x25519plus"},
     )
     assert client_singbox_outbounds(record, ALICE, [], CTX) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "named"),
+    [
+        ("chacha20-poly1305", "chacha20-ietf-poly1305"),
+        ("xchacha20-poly1305", "xchacha20-ietf-poly1305"),
+        ("plain", "none"),
+        ("xchacha20-ietf-poly1305", "xchacha20-ietf-poly1305"),
+    ],
+)
+def test_shadowsocks_ciphers_get_the_names_sing_box_knows(method, named, tmp_path):
+    record = inbound("shadowsocks", {"network": "tcp"}, {"method": method, "network": "tcp"})
+    [outbound] = client_singbox_outbounds(record, {**ALICE, "method": method}, [], CTX)
+    assert outbound["method"] == named
+    sing_box_check(singbox_profile([outbound]), tmp_path)

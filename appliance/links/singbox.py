@@ -6,8 +6,9 @@ one outbound with the fields sing-box's schema (1.12 and later) names for its ty
 
 - common: type, tag (the remark, made unique), server, server_port;
 - vless: uuid, flow (Vision); vmess: uuid, security, alter_id 0; trojan: password;
-  shadowsocks: method, password (2022 ciphers carry "server key:user key", which
-  sing-box reads as the identity header); hysteria2: password, server_ports and
+  shadowsocks: method (the core's "chacha20-poly1305", "xchacha20-poly1305" and
+  "plain" under sing-box's names), password (2022 ciphers carry "server key:user key",
+  which sing-box reads as the identity header); hysteria2: password, server_ports and
   hop_interval for port hopping; hysteria (version 1): auth_str, up_mbps, down_mbps;
 - `tls`: enabled, server_name, insecure, alpn, `utls` with the fingerprint (always on
   for REALITY, which must look like a browser), `reality` with public_key and short_id;
@@ -54,6 +55,12 @@ SINGBOX_TRANSPORTS = {
     "hysteria2": frozenset({"hysteria"}),
 }
 EARLY_DATA_HEADER = "Sec-WebSocket-Protocol"
+# The core's other names for three Shadowsocks ciphers, in the names sing-box knows.
+SS_METHODS = {
+    "chacha20-poly1305": "chacha20-ietf-poly1305",
+    "xchacha20-poly1305": "xchacha20-ietf-poly1305",
+    "plain": "none",
+}
 
 
 def singbox_outbound(plan: LinkPlan) -> dict | None:
@@ -93,7 +100,7 @@ def _credentials(plan: LinkPlan) -> dict:
     if plan.protocol == "vmess":
         return {"uuid": plan.user_id, "security": plan.vmess_security, "alter_id": 0}
     if plan.protocol == "shadowsocks":
-        return {"method": plan.ss_method, "password": plan.password}
+        return {"method": SS_METHODS.get(plan.ss_method, plan.ss_method), "password": plan.password}
     if plan.protocol in ("hysteria", "hysteria2") and plan.hysteria_version == 1:
         return {
             "auth_str": plan.password,
