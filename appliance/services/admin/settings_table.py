@@ -324,9 +324,9 @@ SETTINGS = (
         "subFormatRules",
         DEFAULT_RULES,
         "Which format the subscription path serves each client app: rules separated by ; "
-        "or line breaks, as format: words, the format base64, json, clash or singbox, matched when the "
-        "app's User-Agent contains one of the words (any case); the first match wins, no "
-        "match gets base64 links, and ?format= in the URL overrides the rules.",
+        "or line breaks, as format: words, the format base64, json, clash or singbox, "
+        "matched when the app's User-Agent contains one of the words (any case); the first "
+        "match wins, no match gets base64 links, and ?format= in the URL overrides the rules.",
         "subscription",
         sub_format_rules,
     ),
