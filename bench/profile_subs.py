@@ -30,7 +30,7 @@ from appliance.services.admin.settings import Settings
 from appliance.services.clients.subscriptions import Subscriptions
 from appliance.store import Store
 
-FORMATS = ("links", "json", "yaml")
+FORMATS = ("links", "json", "yaml", "singbox")
 ADDRESS = "sub.example.com"
 
 

@@ -5,8 +5,8 @@ return them (the inbound of `Inbounds.get`, the client of `Clients.get`, the ena
 hosts of the inbound in their order) and get text or dicts back; nothing here touches
 the database, the settings or the web layer, so every format is tested on records built
 by hand. `plan` decides what each link says (address, secret, transport, security) once;
-`share`, `json_config` and `clash` only translate that into their format, so the three
-outputs of one client always agree and come in the same order.
+`share`, `json_config`, `clash` and `singbox` only translate that into their format, so
+the outputs of one client always agree and come in the same order.
 
 What the links of an inbound share whoever the client is (parsed settings, targets,
 security, the REALITY public key) is worked out by `prepare_inbound`; a caller rendering
@@ -20,6 +20,7 @@ from appliance.links.clash import clash_document, clash_proxy
 from appliance.links.json_config import HTTP_PORT, SOCKS_PORT, client_config
 from appliance.links.plan import LinkContext, PreparedInbound, plans_for, prepare_inbound
 from appliance.links.share import share_link
+from appliance.links.singbox import singbox_outbound, singbox_profile
 from appliance.links.yaml_text import YAML_EMITTER
 
 __all__ = [
@@ -30,10 +31,13 @@ __all__ = [
     "client_clash_proxies",
     "client_json_configs",
     "client_links",
+    "client_singbox_outbounds",
     "prepare_inbound",
     "prepared_clash_proxies",
     "prepared_json_configs",
     "prepared_links",
+    "prepared_singbox_outbounds",
+    "singbox_profile",
 ]
 
 
@@ -69,6 +73,14 @@ def client_clash_proxies(
     return prepared_clash_proxies(prepare_inbound(inbound, hosts), client, ctx)
 
 
+def client_singbox_outbounds(
+    inbound: dict, client: dict, hosts: list[dict], ctx: LinkContext
+) -> list[dict]:
+    """One sing-box outbound per link of `client_links` that sing-box can express, in
+    order."""
+    return prepared_singbox_outbounds(prepare_inbound(inbound, hosts), client, ctx)
+
+
 def prepared_links(prepared: PreparedInbound | None, client: dict, ctx: LinkContext) -> list[str]:
     """`client_links` of the inbound and hosts `prepared` was made from."""
     return [share_link(plan) for plan in plans_for(prepared, client, ctx)]
@@ -96,3 +108,11 @@ def prepared_clash_proxies(
     """`client_clash_proxies` of the inbound and hosts `prepared` was made from."""
     proxies = (clash_proxy(plan) for plan in plans_for(prepared, client, ctx))
     return [proxy for proxy in proxies if proxy is not None]
+
+
+def prepared_singbox_outbounds(
+    prepared: PreparedInbound | None, client: dict, ctx: LinkContext
+) -> list[dict]:
+    """`client_singbox_outbounds` of the inbound and hosts `prepared` was made from."""
+    outbounds = (singbox_outbound(plan) for plan in plans_for(prepared, client, ctx))
+    return [outbound for outbound in outbounds if outbound is not None]

@@ -1,5 +1,12 @@
 """The subscription server's WSGI app: `/sub/`, `/json/` and `/yaml/` (paths from settings).
 
+One URL serves every app: on the plain subscription path (`/sub/`) the format follows
+the app's User-Agent by the `subFormatRules` setting (base64 share links, core JSON
+configs, Mihomo YAML or a sing-box profile; appliance.domain.sub_formats), and a browser
+gets the info page. `?format=` (base64, json, clash, singbox) names the format outright
+on any subscription path; `/json/` and `/yaml/` keep serving their own format, each
+while its switch is on.
+
 It is a bare WSGI callable rather than a Bottle app: client apps poll it all day, every
 request is one of three GETs, and routing them is a prefix test. Settings are read on
 every request (a dictionary lookup), so a changed path, title or switch applies at once;
@@ -26,6 +33,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
+from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import request_host
 from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import SCRIPT_HASH, info_page
@@ -42,6 +50,7 @@ CONTENT_TYPES = {
     "links": "text/plain; charset=utf-8",
     "json": "application/json; charset=utf-8",
     "yaml": "text/yaml; charset=utf-8",
+    "singbox": "application/json; charset=utf-8",
     "html": "text/html; charset=utf-8",
 }
 PAGE_SECURITY = [
@@ -106,9 +115,22 @@ class SubscriptionApp:
         route = self._route(_path(environ))
         if route is None:
             return _not_found()
-        kind, sub_id = route
+        path_kind, sub_id = route
         if "\x00" in sub_id:  # no subId holds one, and PostgreSQL could not even look
             return _not_found()
+        query = _query(environ)
+        asked = query.get("format")
+        # The info page is for a browser on the plain path; it shows the share links.
+        page = not asked and path_kind == "links" and _wants_html(environ, query)
+        if asked:
+            kind = format_name(asked[0])
+            if kind is None:
+                message = f"unknown format '{_header_safe(asked[0][:40])}': use {FORMATS_TEXT}\n"
+                return "400 Bad Request", [], message.encode()
+        elif path_kind == "links" and not page:
+            kind = format_for_agent(environ.get("HTTP_USER_AGENT", ""), get("subFormatRules"))
+        else:
+            kind = path_kind
         lookup = self.subscriptions.lookup(sub_id)
         if lookup is None:
             return _not_found()
@@ -119,7 +141,10 @@ class SubscriptionApp:
             return _not_found()
         page_url = self._url(environ, authority, "subPath", sub_id)
         headers = self._headers(lookup, page_url)
-        if kind == "links" and _wants_html(environ):
+        if path_kind == "links":
+            # What the plain path answers depends on these request headers.
+            headers.append(("Vary", "Accept, User-Agent"))
+        if page:
             body = info_page(
                 title=self._title(lookup),
                 usage=lookup.usage,
@@ -203,9 +228,13 @@ def _path(environ) -> str:
         return ""
 
 
-def _wants_html(environ) -> bool:
+def _query(environ) -> dict[str, list[str]]:
     query = environ.get("QUERY_STRING")
-    if query and parse_qs(query).get("html") == ["1"]:
+    return parse_qs(query) if query else {}
+
+
+def _wants_html(environ, query: dict[str, list[str]]) -> bool:
+    if query.get("html") == ["1"]:
         return True
     return "text/html" in environ.get("HTTP_ACCEPT", "")
 

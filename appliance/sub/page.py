@@ -146,7 +146,8 @@ def info_page(
 
 def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str]]:
     """(app, deep link) pairs the usual client apps register for importing a remote
-    subscription; Clash-family apps get the YAML address, and only when it is served."""
+    subscription; Clash-family apps get the YAML address when it is served, else the
+    subscription URL, which answers them in YAML by their User-Agent."""
     url = quote(sub_url, safe="")
     name = quote(title, safe="")
     apps = [
@@ -156,8 +157,8 @@ def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str
         ("Hiddify", f"hiddify://import/{sub_url}#{name}"),
         ("sing-box", f"sing-box://import-remote-profile?url={url}#{name}"),
     ]
-    if yaml_url:
-        apps.append(("Clash / Mihomo", f"clash://install-config?url={quote(yaml_url, safe='')}"))
+    clash_url = quote(yaml_url or sub_url, safe="")
+    apps.append(("Clash / Mihomo", f"clash://install-config?url={clash_url}"))
     return apps
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from appliance.domain.parse import load_json
 from appliance.domain.protocols import is_host_name
+from appliance.domain.sub_formats import parse_rules
 from appliance.errors import ServiceError
 from appliance.runtime.egress import parse_allowed
 from appliance.runtime.file_paths import FilePlaces, check_paths
@@ -170,6 +171,15 @@ def parse_trusted_proxies(raw: str) -> list:
 
 def trusted_proxies(name: str, value: str) -> str:
     parse_trusted_proxies(value)
+    return value
+
+
+def sub_format_rules(name: str, value: str) -> str:
+    """The User-Agent rules of the subscription formats (appliance.domain.sub_formats)."""
+    try:
+        parse_rules(value)
+    except ValueError as exc:
+        raise ServiceError(f"{name}: {exc}") from None
     return value
 
 

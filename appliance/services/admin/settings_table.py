@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.domain.sub_formats import DEFAULT_RULES
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings_rules import (
@@ -30,6 +31,7 @@ from appliance.services.admin.settings_rules import (
     host_names,
     listen_address,
     private_destinations,
+    sub_format_rules,
     time_location,
     trusted_proxies,
     url_path,
@@ -317,6 +319,16 @@ SETTINGS = (
         "URL path of YAML subscriptions, followed by the subscription id.",
         "subscription",
         url_path,
+    ),
+    Setting(
+        "subFormatRules",
+        DEFAULT_RULES,
+        "Which format the subscription path serves each client app: rules separated by ; "
+        "or line breaks, as format: words, the format base64, json, clash or singbox, "
+        "matched when the app's User-Agent contains one of the words (any case); the first "
+        "match wins, no match gets base64 links, and ?format= in the URL overrides the rules.",
+        "subscription",
+        sub_format_rules,
     ),
     Setting(
         "remarkModel",

@@ -16,8 +16,9 @@ derived) that serves every client on it until the inbound or a host changes. A r
 for a body not rendered yet therefore costs its one query, the renderers' own work for
 its clients, and nothing else.
 
-Bodies (links, JSON configs, the Mihomo document) are cached under (format, subId,
-address, the ids of the active clients). The ids are in the key so that a client the
+Bodies (links, JSON configs, the Mihomo document, the sing-box profile) are cached under
+(format, subId, address, the ids of the active clients): one URL serves every format, so
+the format is part of the key. The ids are in the key so that a client the
 traffic tick depletes, or whose expiry passes, changes the key by itself: no tick has to
 drop anything. Every change of clients, inbounds, hosts or settings empties the body
 cache (`invalidate`, called from `Panel.changed`); a change of inbounds or hosts (or one
@@ -58,6 +59,8 @@ from appliance.links import (
     prepared_clash_proxies,
     prepared_json_configs,
     prepared_links,
+    prepared_singbox_outbounds,
+    singbox_profile,
 )
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
@@ -198,7 +201,7 @@ class Subscriptions:
         self.reads.close()
 
     def render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
-        """The body of format `kind` (links, json, yaml) for `lookup`, whose links point
+        """The body of format `kind` (links, json, yaml, singbox) for `lookup`, whose links point
         at `address` unless a host says otherwise; cached, see the module docstring."""
         key = (kind, lookup.sub_id, address, lookup.client_ids)
         cached = self._cache.get(key)
@@ -321,6 +324,18 @@ class Subscriptions:
                 for config in _rendered(prepared_json_configs, inbound_id, inbound, client, ctx)
             ]
             body = json.dumps(configs, ensure_ascii=False, separators=(",", ":"))
+            return Rendered(True, body.encode())
+        if kind == "singbox":
+            outbounds = [
+                outbound
+                for inbound_id, inbound, client in pairs
+                for outbound in _rendered(
+                    prepared_singbox_outbounds, inbound_id, inbound, client, ctx
+                )
+            ]
+            # Compact, like the JSON format: an indent would cost the pure-Python encoder.
+            profile = singbox_profile(outbounds)
+            body = json.dumps(profile, ensure_ascii=False, separators=(",", ":"))
             return Rendered(True, body.encode())
         proxies = [
             proxy

@@ -14,12 +14,12 @@ import { AuditCard } from "./settings-audit.js";
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "mtprotoDataCenters"],
-  subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "remarkModel", "subEnableRouting", "subRoutingRules"],
+  subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "subFormatRules", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
   smtp: ["smtpEnable", "smtpHost", "smtpPort", "smtpSecurity", "smtpUsername", "smtpPassword", "smtpFrom"],
 };
 const SECRETS = new Set(["tgBotToken", "smtpPassword"]);
-const LONG_TEXT = new Set(["subAnnounce", "subRoutingRules"]);
+const LONG_TEXT = new Set(["subAnnounce", "subFormatRules", "subRoutingRules"]);
 const HINTS = { remarkModel: "settings.remarkModelHint", allowPrivateDestinations: "settings.allowPrivateDestinationsHint", webAllowedHosts: "settings.webAllowedHostsHint" };
 const SMTP_SECURITY = [["none", "none"], ["starttls", "STARTTLS"], ["tls", "TLS"]];
 const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
