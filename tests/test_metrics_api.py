@@ -1,0 +1,155 @@
+"""`GET /metrics` over real HTTP: off until `metricsEnable` is on, refused without a token
+of the `read` or `admin` scope (and with a wrong one) without a figure in the answer, and,
+once on, a body that `prometheus_client`'s own parser reads, whose figures follow what
+the panel did: requests by route group, database statements, clients by status as the
+clients list's summary counts them, and each inbound's traffic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from helpers import create_plain_vless, free_port, ok
+from prometheus_client.parser import text_string_to_metric_families
+
+from appliance import __version__
+
+METRICS = "/metrics"
+UPDATE = "/panel/api/setting/update"
+TOKENS = "/panel/api/setting/apiTokens/create"
+PAGED = "/panel/api/clients/list/paged"
+
+
+def token(api, name: str, scope: str) -> str:
+    return ok(api.post(TOKENS, {"name": name, "scope": scope}))["token"]
+
+
+def scrape(panel, secret: str) -> requests.Response:
+    headers = {"Authorization": f"Bearer {secret}"}
+    return requests.get(panel.url + METRICS, headers=headers, timeout=10)
+
+
+def families(response: requests.Response) -> dict:
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    return {family.name: family for family in text_string_to_metric_families(response.text)}
+
+
+def samples(family, name: str | None = None, **labels) -> list:
+    """The family's samples named `name` (the family's own name by default) whose labels
+    include `labels`."""
+    wanted = name or family.name
+    return [
+        sample
+        for sample in family.samples
+        if sample.name == wanted and labels.items() <= sample.labels.items()
+    ]
+
+
+def value(family, name: str | None = None, **labels) -> float:
+    found = samples(family, name, **labels)
+    assert len(found) == 1, (family.name, labels, family.samples)
+    return found[0].value
+
+
+def assert_refused(response: requests.Response, status: int) -> None:
+    assert response.status_code == status, response.text
+    reply = response.json()
+    assert reply["success"] is False and reply["msg"]
+    assert "appliance_" not in response.text
+
+
+@pytest.fixture(scope="module")
+def reader(panel) -> str:
+    return token(panel.client(), "prometheus", "read")
+
+
+@pytest.fixture(scope="module")
+def metrics_on(panel, reader) -> str:
+    ok(panel.client().post(UPDATE, {"metricsEnable": True}))
+    return reader
+
+
+def test_metrics_are_off_until_the_setting_turns_them_on(panel, reader):
+    response = scrape(panel, reader)
+    assert_refused(response, 403)
+    assert "metricsEnable" in response.json()["msg"]
+    api = panel.client()
+    assert_refused(api.raw("GET", METRICS), 403)
+    ok(api.post(UPDATE, {"metricsEnable": True}))
+    assert "appliance_build_info" in families(scrape(panel, reader))
+    ok(api.post(UPDATE, {"metricsEnable": False}))
+    assert_refused(scrape(panel, reader), 403)
+
+
+def test_refused_without_a_token_with_a_wrong_one_and_with_a_node_token(panel, metrics_on):
+    assert_refused(requests.get(panel.url + METRICS, timeout=10), 401)
+    assert_refused(scrape(panel, metrics_on[:-4] + "abcd"), 401)
+    assert_refused(scrape(panel, "not-a-token"), 401)
+    assert_refused(scrape(panel, token(panel.client(), "a node's", "node")), 401)
+
+
+def test_an_admin_token_and_a_signed_in_admin_may_read_them(panel, metrics_on):
+    assert "appliance_build_info" in families(scrape(panel, token(panel.client(), "ops", "admin")))
+    assert "appliance_build_info" in families(panel.client().raw("GET", METRICS))
+
+
+def test_the_figures_follow_what_the_panel_did(panel, metrics_on):
+    api = panel.client()
+    inbound_id = create_plain_vless(api, free_port())
+    tag = ok(api.get(f"/panel/api/inbounds/get/{inbound_id}"))["tag"]
+    for n in range(3):
+        client = {"email": f"metrics-{n}@example.test", "enable": n != 2}
+        ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound_id]}))
+    before = families(scrape(panel, metrics_on))
+    requests_before = value(
+        before["appliance_http_request_duration_seconds"],
+        "appliance_http_request_duration_seconds_count",
+        group="clients",
+    )
+    for _ in range(5):
+        ok(api.get(PAGED))
+    found = families(scrape(panel, metrics_on))
+
+    assert samples(found["appliance_build_info"])[0].labels == {"version": __version__}
+    assert value(found["appliance_build_info"]) == 1
+    # The API tests run without a core.
+    assert value(found["appliance_core_up"]) == 0
+    assert samples(found["appliance_core_info"])[0].labels["state"] == "not installed"
+
+    timed = found["appliance_http_request_duration_seconds"]
+    count = "appliance_http_request_duration_seconds_count"
+    assert value(timed, count, group="clients") == requests_before + 5
+    assert value(timed, count, group="inbounds") >= 2
+    assert value(timed, "appliance_http_request_duration_seconds_sum", group="clients") > 0
+    assert value(
+        timed, "appliance_http_request_duration_seconds_bucket", group="clients", le="+Inf"
+    ) == value(timed, count, group="clients")
+
+    queries = found["appliance_db_query_duration_seconds"]
+    assert value(queries, "appliance_db_query_duration_seconds_count") > value(
+        before["appliance_db_query_duration_seconds"], "appliance_db_query_duration_seconds_count"
+    )
+
+    summary = ok(api.get(PAGED))["summary"]
+    clients = found["appliance_clients"]
+    assert value(clients, status="total") == summary["total"] >= 3
+    assert value(clients, status="active") == summary["active"]
+    for status in ("online", "depleted", "expiring", "deactive"):
+        assert value(clients, status=status) == len(summary[status]), status
+    assert value(clients, status="deactive") >= 1
+
+    traffic = found["appliance_inbound_traffic_bytes"]
+    name = "appliance_inbound_traffic_bytes_total"
+    assert value(traffic, name, inbound=tag, direction="up") == 0
+    assert value(traffic, name, inbound=tag, direction="down") == 0
+    assert (
+        value(
+            found["appliance_traffic_tick_duration_seconds"],
+            "appliance_traffic_tick_duration_seconds_count",
+        )
+        == 0
+    )
+    assert samples(found["appliance_node_up"]) == []
+    assert samples(found["appliance_mtproto_up"]) == []
+    assert value(found["process_resident_memory_bytes"]) > 0
