@@ -7,6 +7,10 @@ clients list's summary counts them, and each inbound's traffic.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import requests
 from helpers import create_plain_vless, free_port, ok
@@ -18,6 +22,7 @@ METRICS = "/metrics"
 UPDATE = "/panel/api/setting/update"
 TOKENS = "/panel/api/setting/apiTokens/create"
 PAGED = "/panel/api/clients/list/paged"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def token(api, name: str, scope: str) -> str:
@@ -153,3 +158,20 @@ def test_the_figures_follow_what_the_panel_did(panel, metrics_on):
     assert samples(found["appliance_node_up"]) == []
     assert samples(found["appliance_mtproto_up"]) == []
     assert value(found["process_resident_memory_bytes"]) > 0
+
+
+def test_the_dashboard_and_the_readme_name_only_series_that_are_served(panel, metrics_on):
+    body = scrape(panel, metrics_on).text
+    served = set(re.findall(r"^(?:# TYPE )?([a-z_]+)", body, re.MULTILINE))
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    named = {
+        name
+        for panel_doc in dashboard["panels"]
+        for target in panel_doc["targets"]
+        for name in re.findall(r"\b((?:appliance|process)_[a-z_]+)", target["expr"])
+    }
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Metrics for Prometheus") : readme.index("## Settings")]
+    named |= set(re.findall(r"`(appliance_[a-z_]+)", section))
+    assert len(named) > 15
+    assert named <= served, sorted(named - served)
