@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import start_panel, stop_and_drop
+from core_panel import wait_until
 from helpers import create_plain_vless, free_port, ok
+from node_panels import NODES, add_node
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance import __version__
@@ -175,3 +178,50 @@ def test_the_dashboard_and_the_readme_name_only_series_that_are_served(panel, me
     named |= set(re.findall(r"`(appliance_[a-z_]+)", section))
     assert len(named) > 15
     assert named <= served, sorted(named - served)
+
+
+@pytest.fixture
+def node(tmp_path):
+    server = start_panel(tmp_path)
+    yield server
+    stop_and_drop(server)
+
+
+def test_each_node_shows_its_heartbeat_and_whether_it_is_in_step(panel, metrics_on, node):
+    api = panel.client()
+    reachable = add_node(api, node, "metrics-node")
+    refusing = add_node(api, node, "metrics-refused", token="apl_" + "x" * 43)
+    for record in (reachable, refusing):
+        ok(api.post(f"{NODES}/probe/{record['id']}"))
+    listed = {row["name"]: row for row in ok(api.get(f"{NODES}/list"))}
+    found = families(scrape(panel, metrics_on))
+    assert value(found["appliance_node_up"], node="metrics-node") == 1
+    assert value(found["appliance_node_up"], node="metrics-refused") == 0
+    latency = value(found["appliance_node_latency_seconds"], node="metrics-node")
+    assert latency == listed["metrics-node"]["latency"] / 1000 and latency < 10
+    for name in ("metrics-node", "metrics-refused"):
+        out_of_step = value(found["appliance_node_out_of_step"], node=name)
+        assert out_of_step == int(listed[name]["outOfStep"])
+        assert value(found["appliance_node_enabled"], node=name) == 1
+
+
+def test_each_mtproto_proxy_shows_whether_it_runs(panel, metrics_on):
+    api = panel.client()
+    inbound = ok(
+        api.post(
+            "/panel/api/inbounds/add",
+            {"protocol": "mtproto", "listen": "127.0.0.1", "port": free_port(), "settings": {}},
+        )
+    )
+    client = {"email": "metrics-mtproto@example.test"}
+    ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]}))
+
+    def running() -> dict | None:
+        found = families(scrape(panel, metrics_on))
+        up = samples(found["appliance_mtproto_up"], inbound_id=str(inbound["id"]))
+        return found if up and up[0].value == 1 else None
+
+    found = wait_until(running, "the MTProto proxy runs")
+    up = samples(found["appliance_mtproto_up"], inbound_id=str(inbound["id"]))[0]
+    assert up.labels["port"] == str(inbound["port"])
+    assert value(found["appliance_mtproto_secrets"], inbound_id=str(inbound["id"])) == 1
