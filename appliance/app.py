@@ -31,6 +31,7 @@ from appliance.links import YAML_EMITTER
 from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
+from appliance.runtime.timings import TimingsByName
 from appliance.runtime.workers import (
     ChangeCounter,
     DemandMeter,
@@ -42,6 +43,7 @@ from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
+from appliance.services.admin.gauges import Gauges
 from appliance.services.admin.settings import Settings, allowed_host_names
 from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
@@ -93,6 +95,7 @@ from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
 from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
+from appliance.web.metrics_routes import MetricsRouteNeeds, metrics_routes
 from appliance.web.node_routes import NodeRouteNeeds, node_routes
 from appliance.web.openapi import openapi_routes
 from appliance.web.outbound_routes import OutboundRouteNeeds, outbound_routes
@@ -260,6 +263,8 @@ class Panel:
         self.core_metrics = CoreMetrics(self.core)
         self.panel_update = PanelUpdate(self.settings, lambda: self.restart_later(3))
         self.history = History()
+        self.started = time.time()
+        self.request_timings = TimingsByName()  # panel calls by route group, for /metrics
         self.sampler = StatusSampler(
             __version__, self.core_info, lambda: len(self.presence.online())
         )
@@ -409,6 +414,20 @@ class Panel:
                 )
             ),
             audit_routes(AuditRouteNeeds(audit=self.audit)),
+            metrics_routes(
+                MetricsRouteNeeds(
+                    settings=self.settings,
+                    version=__version__,
+                    started=self.started,
+                    core_info=self.core_info,
+                    mtproto_info=self.mtproto.info,
+                    summary=self.client_query.summary,
+                    gauges=Gauges(self.store, self.node_health),
+                    tick_stats=self.accounting.stats,
+                    query_timings=self.store.db.query_timings,
+                    request_timings=self.request_timings,
+                )
+            ),
         ]
         routes = [route for table in tables for route in table.routes]
         # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
@@ -427,6 +446,7 @@ class Panel:
             core_lag=self.core.out_of_step,
             managed_by=self.managed_by,
             node_certificate_needed=lambda: self.node_certificates_needed,
+            request_timings=self.request_timings,
         )
         return build_app(needs, self.routes())
 

@@ -8,7 +8,8 @@ change that it is stored but not running while the core is out of step, write th
 log entry of every call that may change something, and turn anything unexpected into an
 envelope error with the details in the panel log only. A hook marks every answer of the
 app `nosniff` and, unless the route chose its own caching (the UI's files do), `no-store`:
-answers carry secrets.
+answers carry secrets. The plugin also times every call into its route group's histogram
+(the route table's tag), for the metrics page.
 
 A bearer token that is unknown, disabled, expired or outside its scope gets one and the
 same refusal after the same single lookup, so the answer tells a caller nothing about
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import bottle
@@ -32,6 +34,7 @@ from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
 from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized
+from appliance.runtime.timings import TimingsByName
 from appliance.services.admin.audit import Action
 from appliance.web.http import (
     BodyTooLarge,
@@ -114,6 +117,8 @@ class ApiNeeds:
     # Whether calls with a node token must come with a verified client certificate (a
     # managing panel's CA is trusted: nodes/mtls/trustCA, in effect since the start).
     node_certificate_needed: Callable[[], bool] = lambda: False
+    # How long calls take, by route group: read by the metrics page.
+    request_timings: TimingsByName = field(default_factory=TimingsByName)
 
 
 class ApiPlugin:
@@ -125,6 +130,20 @@ class ApiPlugin:
 
     def apply(self, callback, route):
         spec: Route = route.config["spec"]
+        handle = self.handler(callback, spec)
+        timings = self.needs.request_timings.named(spec.tags[0] if spec.tags else "other")
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return handle(*args, **kwargs)
+            finally:
+                timings.observe(time.perf_counter() - started)
+
+        return timed
+
+    def handler(self, callback, spec: Route):
+        """The call with everything the plugin does around it."""
 
         def wrapper(*args, **kwargs):
             request.environ[ACTOR_KEY] = None

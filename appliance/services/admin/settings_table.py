@@ -141,6 +141,13 @@ SETTINGS = (
         Range(1, 3650),
     ),
     Setting(
+        "metricsEnable",
+        False,
+        "Serve the panel's figures in the Prometheus text format at GET /metrics under the "
+        "base path, to a signed-in admin or an API token of the read or admin scope.",
+        "panel",
+    ),
+    Setting(
         "trustedProxies",
         "",
         "IP addresses or networks of reverse proxies, comma-separated, whose "

@@ -13,6 +13,8 @@ A core restart starts its counters from zero. Each core process has a generation
 
 Values are held in memory after the first tick (one process owns the database), so a
 tick reads nothing and writes only counters that moved.
+
+For the metrics page each tick also notes how long it took and what it added (`TickStats`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
 from appliance.domain.protocols import INT64_MAX
+from appliance.runtime.timings import Timings
 from appliance.store.batches import chunks
 
 GENERATION = "#generation"
@@ -51,6 +54,27 @@ class Tick:
         return bool(self.clients or self.inbounds or self.outbounds)
 
 
+@dataclass
+class TickStats:
+    """What every tick since the start added up to: read by the metrics page."""
+
+    seconds: Timings = field(default_factory=Timings)
+    # [up, down] bytes added to inbounds and to outbounds (a client's bytes are its
+    # inbound's too, and summing 100,000 of them per tick is not free).
+    inbound_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    outbound_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    clients_moved: int = 0  # clients whose counters moved, summed over the ticks
+
+    def add(self, tick: Tick, seconds: float) -> None:
+        self.seconds.observe(seconds)
+        pairs = ((self.inbound_bytes, tick.inbounds), (self.outbound_bytes, tick.outbounds))
+        for total, moved in pairs:
+            for up, down in moved.values():
+                total[0] += up
+                total[1] += down
+        self.clients_moved += len(tick.clients)
+
+
 class TrafficAccounting:
     def __init__(self, store, presence, clock=time.time):
         self.store = store
@@ -61,9 +85,11 @@ class TrafficAccounting:
         self._users: dict[str, list[int]] | None = None
         self._last: dict[str, int] = {}
         self._outbounds: set[str] = set()
+        self.stats = TickStats()
 
     def tick(self, counters: dict[str, int], generation: int) -> Tick:
         """Add what moved since the last tick; `counters` are the core's absolute values."""
+        started = time.perf_counter()
         with db_session:
             users, last = self._load()
             same_core = last.get(GENERATION) == generation
@@ -120,6 +146,7 @@ class TrafficAccounting:
         # Counters that moved may take a client over its quota or near it (and its first
         # bytes start an expiry that waited for them): the summary reads those again.
         self.store.client_writes.committed(moved=tick.clients)
+        self.stats.add(tick, time.perf_counter() - started)
         return tick
 
     def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:

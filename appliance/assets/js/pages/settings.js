@@ -12,7 +12,7 @@ import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
 
 const SECTIONS = {
-  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays"],
+  panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
   clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "mtprotoDataCenters"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "subFormatRules", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
