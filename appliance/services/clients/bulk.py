@@ -69,7 +69,7 @@ class ClientBulk:
         ready: list[tuple[dict, list[int], dict]] = []
         pace = Pace()
         with self._creating, db_session:
-            inbounds: dict[int, Any] = {}
+            inbounds: dict[int, dict] = {}  # id -> inbound record, read once per bulk call
             # (label, prepared item or its problem, its email key or "")
             prepared: list[tuple[str, Any, str]] = []
             for n, item in enumerate(items):
@@ -110,9 +110,9 @@ class ClientBulk:
             raise ServiceError("inboundIds must name at least one inbound")
         missing = [i for i in ids if i not in inbounds]
         for inbound, inbound_id in zip(self.clients.inbound_rows(missing), missing, strict=True):
-            inbounds[inbound_id] = inbound
+            inbounds[inbound_id] = record_of(inbound)
         client = item["client"]
-        record = client_rules.normalize_client(client, [record_of(inbounds[i]) for i in ids])
+        record = client_rules.normalize_client(client, [inbounds[i] for i in ids])
         extra = _restored(client) if restore else {}
         if not ids and "method" in extra:
             # No inbound to derive the cipher from: keep the one it was exported with.
