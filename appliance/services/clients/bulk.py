@@ -10,6 +10,7 @@ minutes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gevent.lock import Semaphore
@@ -137,15 +138,18 @@ class ClientBulk:
         keys = [email_key(record["email"]) for record, _, _ in ready]
         self.store.execute_many(
             f"INSERT INTO client ({names}) VALUES ({marks})",
-            [
-                (
-                    key,
-                    *columns_of(record).values(),
-                    extra.get("createdAt", now),
-                    extra.get("updatedAt", now),
-                )
-                for key, (record, _, extra) in zip(keys, ready, strict=True)
-            ],
+            _paced(
+                [
+                    (
+                        key,
+                        *columns_of(record).values(),
+                        extra.get("createdAt", now),
+                        extra.get("updatedAt", now),
+                    )
+                    for key, (record, _, extra) in zip(keys, ready, strict=True)
+                ],
+                pace,
+            ),
         )
         self.store.client_writes.note(keys=keys, recount=True)
         pace()
@@ -153,11 +157,14 @@ class ClientBulk:
         pace()
         self.store.execute_many(
             "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)",
-            [
-                (ids[key], inbound_id)
-                for key, (_, inbound_ids, _) in zip(keys, ready, strict=True)
-                for inbound_id in inbound_ids
-            ],
+            _paced(
+                [
+                    (ids[key], inbound_id)
+                    for key, (_, inbound_ids, _) in zip(keys, ready, strict=True)
+                    for inbound_id in inbound_ids
+                ],
+                pace,
+            ),
         )
         pace()
         existing = self._stored_keys(keys, "client_traffic")
@@ -165,11 +172,14 @@ class ClientBulk:
         self.store.execute_many(
             "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (key, r["email"], x.get("up", 0), x.get("down", 0), x.get("enable", True), 0)
-                for key, (r, _, x) in zip(keys, ready, strict=True)
-                if key not in existing
-            ],
+            _paced(
+                [
+                    (key, r["email"], x.get("up", 0), x.get("down", 0), x.get("enable", True), 0)
+                    for key, (r, _, x) in zip(keys, ready, strict=True)
+                    if key not in existing
+                ],
+                pace,
+            ),
         )
 
     def _ids_by_key(self, keys: list[str]) -> dict[str, int]:
@@ -450,6 +460,22 @@ def _signed(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
         raise ServiceError(f"{name} must be a whole number (negative to subtract)")
     return value
+
+
+def _paced(rows: list[tuple], pace: Pace) -> Iterable[tuple]:
+    """`rows` handed to the driver one at a time with `pace` kept between them: the rows
+    of one statement go into indexes SQLite may first have to read from the file, tens of
+    milliseconds for a hundred rows when none of their pages is in its cache. No rows stay
+    an empty list, which `execute_many` writes nothing for."""
+    if not rows:
+        return rows
+    return _one_at_a_time(rows, pace)
+
+
+def _one_at_a_time(rows: list[tuple], pace: Pace) -> Iterator[tuple]:
+    for row in rows:
+        pace()
+        yield row
 
 
 def _label(item: Any, n: int) -> str:
