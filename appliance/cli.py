@@ -9,10 +9,6 @@ from gevent import monkey
 
 monkey.patch_all()
 
-from appliance.core.api import init_for_gevent  # noqa: E402
-
-init_for_gevent()
-
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402

@@ -21,6 +21,7 @@ from appliance.domain.client_rules import (
     fit_inbounds,
     legacy_method,
     normalize_client,
+    random_text,
 )
 from appliance.errors import ServiceError
 
@@ -417,3 +418,18 @@ def test_fuzz_ad_tag_and_email_key():
             assert tag == "" or (len(tag) == 32 and int(tag, 16) >= 0 and tag == tag.lower())
         if isinstance(value, str):
             assert isinstance(email_key(value), str)
+
+
+def test_random_text_draws_every_character_of_the_alphabet_evenly():
+    """Generated secrets and subIds: each character uniform over the alphabet, as
+    `secrets.choice` draws it (62 letters and digits do not divide 256 bytes evenly)."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    texts = [random_text(alphabet, 16) for _ in range(20_000)]
+    assert all(len(text) == 16 and set(text) <= set(alphabet) for text in texts)
+    counts = {char: 0 for char in alphabet}
+    for text in texts:
+        for char in text:
+            counts[char] += 1
+    expected = 20_000 * 16 / len(alphabet)  # about 5,160, a standard deviation of 71
+    assert all(abs(count - expected) < 0.1 * expected for count in counts.values())
+    assert len(set(texts)) == len(texts)

@@ -299,10 +299,9 @@ import json, os, signal, sys, time
 import gevent
 import psutil
 
-from appliance.core.api import CoreApi, init_for_gevent
+from appliance.core.api import CoreApi
 from appliance.core.process import CoreProcess
 
-init_for_gevent()
 v2ray, workdir, api_port, config = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 config = json.loads(config)
 states = []
@@ -340,10 +339,9 @@ print(json.dumps({"states": states, "restarts": core.restarts, "answers": answer
 
 
 def test_under_gevent_the_supervisor_and_the_api_cooperate(tmp_path):
-    """The panel's setting: monkey-patched, gRPC on gevent, cores forked by gevent. The
-    fork setting comes from the client module alone, as in a fresh panel process."""
+    """The panel's setting: monkey-patched, the core's API called on gevent's sockets
+    across restarts and a crash of the core, cores forked by gevent."""
     api_port = free_port()
-    env = {key: value for key, value in os.environ.items() if key != "GRPC_ENABLE_FORK_SUPPORT"}
     result = subprocess.run(
         [
             sys.executable,
@@ -357,7 +355,6 @@ def test_under_gevent_the_supervisor_and_the_api_cooperate(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
     )
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout)

@@ -5,44 +5,23 @@ The core serves StatsService and HandlerService on a loopback port named in its 
 Xray and V2Ray serve the same messages under different package prefixes (`xray.` and
 `v2ray.core.`), in the method paths and in TypedMessage type names alike, so the prefix
 of the detected core is the one thing this client needs besides the address. Calls are
-grpcio's generic unary calls carrying bytes built by `appliance.core.wire`.
+unary gRPC calls (`appliance.core.http2`) carrying bytes built by `appliance.core.wire`.
 
 Every failure (core not listening, a deadline, a refusal such as "proxy is not a
 UserManager" for Shadowsocks) becomes a `CoreApiError` carrying the core's own words.
 It is a `ServiceError`, so a caller that does not handle it still answers with an
 envelope rather than a traceback.
-
-grpcio blocks the gevent loop unless `grpc.experimental.gevent.init_gevent()` ran first;
-the panel calls `init_for_gevent()` once at start; importing this module does not.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
-# gRPC's fork support (on by default in grpcio's core) installs fork handlers that restart
-# its poller in a forked child. gevent's subprocess forks in Python and only then execs, so
-# a core being started could be aborted by that poller ("epoll_wait error: Bad file
-# descriptor") before it ran. The panel forks only to exec, so the support is switched
-# off; gRPC reads the setting once, when it is first imported, hence its place here.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
-
-import grpc
-import grpc.experimental.gevent
-
-from appliance.core import wire
+from appliance.core import http2, wire
 from appliance.errors import ServiceError
 
 CALL_TIMEOUT = 5.0
-# A restarted core is back within a second or two; grpcio's default reconnect backoff
-# (up to two minutes) would leave the channel failing calls long after that.
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 # Xray keeps the addresses of each online user in a map named after the user's email.
 ONLINE_PREFIX = "user>>>"
@@ -63,12 +42,6 @@ def online_email(name: str) -> str:
     if name.startswith(ONLINE_PREFIX) and name.endswith(ONLINE_SUFFIX):
         return name[len(ONLINE_PREFIX) : -len(ONLINE_SUFFIX)]
     return name
-
-
-def init_for_gevent() -> None:
-    """Make gRPC cooperate with gevent; call once, before any other use of gRPC. Importing
-    gRPC through this module first is what switches its fork support off in time."""
-    grpc.experimental.gevent.init_gevent()
 
 
 class CoreApiError(ServiceError):
@@ -103,7 +76,7 @@ class CoreApi:
         self.address = address
         self.prefix = prefix
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = http2.Channel(address)
         self._stats = f"/{prefix}.app.stats.command.StatsService/"
         self._handler = f"/{prefix}.app.proxyman.command.HandlerService/"
         self._routing = f"/{prefix}.app.router.command.RoutingService/"
@@ -225,15 +198,12 @@ class CoreApi:
         self._call(self._handler + "AlterInbound", request, _identity, what)
 
     def _call(self, method: str, request: bytes, decode: Callable[[bytes], object], what: str):
-        call = self._channel.unary_unary(
-            method, request_serializer=_identity, response_deserializer=_identity
-        )
         try:
-            response = call(request, timeout=self.timeout)
-        except grpc.RpcError as exc:
-            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            response = self._channel.unary(method, request, self.timeout)
+        except http2.RpcError as exc:
+            if exc.code == http2.UNIMPLEMENTED:
                 raise CoreApiUnsupported(f"cannot {what}: {self._reason(exc)}") from None
-            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.NOT_FOUND:
+            if exc.code == http2.NOT_FOUND:
                 raise CoreApiNotFound(f"cannot {what}: {self._reason(exc)}") from None
             raise CoreApiError(f"cannot {what}: {self._reason(exc)}") from None
         try:
@@ -241,11 +211,9 @@ class CoreApi:
         except wire.WireError as exc:
             raise CoreApiError(f"cannot {what}: the core sent a malformed answer ({exc})") from None
 
-    def _reason(self, exc: grpc.RpcError) -> str:
-        code = exc.code() if hasattr(exc, "code") else None
-        if code == grpc.StatusCode.UNAVAILABLE:
+    def _reason(self, exc: http2.RpcError) -> str:
+        if exc.code == http2.UNAVAILABLE:
             return f"the core API at {self.address} is not reachable (is the core running?)"
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        if exc.code == http2.DEADLINE_EXCEEDED:
             return f"the core API at {self.address} did not answer within {self.timeout:g} s"
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        return core_words(details) if details else str(code)
+        return core_words(exc.details) if exc.details else exc.name

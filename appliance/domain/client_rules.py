@@ -197,12 +197,26 @@ def _bad_uuid(value: Any) -> str:
 
 def _secret(value: Any, field: str) -> str:
     if value in (None, ""):
-        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(16))
+        return random_text(string.ascii_letters + string.digits, 16)
     if not isinstance(value, str) or len(value) > 255 or value != value.strip():
         raise ServiceError(
             f"{field} must be a string of at most 255 characters without surrounding spaces"
         )
     return value
+
+
+def random_text(alphabet: str, length: int) -> str:
+    """`length` characters drawn uniformly and independently from `alphabet` (at most 256
+    of them) with the operating system's CSPRNG, as `secrets.choice` draws one: a byte
+    above the largest multiple of the alphabet's size is dropped, so that no character
+    is favoured. One read of random bytes rather than a system call per character: the
+    secrets of a bulk creation of 10,000 clients took 0.4 s of the hub's time that way."""
+    size = len(alphabet)
+    limit = 256 - 256 % size
+    chars: list[str] = []
+    while len(chars) < length:
+        chars += [alphabet[byte % size] for byte in secrets.token_bytes(2 * length) if byte < limit]
+    return "".join(chars[:length])
 
 
 def _choice(value: Any, field: str, choices: tuple[str, ...], default: str) -> str:
@@ -234,7 +248,7 @@ def _reverse(value: Any) -> dict | None:
 
 def _sub_id(value: Any) -> str:
     if value in (None, ""):
-        return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(16))
+        return random_text(string.ascii_lowercase + string.digits, 16)
     if not isinstance(value, str) or not SUB_ID.fullmatch(value):
         raise ServiceError(f"subId must be 1-64 letters, digits, - or _ (got {describe(value)})")
     return value

@@ -9,6 +9,7 @@ line with that sentence; anything else is logged with its traceback.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import gevent
@@ -18,6 +19,10 @@ from appliance.errors import ServiceError
 log = logging.getLogger(__name__)
 
 BREATH_SECONDS = 0.001
+# The work a long computation does between two breaths: a request arriving meanwhile is
+# answered within a few milliseconds, on a busy host too, where the same work takes
+# several times as long on the clock.
+PACE_SECONDS = 0.004
 
 
 def every(
@@ -51,3 +56,18 @@ def breathe() -> None:
     `gevent.sleep(0)` would not: it runs only the callbacks queued on the hub, and a
     greenlet that keeps requeueing itself keeps the hub from polling for I/O."""
     gevent.sleep(BREATH_SECONDS)
+
+
+class Pace:
+    """Called once per item of a long loop, breathes once PACE_SECONDS have passed since
+    the last breath: a fixed count of items between breaths is too many on a slow or
+    busy host and needlessly few on a fast one."""
+
+    def __init__(self, seconds: float = PACE_SECONDS):
+        self.seconds = seconds
+        self._since = time.perf_counter()
+
+    def __call__(self) -> None:
+        if time.perf_counter() - self._since >= self.seconds:
+            breathe()
+            self._since = time.perf_counter()

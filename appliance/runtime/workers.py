@@ -13,7 +13,7 @@ both sides share; what a worker serves is composed elsewhere (`appliance.sub_wor
   still knows and reserves the port it bound. SO_REUSEPORT, the alternative, would
   spread connections by a hash, busy worker or not, and drop the backlog of a worker that
   dies.
-- **Started anew, not forked.** The panel has a gevent hub, gRPC's threads, open database
+- **Started anew, not forked.** The panel has a gevent hub, open database
   connections and the core's watcher by the time it listens; a fork would copy all of it.
   A worker is this program started again (`environment.self_command`): `python -m appliance
   sub-worker`, or the one-file binary with `sub-worker`, which reuses the folder the

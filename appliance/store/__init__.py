@@ -31,6 +31,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 
 from pony.orm.core import ConnectionClosedError, TransactionError, local
 from pony.orm.dbapiprovider import InterfaceError, OperationalError
@@ -245,13 +246,14 @@ class Store:
         from here on no other writer changes until it commits, even if it yields."""
         self.db.get_connection()
 
-    def execute_many(self, statement: str, rows: list[tuple]) -> None:
+    def execute_many(self, statement: str, rows: list[tuple] | Iterator[tuple]) -> None:
         """One statement, many parameter rows, inside the current transaction: the way
         bulk creates insert thousands of rows. psycopg2's executemany sends one row per
         round trip (20,000 clients took half a minute); its execute_batch sends a page
         of statements at once. PyMySQL already folds an INSERT's rows into one.
         No rows write nothing: no write transaction is opened for them (a traffic tick
-        in which nothing moved would otherwise commit, and sync the file, every time)."""
+        in which nothing moved would otherwise commit, and sync the file, every time).
+        An iterator of rows is read one row at a time as they are written."""
         if not rows:
             return
         cursor = self.db.get_connection().cursor()

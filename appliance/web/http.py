@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
@@ -17,6 +18,7 @@ from email.policy import HTTP
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import gevent
 from bottle import request, response
 
 from appliance.domain.parse import load_json
@@ -109,6 +111,14 @@ SENT_KEY = "appliance.body.sent"
 JSON_TYPES = ("", "application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 READ_CHUNK = 64 * 1024
+# A JSON body this large is checked and parsed in a thread of gevent's pool: a bulk body
+# of 10,000 items takes tens of milliseconds, in which the hub would answer nobody. The
+# parser calls back into Python for every number, where the interpreter hands the GIL
+# over to the hub's thread every few milliseconds.
+THREAD_PARSE_BYTES = 64 * 1024
+# Half of a surrogate pair can only be written as an escape in UTF-8 JSON text (the bytes
+# were decoded strictly); without one that could be it, there is nothing to check.
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
 
 class UnsupportedMediaType(ServiceError):
@@ -189,8 +199,27 @@ def _read_raw(max_bytes: int) -> bytes:
 
 
 def _json(raw: bytes) -> Any:
+    if len(raw) < THREAD_PARSE_BYTES:
+        return _parse_json(raw)
+    value, refusal = gevent.get_hub().threadpool.apply(_parse_json_or_refusal, (raw,))
+    if refusal is not None:
+        raise refusal
+    return value
+
+
+def _parse_json_or_refusal(raw: bytes) -> tuple[Any, ServiceError | None]:
+    """`_parse_json` for a thread of the pool, which would print the traceback of an
+    exception it raised: the refusal comes back as a value, to be raised here."""
+    try:
+        return _parse_json(raw), None
+    except ServiceError as exc:
+        return None, exc
+
+
+def _parse_json(raw: bytes) -> Any:
     value = load_json(raw, "the request body")
-    _check_unicode(value)
+    if json.detect_encoding(raw) != "utf-8" or SURROGATE_ESCAPE.search(raw):
+        _check_unicode(value)
     return value
 
 

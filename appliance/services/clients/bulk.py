@@ -10,7 +10,7 @@ minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gevent.lock import Semaphore
@@ -21,17 +21,17 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
-from appliance.runtime.jobs import breathe
+from appliance.runtime.jobs import Pace
 from appliance.services.clients.query import QUOTA_USED, USED
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
-# Items checked, and rows inserted, per turn of the hub: 10,000 clients are a second or
-# two of work, which every other request would otherwise wait for in one piece.
-PREPARE_STEP = 50
-INSERT_STEP = 250
+# 10,000 clients are a second or two of work, which every other request would otherwise
+# wait for in one piece: each loop breathes at its `Pace`, and rows are inserted this many
+# at a time, one statement taking a few milliseconds.
+INSERT_STEP = 100
 
 
 def in_lock_order(emails: list[str]) -> list[str]:
@@ -82,39 +82,38 @@ class ClientBulk:
     def _create_many(self, items: list, *, require_inbounds: bool, restore: bool) -> dict:
         skipped: list[dict] = []
         ready: list[tuple[dict, list[int], dict]] = []
+        pace = Pace()
         with self._creating, db_session:
-            inbounds: dict[int, Any] = {}
-            prepared: list[tuple[str, Any]] = []  # (label, prepared item or its problem)
+            inbounds: dict[int, dict] = {}  # id -> inbound record, read once per bulk call
+            # (label, prepared item or its problem, its email key or "")
+            prepared: list[tuple[str, Any, str]] = []
             for n, item in enumerate(items):
-                if n and n % PREPARE_STEP == 0:
-                    breathe()
+                pace()
                 try:
                     outcome = self._prepare(item, inbounds, require_inbounds, restore)
                 except ServiceError as exc:
-                    outcome = exc.msg
-                prepared.append((_label(item, n), outcome))
+                    prepared.append((_label(item, n), exc.msg, ""))
+                    continue
+                prepared.append((_label(item, n), outcome, email_key(outcome[0]["email"])))
             # From here to the commit, one write transaction (and, on every backend, this
             # process's one bulk creation): another bulk call checks its emails only after
             # this one's rows are in, so no two claim the same.
             self.store.begin_write()
             # Which emails exist, in a query per chunk rather than one per item: on a
             # networked database 20,000 round trips took longer than the inserts.
-            taken = self._stored_keys(
-                [email_key(out[0]["email"]) for _, out in prepared if not isinstance(out, str)]
-            )
-            for label, outcome in prepared:
+            taken = self._stored_keys([key for _, _, key in prepared if key], pace=pace)
+            for label, outcome, key in prepared:
+                pace()
                 if isinstance(outcome, str):
                     skipped.append({"email": label, "reason": outcome})
                     continue
-                record = outcome[0]
-                key = email_key(record["email"])
                 if key in taken:
-                    reason = f"email '{record['email']}' is already in use"
+                    reason = f"email '{outcome[0]['email']}' is already in use"
                     skipped.append({"email": label, "reason": reason})
                     continue
                 taken.add(key)
                 ready.append(outcome)
-            self._insert(ready)
+            self._insert(ready, pace)
         return {"created": len(ready), "skipped": skipped}
 
     def _prepare(self, item: Any, inbounds: dict, require_inbounds: bool, restore: bool):
@@ -126,70 +125,75 @@ class ClientBulk:
             raise ServiceError("inboundIds must name at least one inbound")
         missing = [i for i in ids if i not in inbounds]
         for inbound, inbound_id in zip(self.clients.inbound_rows(missing), missing, strict=True):
-            inbounds[inbound_id] = inbound
+            inbounds[inbound_id] = record_of(inbound)
         client = item["client"]
-        record = client_rules.normalize_client(client, [record_of(inbounds[i]) for i in ids])
+        record = client_rules.normalize_client(client, [inbounds[i] for i in ids])
         extra = _restored(client) if restore else {}
         if not ids and "method" in extra:
             # No inbound to derive the cipher from: keep the one it was exported with.
             record["method"] = extra["method"]
         return record, ids, extra
 
-    def _insert(self, ready: list[tuple[dict, list[int], dict]]) -> None:
+    def _insert(self, ready: list[tuple[dict, list[int], dict]], pace: Pace) -> None:
         """Insert prepared records with set-based SQL (the caller holds the session and
         its write transaction), INSERT_STEP at a time with a turn for the other requests
-        between steps: readers see the rows at the commit, writers wait for it."""
+        between statements: readers see the rows at the commit, writers wait for it."""
         now = self.clients.now_ms()
         for start in range(0, len(ready), INSERT_STEP):
-            if start:
-                breathe()
-            self._insert_step(ready[start : start + INSERT_STEP], now)
+            self._insert_step(ready[start : start + INSERT_STEP], now, pace)
 
-    def _insert_step(self, ready: list[tuple[dict, list[int], dict]], now: int) -> None:
+    def _insert_step(self, ready: list[tuple[dict, list[int], dict]], now: int, pace: Pace) -> None:
         if not ready:
             return
+        pace()
         columns = list(columns_of(ready[0][0]))
         names = ", ".join(["email_key", *columns, "created_at", "updated_at"])
         marks = ", ".join("?" * (len(columns) + 3))
+        keys = [email_key(record["email"]) for record, _, _ in ready]
         self.store.execute_many(
             f"INSERT INTO client ({names}) VALUES ({marks})",
-            [
-                (
-                    email_key(record["email"]),
-                    *columns_of(record).values(),
-                    extra.get("createdAt", now),
-                    extra.get("updatedAt", now),
-                )
-                for record, _, extra in ready
-            ],
+            _paced(
+                [
+                    (
+                        key,
+                        *columns_of(record).values(),
+                        extra.get("createdAt", now),
+                        extra.get("updatedAt", now),
+                    )
+                    for key, (record, _, extra) in zip(keys, ready, strict=True)
+                ],
+                pace,
+            ),
         )
-        keys = [email_key(record["email"]) for record, _, _ in ready]
         self.store.client_writes.note(keys=keys, recount=True)
+        pace()
         ids = self._ids_by_key(keys)
+        pace()
         self.store.execute_many(
             "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)",
-            [
-                (ids[email_key(record["email"])], inbound_id)
-                for record, inbound_ids, _ in ready
-                for inbound_id in inbound_ids
-            ],
+            _paced(
+                [
+                    (ids[key], inbound_id)
+                    for key, (_, inbound_ids, _) in zip(keys, ready, strict=True)
+                    for inbound_id in inbound_ids
+                ],
+                pace,
+            ),
         )
+        pace()
         existing = self._stored_keys(keys, "client_traffic")
+        pace()
         self.store.execute_many(
             "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    email_key(r["email"]),
-                    r["email"],
-                    x.get("up", 0),
-                    x.get("down", 0),
-                    x.get("enable", True),
-                    0,
-                )
-                for r, _, x in ready
-                if email_key(r["email"]) not in existing
-            ],
+            _paced(
+                [
+                    (key, r["email"], x.get("up", 0), x.get("down", 0), x.get("enable", True), 0)
+                    for key, (r, _, x) in zip(keys, ready, strict=True)
+                    if key not in existing
+                ],
+                pace,
+            ),
         )
 
     def _ids_by_key(self, keys: list[str]) -> dict[str, int]:
@@ -202,10 +206,14 @@ class ClientBulk:
                 ids[key] = client_id
         return ids
 
-    def _stored_keys(self, keys: list[str], table: str = "client") -> set[str]:
+    def _stored_keys(
+        self, keys: list[str], table: str = "client", pace: Pace | None = None
+    ) -> set[str]:
         """Which of these email keys `table` (client or client_traffic) holds."""
         found: set[str] = set()
         for chunk in chunks(keys):
+            if pace:
+                pace()
             marks = ", ".join("?" * len(chunk))
             found.update(
                 row[0]
@@ -473,6 +481,22 @@ def _signed(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
         raise ServiceError(f"{name} must be a whole number (negative to subtract)")
     return value
+
+
+def _paced(rows: list[tuple], pace: Pace) -> Iterable[tuple]:
+    """`rows` handed to the driver one at a time with `pace` kept between them: the rows
+    of one statement go into indexes SQLite may first have to read from the file, tens of
+    milliseconds for a hundred rows when none of their pages is in its cache. No rows stay
+    an empty list, which `execute_many` writes nothing for."""
+    if not rows:
+        return rows
+    return _one_at_a_time(rows, pace)
+
+
+def _one_at_a_time(rows: list[tuple], pace: Pace) -> Iterator[tuple]:
+    for row in rows:
+        pace()
+        yield row
 
 
 def _label(item: Any, n: int) -> str:

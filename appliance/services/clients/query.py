@@ -22,7 +22,7 @@ from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
-from appliance.runtime.jobs import breathe
+from appliance.runtime.jobs import Pace, breathe
 from appliance.services.clients.groups import labels_of
 from appliance.services.clients.records import CLIENT_COLUMNS, CORE_SELECT, client_view, core_view
 from appliance.services.clients.summary import ClientSummary, Summary
@@ -38,7 +38,8 @@ COUNTS_KEPT = 256
 # Clients read (and, for an export, encoded) per turn of the hub: 250 are a few
 # milliseconds each way, as long as any other request waits behind an export.
 EXPORT_BATCH = 250
-CORE_BATCH = 2000
+# Clients of one inbound read per query by the config build: a few milliseconds each.
+CORE_BATCH = 500
 # A page is read by walking the sort order and testing each row, stopping at the page's
 # end, when matches are dense enough that the walk meets them soon: when the rows up to
 # the page's end are under a WALK_FACTOR-th of the matches. Rarer matches (a search
@@ -511,6 +512,10 @@ class ClientQuery:
         """The views behind `CoreClients`, with only the fields the builder reads: read
         CORE_BATCH at a time in client order, each batch a walk of the attachment index
         (migration 7) from the last client of the one before."""
+        # A build at 100,000 clients is a second of CPU on the hub: every request would
+        # wait for all of it. The builder's work on each view happens between two of
+        # these yields, so the pace kept here gives the others a turn inside it too.
+        pace = Pace()
         after = 0
         while True:
             with db_session:
@@ -523,13 +528,12 @@ class ClientQuery:
                     [inbound_id, after, CORE_BATCH],
                 )
             for row in rows:
+                pace()
                 yield core_view(row[1:])
             if len(rows) < CORE_BATCH:
                 return
             after = rows[-1][0]
-            # A build at 100,000 clients is a second of CPU on the hub: every request
-            # would wait for all of it. A turn for the others between batches.
-            breathe()
+            pace()
 
     def by_inbound(self, inbound_ids: list[int], slim: bool = False) -> dict[int, list[tuple]]:
         """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples,
