@@ -71,8 +71,9 @@ def error_of(payload):
 def test_protocol_lists():
     assert len(PROTOCOLS) == 13
     assert set(PROTOCOLS) >= CLIENT_PROTOCOLS
+    # The spec's client-bearing protocols, and MTProto, whose clients hold one secret each.
     assert (
-        frozenset({"shadowsocks", "vless", "vmess", "trojan", "hysteria", "hysteria2"})
+        frozenset({"shadowsocks", "vless", "vmess", "trojan", "hysteria", "hysteria2", "mtproto"})
         == CLIENT_PROTOCOLS
     )
 

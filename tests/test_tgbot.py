@@ -259,7 +259,7 @@ def test_backup_goes_to_every_admin_chat_as_a_sqlite_file(panel, api, bot, tmp_p
         api,
         {
             "protocol": "vless",
-            "port": 34950,
+            "port": free_port(),
             "remark": "sent to the bot",
             "settings": {"decryption": "none"},
             "streamSettings": WS,
@@ -382,7 +382,7 @@ def test_clients_near_their_quota_or_expiry_are_told_once(panel, api, told):
         api,
         {
             "protocol": "vless",
-            "port": 34951,
+            "port": free_port(),
             "remark": "notices",
             "settings": {"decryption": "none"},
             "streamSettings": WS,
@@ -432,7 +432,7 @@ def test_usage_is_answered_in_admin_chats_only(panel, api, told):
         api,
         {
             "protocol": "vless",
-            "port": 34952,
+            "port": free_port(),
             "remark": "usage",
             "settings": {"decryption": "none"},
             "streamSettings": WS,
