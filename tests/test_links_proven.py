@@ -1,0 +1,777 @@
+"""Every link we hand out, proven by the core of the client apps: sing-box.
+
+sing-box runs inside Hiddify, Karing and the SFA/SFI apps. For each protocol, transport
+and security the panel renders, a panel stores an inbound and a client, the test fetches
+that client's subscription the way an app does (`/sub/` links, `/yaml/` proxies), reads
+each entry back with our own parser and turns the plan into a sing-box outbound
+(`outbound_of`). A sing-box client with a mixed inbound on loopback then carries bytes
+to an echo server and they must come back. Only what the subscription says reaches the
+client, so a link that says something wrong fails here.
+
+The server is the panel's real core (Debian's V2Ray 4.34) where it can serve the
+combination: VLESS, VMess, Trojan and legacy Shadowsocks over TCP and WebSocket, with
+or without TLS. Where it cannot (REALITY, Vision, gRPC, HTTPUpgrade, Shadowsocks 2022,
+Hysteria 2), a second panel without a core stores the inbound and a sing-box server is
+built from the stored record (its keys, users, certificate and port).
+
+Each family has a negative case: the same link with one field changed (the REALITY
+public key or short id, the SNI, the path, the service name, a password) must not carry
+the bytes, which shows the test can fail. TLS inbounds use a certificate of a CA made
+here; the client trusts that CA as an app trusts the system's, so the SNI of the link is
+verified. What sing-box cannot express has no case: raw TCP with HTTP obfuscation, mKCP,
+QUIC and XHTTP transports, and Shadowsocks over a transport.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import socket
+import ssl
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import pytest
+import requests
+import sing_box
+import yaml
+from conftest import start_panel, stop_and_drop
+from core_helpers import LOOPBACK, echo_server, socks_echo
+from core_panel import CORE_ENV, loopback_template, use_template, wait_until
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, x25519
+from cryptography.x509.oid import NameOID
+from helpers import free_port, ok
+
+from appliance.links import transport as tr
+from appliance.links.import_links import decode_base64, read_clash_proxy, read_link
+from appliance.links.plan import LinkPlan
+
+pytestmark = pytest.mark.slow
+
+SERVER_NAME = "proven.test"
+PAYLOAD = b"proven by sing-box " * 40
+# How long a link that should work may take: the server may still be starting.
+CONNECT_WAIT = 15
+
+
+# ---------------------------------------------------------------------------------------
+# Certificates: a CA of the test's own and a server certificate for SERVER_NAME
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca_pem: str
+    cert_pem: str
+    key_pem: str
+
+
+def make_certificates() -> Certificates:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "proven test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return Certificates(
+        ca_pem=ca.public_bytes(serialization.Encoding.PEM).decode(),
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM).decode(),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode(),
+    )
+
+
+CERTS = make_certificates()
+
+
+def reality_key_pair() -> tuple[str, str]:
+    """(private, public) X25519 keys as URL-safe base64 without padding."""
+    private = x25519.X25519PrivateKey.generate()
+
+    def encode(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    raw_private = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    raw_public = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return encode(raw_private), encode(raw_public)
+
+
+REALITY_PRIVATE, _REALITY_PUBLIC = reality_key_pair()
+_, OTHER_PUBLIC = reality_key_pair()
+
+
+# ---------------------------------------------------------------------------------------
+# Inbound payloads as an admin saves them
+# ---------------------------------------------------------------------------------------
+
+
+def tls(*, insecure: bool = False) -> dict:
+    return {
+        "serverName": SERVER_NAME,
+        "certificates": [
+            {"certificate": CERTS.cert_pem.splitlines(), "key": CERTS.key_pem.splitlines()}
+        ],
+        "settings": {"allowInsecure": insecure},
+    }
+
+
+def reality(target_port: int) -> dict:
+    return {
+        "show": False,
+        "target": f"{LOOPBACK}:{target_port}",
+        "xver": 0,
+        "serverNames": [SERVER_NAME],
+        "privateKey": REALITY_PRIVATE,
+        "shortIds": ["6ba85179e30d4fc2"],
+        "settings": {"fingerprint": "chrome"},
+    }
+
+
+def stream(network: str, security: str = "none", **objects) -> dict:
+    stream = {"network": network, "security": security, **objects}
+    if security == "tls":
+        stream.setdefault("tlsSettings", tls())
+    return stream
+
+
+@dataclass(frozen=True)
+class Case:
+    """One combination: the inbound's protocol, settings and stream (a function of the
+    REALITY target's port where it needs one); the client's fields; a change (old text,
+    new text) that makes its link wrong; and whether the client app trusts the test CA
+    (an app that does not needs the link's allowInsecure)."""
+
+    protocol: str
+    settings: dict
+    stream: dict | Callable[[int], dict]
+    client: dict = field(default_factory=dict)
+    wrong: tuple[str, str] | None = None
+    trusts_ca: bool = True
+
+
+VLESS = {"decryption": "none"}
+VISION = {"flow": "xtls-rprx-vision"}
+SS_SERVER_KEY = base64.b64encode(b"0123456789abcdef").decode()
+SS_USER_KEY = base64.b64encode(b"fedcba9876543210").decode()
+SS_SERVER_KEY_256 = base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+SS_USER_KEY_256 = base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
+WRONG_KEY = base64.b64encode(b"not-the-user-key").decode()
+VLESS_ID = "11111111-2222-4333-8444-555555555555"
+OTHER_ID = "11111111-2222-4333-8444-666666666666"
+WRONG_SNI = (f"sni={SERVER_NAME}", "sni=wrong.test")
+WRONG_VMESS_SNI = (f'"sni":"{SERVER_NAME}"', '"sni":"wrong.test"')
+
+
+def quote_key(key: str) -> str:
+    """A key as a link carries it: percent-encoded like encodeURIComponent."""
+    return quote(key, safe="!~*'()")
+
+
+def with_reality(network: str, **objects) -> Callable[[int], dict]:
+    return lambda target_port: stream(
+        network, "reality", realitySettings=reality(target_port), **objects
+    )
+
+
+# Served by the panel's own core, V2Ray 4.34.
+CORE_CASES: dict[str, Case] = {
+    "vless_tcp": Case("vless", VLESS, stream("tcp"), {"id": VLESS_ID}, wrong=(VLESS_ID, OTHER_ID)),
+    "vless_ws": Case(
+        "vless", VLESS, stream("ws", wsSettings={"path": "/vl"}), wrong=("%2Fvl", "%2Fx")
+    ),
+    "vless_tcp_tls": Case("vless", VLESS, stream("tcp", "tls"), wrong=WRONG_SNI),
+    "vless_ws_tls": Case(
+        "vless",
+        VLESS,
+        stream("ws", "tls", wsSettings={"path": "/vlt", "host": SERVER_NAME}),
+        wrong=("%2Fvlt", "%2Fvl"),
+    ),
+    "vmess_tcp": Case("vmess", {}, stream("tcp")),
+    "vmess_tcp_aes": Case("vmess", {}, stream("tcp"), {"security": "aes-128-gcm"}),
+    "vmess_ws": Case(
+        "vmess",
+        {},
+        stream("ws", wsSettings={"path": "/vm"}),
+        wrong=('"path":"/vm"', '"path":"/x"'),
+    ),
+    "vmess_tcp_tls": Case("vmess", {}, stream("tcp", "tls"), wrong=WRONG_VMESS_SNI),
+    "vmess_ws_tls": Case("vmess", {}, stream("ws", "tls", wsSettings={"path": "/vmt"})),
+    "trojan_tcp": Case(
+        "trojan", {}, stream("tcp"), {"password": "trojan-right"}, ("trojan-right", "trojan-wrong")
+    ),
+    "trojan_tcp_tls": Case("trojan", {}, stream("tcp", "tls"), wrong=WRONG_SNI),
+    "trojan_tcp_tls_insecure": Case(
+        "trojan",
+        {},
+        stream("tcp", "tls", tlsSettings=tls(insecure=True)),
+        wrong=("allowInsecure=1", "allowInsecure=0"),
+        trusts_ca=False,
+    ),
+    "trojan_ws_tls": Case("trojan", {}, stream("ws", "tls", wsSettings={"path": "/tr"})),
+    "ss_aes_256_gcm": Case(
+        "shadowsocks",
+        {"method": "aes-256-gcm", "network": "tcp"},
+        stream("tcp"),
+        {"password": "right-password"},
+        wrong=("right-password", "wrong-password"),
+    ),
+    "ss_aes_128_gcm": Case(
+        "shadowsocks",
+        {"method": "aes-128-gcm", "network": "tcp"},
+        stream("tcp"),
+        {"password": "right-password"},
+    ),
+    "ss_none": Case(
+        "shadowsocks",
+        {"method": "none", "network": "tcp"},
+        stream("tcp"),
+        {"password": "open"},
+    ),
+    "ss_chacha20": Case(
+        "shadowsocks",
+        {"method": "chacha20-ietf-poly1305", "network": "tcp"},
+        stream("tcp"),
+        {"password": "right-password"},
+    ),
+}
+
+# What V2Ray 4.34 cannot serve: a sing-box server built from the stored inbound.
+SING_BOX_CASES: dict[str, Case] = {
+    "vless_tcp_reality_vision": Case(
+        "vless",
+        VLESS,
+        with_reality("tcp"),
+        VISION,
+        wrong=(f"pbk={_REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
+    ),
+    "vless_tcp_reality_vision_short_id": Case(
+        "vless", VLESS, with_reality("tcp"), VISION, wrong=("sid=6ba85179e30d4fc2", "sid=6ba8")
+    ),
+    "vless_tcp_reality": Case("vless", VLESS, with_reality("tcp"), wrong=WRONG_SNI),
+    "vless_tcp_tls_vision": Case("vless", VLESS, stream("tcp", "tls"), VISION, wrong=WRONG_SNI),
+    "vless_grpc_reality": Case(
+        "vless",
+        VLESS,
+        with_reality("grpc", grpcSettings={"serviceName": "svc"}),
+        wrong=("serviceName=svc", "serviceName=other"),
+    ),
+    "vless_grpc_tls": Case(
+        "vless",
+        VLESS,
+        stream("grpc", "tls", grpcSettings={"serviceName": "vsvc"}),
+        wrong=("serviceName=vsvc", "serviceName=other"),
+    ),
+    "vless_httpupgrade_tls": Case(
+        "vless",
+        VLESS,
+        stream("httpupgrade", "tls", httpupgradeSettings={"path": "/up", "host": SERVER_NAME}),
+        wrong=("path=%2Fup", "path=%2Fdown"),
+    ),
+    "vmess_grpc_tls": Case(
+        "vmess",
+        {},
+        stream("grpc", "tls", grpcSettings={"serviceName": "msvc"}),
+        wrong=('"path":"msvc"', '"path":"other"'),
+    ),
+    "vmess_httpupgrade": Case(
+        "vmess", {}, stream("httpupgrade", httpupgradeSettings={"path": "/hu"})
+    ),
+    "trojan_grpc_tls": Case(
+        "trojan", {}, stream("grpc", "tls", grpcSettings={"serviceName": "tsvc"})
+    ),
+    "trojan_grpc_reality": Case(
+        "trojan",
+        {},
+        with_reality("grpc", grpcSettings={"serviceName": "trsvc"}),
+        wrong=(f"pbk={_REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
+    ),
+    "ss_2022_aes_128": Case(
+        "shadowsocks",
+        {"method": "2022-blake3-aes-128-gcm", "password": SS_SERVER_KEY, "network": "tcp"},
+        stream("tcp"),
+        {"password": SS_USER_KEY},
+        wrong=(quote_key(SS_USER_KEY), quote_key(WRONG_KEY)),
+    ),
+    "ss_2022_aes_256": Case(
+        "shadowsocks",
+        {"method": "2022-blake3-aes-256-gcm", "password": SS_SERVER_KEY_256, "network": "tcp"},
+        stream("tcp"),
+        {"password": SS_USER_KEY_256},
+    ),
+    "hysteria2": Case(
+        "hysteria2",
+        {"version": 2},
+        stream("hysteria", "tls", hysteriaSettings={"version": 2}),
+        {"auth": "hy2-right-auth"},
+        wrong=("hy2-right-auth", "hy2-wrong-auth"),
+    ),
+    "hysteria2_sni": Case(
+        "hysteria2",
+        {"version": 2},
+        stream("hysteria", "tls", hysteriaSettings={"version": 2}),
+        {"auth": "hy2-other-auth"},
+        wrong=WRONG_SNI,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Client side: what a sing-box app makes of our link or proxy
+# ---------------------------------------------------------------------------------------
+
+
+def outbound_of(plan: LinkPlan, *, trusts_ca: bool = True) -> dict:
+    """The sing-box outbound of a plan read from our link or Mihomo proxy, field by field
+    as the sing-box apps import them."""
+    server = {"server": plan.address, "server_port": plan.port}
+    if plan.protocol == "hysteria2":
+        outbound = {"type": "hysteria2", **server, "password": plan.password}
+        hop = tr.hop_ports(plan.transport)
+        if hop:
+            outbound["server_ports"] = [hop.replace("-", ":")]
+        outbound["tls"] = tls_of(plan, trusts_ca)
+        return outbound
+    if plan.protocol == "shadowsocks":
+        if plan.network != "tcp" or plan.security.kind != "none":
+            raise AssertionError("sing-box's Shadowsocks has no transports")
+        return {
+            "type": "shadowsocks",
+            **server,
+            "method": plan.ss_method,
+            "password": plan.password,
+        }
+    if plan.protocol == "vless":
+        outbound = {"type": "vless", **server, "uuid": plan.user_id}
+        if plan.flow:
+            outbound["flow"] = plan.flow
+    elif plan.protocol == "vmess":
+        outbound = {
+            "type": "vmess",
+            **server,
+            "uuid": plan.user_id,
+            "security": plan.vmess_security,
+            "alter_id": 0,
+        }
+    elif plan.protocol == "trojan":
+        outbound = {"type": "trojan", **server, "password": plan.password}
+    else:
+        raise AssertionError(f"no sing-box outbound for {plan.protocol}")
+    if plan.security.kind != "none":
+        outbound["tls"] = tls_of(plan, trusts_ca)
+    transport = transport_of(plan)
+    if transport:
+        outbound["transport"] = transport
+    return outbound
+
+
+def tls_of(plan: LinkPlan, trusts_ca: bool) -> dict:
+    security = plan.security
+    options: dict = {"enabled": True, "server_name": security.sni or plan.address}
+    if security.allow_insecure:
+        options["insecure"] = True
+    if security.alpn:
+        options["alpn"] = list(security.alpn)
+    if security.fingerprint:
+        options["utls"] = {"enabled": True, "fingerprint": security.fingerprint}
+    if security.kind == "reality":
+        options["reality"] = {
+            "enabled": True,
+            "public_key": security.public_key,
+            "short_id": security.short_id,
+        }
+    elif trusts_ca:
+        # The test CA, as an app trusts the system's CAs.
+        options["certificate"] = CERTS.ca_pem
+    return options
+
+
+def transport_of(plan: LinkPlan) -> dict | None:
+    transport = plan.transport
+    if plan.network == "tcp":
+        if tr.header_type(transport) == "http":
+            raise AssertionError("sing-box has no TCP HTTP obfuscation")
+        return None
+    if plan.network == "ws":
+        options: dict = {"type": "ws", "path": tr.path(transport) or "/"}
+        if tr.host(transport):
+            options["headers"] = {"Host": tr.host(transport)}
+        return options
+    if plan.network == "httpupgrade":
+        options = {"type": "httpupgrade", "path": tr.path(transport) or "/"}
+        if tr.host(transport):
+            options["host"] = tr.host(transport)
+        return options
+    if plan.network == "grpc":
+        return {"type": "grpc", "service_name": tr.grpc_service_name(transport)}
+    raise AssertionError(f"sing-box has no {plan.network} transport")
+
+
+def mutate(link: str, old: str, new: str) -> str:
+    """`link` with `old` replaced by `new`, also inside the base64 of a VMess link or a
+    legacy Shadowsocks user part."""
+    if old in link:
+        return link.replace(old, new)
+    if link.startswith("vmess://"):
+        text = decode_base64(link[len("vmess://") :])
+        assert old in text, f"{old!r} is not in the VMess link"
+        return "vmess://" + base64.b64encode(text.replace(old, new).encode()).decode()
+    if link.startswith("ss://"):
+        userinfo, _, rest = link[len("ss://") :].partition("@")
+        text = decode_base64(userinfo)
+        assert old in text, f"{old!r} is not in the Shadowsocks link"
+        encoded = base64.urlsafe_b64encode(text.replace(old, new).encode()).rstrip(b"=")
+        return f"ss://{encoded.decode()}@{rest}"
+    raise AssertionError(f"{old!r} is not in the link")
+
+
+# ---------------------------------------------------------------------------------------
+# Server side: a sing-box server from the inbound the panel stored
+# ---------------------------------------------------------------------------------------
+
+
+def server_inbound(record: dict) -> dict:
+    """The sing-box inbound serving what the panel stored in `record` (from inbounds/get):
+    its port, users, keys, certificate and transport."""
+    protocol = record["protocol"]
+    settings = record["settings"]
+    stream_settings = record["streamSettings"]
+    clients = settings["clients"]
+    inbound: dict = {"tag": "in", "listen": LOOPBACK, "listen_port": record["port"]}
+    if protocol == "vless":
+        users = [{"uuid": c["id"], "flow": c.get("flow", "")} for c in clients]
+        inbound.update(type="vless", users=users)
+    elif protocol == "vmess":
+        inbound.update(type="vmess", users=[{"uuid": c["id"], "alterId": 0} for c in clients])
+    elif protocol == "trojan":
+        inbound.update(type="trojan", users=[{"password": c["password"]} for c in clients])
+    elif protocol == "shadowsocks":
+        inbound.update(
+            type="shadowsocks",
+            method=settings["method"],
+            password=settings["password"],
+            users=[{"name": c["email"], "password": c["password"]} for c in clients],
+        )
+    elif protocol == "hysteria2":
+        inbound.update(type="hysteria2", users=[{"password": c["auth"]} for c in clients])
+    security = stream_settings.get("security", "none")
+    if security == "tls":
+        certificate = stream_settings["tlsSettings"]["certificates"][0]
+        inbound["tls"] = {
+            "enabled": True,
+            "server_name": stream_settings["tlsSettings"]["serverName"],
+            "certificate": "\n".join(certificate["certificate"]),
+            "key": "\n".join(certificate["key"]),
+        }
+        alpn = stream_settings["tlsSettings"].get("alpn")
+        if alpn or protocol == "hysteria2":
+            inbound["tls"]["alpn"] = alpn or ["h3"]
+    elif security == "reality":
+        stored = stream_settings["realitySettings"]
+        host, _, port = stored["target"].rpartition(":")
+        inbound["tls"] = {
+            "enabled": True,
+            "server_name": stored["serverNames"][0],
+            "reality": {
+                "enabled": True,
+                "handshake": {"server": host, "server_port": int(port)},
+                "private_key": stored["privateKey"],
+                "short_id": stored["shortIds"],
+            },
+        }
+    network = stream_settings.get("network", "tcp")
+    if network == "ws":
+        inbound["transport"] = {"type": "ws", "path": stream_settings["wsSettings"]["path"]}
+    elif network == "grpc":
+        service = stream_settings["grpcSettings"]["serviceName"]
+        inbound["transport"] = {"type": "grpc", "service_name": service}
+    elif network == "httpupgrade":
+        inbound["transport"] = {
+            "type": "httpupgrade",
+            "path": stream_settings["httpupgradeSettings"]["path"],
+        }
+    return inbound
+
+
+@contextlib.contextmanager
+def tls_site() -> Iterator[int]:
+    """A TLS 1.3 server on loopback: the site a REALITY server borrows its handshake from
+    (what `realitySettings.target` names); yields its port."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    with contextlib.ExitStack() as files:
+        cert_file = files.enter_context(_temporary(CERTS.cert_pem + CERTS.key_pem))
+        context.load_cert_chain(cert_file)
+    listener = socket.create_server((LOOPBACK, 0))
+    listener.settimeout(0.2)
+    stopped = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
+            while tls.recv(65536):
+                pass
+
+    def accept_loop() -> None:
+        while not stopped.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(10)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stopped.set()
+        thread.join()
+        listener.close()
+
+
+@contextlib.contextmanager
+def _temporary(text: str) -> Iterator[str]:
+    with tempfile.NamedTemporaryFile("w", suffix=".pem") as handle:
+        handle.write(text)
+        handle.flush()
+        yield handle.name
+
+
+# ---------------------------------------------------------------------------------------
+# Panels and their subscriptions
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stored:
+    """A case as the panel holds it: the inbound record and the client's subscription."""
+
+    case: Case
+    record: dict
+    sub_id: str
+
+
+def client_fields(case: Case, name: str) -> dict:
+    fields = {"email": f"{name}@proven", "subId": uuid.uuid4().hex, "enable": True}
+    if case.protocol in ("vless", "vmess"):
+        fields["id"] = str(uuid.uuid4())
+    elif case.protocol in ("trojan", "shadowsocks"):
+        fields["password"] = uuid.uuid4().hex
+    elif case.protocol == "hysteria2":
+        fields["auth"] = uuid.uuid4().hex
+    return {**fields, **case.client}
+
+
+def store_cases(api, cases: dict[str, Case], target_port: int) -> dict[str, Stored]:
+    ok(api.post("/panel/api/setting/update", {"subEnable": True, "subYamlEnable": True}))
+    stored = {}
+    for name, case in cases.items():
+        payload = {
+            "protocol": case.protocol,
+            "remark": name,
+            "listen": LOOPBACK,
+            "port": free_port(),
+            "settings": case.settings,
+            "streamSettings": case.stream(target_port) if callable(case.stream) else case.stream,
+        }
+        inbound = ok(api.post("/panel/api/inbounds/add", payload))
+        client = client_fields(case, name)
+        ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]}))
+        record = ok(api.get(f"/panel/api/inbounds/get/{inbound['id']}"))
+        stored[name] = Stored(case, record, client["subId"])
+    return stored
+
+
+def subscription_link(panel, sub_id: str) -> str:
+    response = requests.get(f"{panel.sub_url}/sub/{sub_id}", timeout=10)
+    assert response.status_code == 200, response.text
+    links = decode_base64(response.text).splitlines()
+    assert len(links) == 1, links
+    return links[0]
+
+
+def subscription_proxies(panel, sub_id: str) -> list[dict]:
+    response = requests.get(f"{panel.sub_url}/yaml/{sub_id}", timeout=10)
+    assert response.status_code == 200, response.text
+    return yaml.safe_load(response.text)["proxies"]
+
+
+@pytest.fixture(scope="module")
+def echo():
+    with echo_server() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def reality_target():
+    with tls_site() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def core_panel(tmp_path_factory, reality_target):
+    """A panel on V2Ray 4.34 serving CORE_CASES."""
+    server = start_panel(tmp_path_factory.mktemp("proven-core"), env=CORE_ENV)
+    api = server.client()
+    use_template(api, loopback_template(api))
+    stored = store_cases(api, CORE_CASES, reality_target)
+    tags = {entry.record["tag"] for entry in stored.values()}
+
+    def serving() -> bool:
+        config = ok(api.get("/panel/api/server/getConfigJson"))
+        running = ok(api.get("/panel/api/server/status"))["core"]["state"] == "running"
+        return running and tags <= {inbound.get("tag") for inbound in config["inbounds"]}
+
+    wait_until(serving, "the core serves every inbound")
+    yield server, stored
+    stop_and_drop(server)
+
+
+@pytest.fixture(scope="module")
+def bare_panel(tmp_path_factory, reality_target):
+    """A panel without a core holding SING_BOX_CASES, which sing-box servers serve."""
+    server = start_panel(tmp_path_factory.mktemp("proven-bare"))
+    stored = store_cases(server.client(), SING_BOX_CASES, reality_target)
+    yield server, stored
+    stop_and_drop(server)
+
+
+# ---------------------------------------------------------------------------------------
+# Proving
+# ---------------------------------------------------------------------------------------
+
+
+def carries(mixed_port: int, echo_port: int) -> bool:
+    try:
+        return socks_echo(mixed_port, echo_port, PAYLOAD, timeout=3) == PAYLOAD
+    except OSError:
+        return False
+
+
+def prove(tmp_path, name: str, outbound: dict, echo_port: int, *, works: bool) -> None:
+    """Run a sing-box client on `outbound` and push bytes through it: they must come back
+    when `works`, and must not (over several tries) otherwise."""
+    config = sing_box.client_config(outbound, free_port())
+    assert sing_box.check(tmp_path, name, config) == ""
+    mixed_port = config["inbounds"][0]["listen_port"]
+    with sing_box.running(tmp_path, name, config, mixed_port):
+        if works:
+            wait_until(
+                lambda: carries(mixed_port, echo_port), f"{name} carries bytes", CONNECT_WAIT
+            )
+        else:
+            for _ in range(3):
+                assert not carries(mixed_port, echo_port), f"{name} carried bytes"
+
+
+def prove_link(tmp_path, name: str, stored: Stored, link: str, echo_port: int) -> None:
+    trusts_ca = stored.case.trusts_ca
+    prove(tmp_path, name, outbound_of(read_link(link), trusts_ca=trusts_ca), echo_port, works=True)
+    if stored.case.wrong:
+        wrong = mutate(link, *stored.case.wrong)
+        outbound = outbound_of(read_link(wrong), trusts_ca=trusts_ca)
+        prove(tmp_path, f"{name}-wrong", outbound, echo_port, works=False)
+
+
+def prove_proxies(tmp_path, name: str, stored: Stored, proxies: list[dict], echo_port) -> None:
+    for index, proxy in enumerate(proxies):
+        outbound = outbound_of(read_clash_proxy(proxy), trusts_ca=stored.case.trusts_ca)
+        prove(tmp_path, f"{name}-yaml-{index}", outbound, echo_port, works=True)
+
+
+# Mihomo's Trojan always speaks TLS, so a plain Trojan inbound has no proxy.
+NO_MIHOMO_PROXY = {"trojan_tcp"}
+
+
+def expected_proxies(name: str) -> int:
+    return 0 if name in NO_MIHOMO_PROXY else 1
+
+
+@pytest.mark.parametrize("name", CORE_CASES)
+def test_a_link_served_by_the_panels_core_carries_bytes_in_sing_box(
+    name, core_panel, tmp_path, echo
+):
+    panel, stored = core_panel
+    entry = stored[name]
+    prove_link(tmp_path, name, entry, subscription_link(panel, entry.sub_id), echo)
+    proxies = subscription_proxies(panel, entry.sub_id)
+    assert len(proxies) == expected_proxies(name)
+    prove_proxies(tmp_path, name, entry, proxies, echo)
+
+
+def sing_box_case(name: str):
+    """A case of SING_BOX_CASES as a parameter; REALITY ones skip on a sing-box without
+    uTLS, which REALITY needs on both ends."""
+    case = SING_BOX_CASES[name]
+    security = (case.stream(0) if callable(case.stream) else case.stream)["security"]
+    without_utls = security == "reality" and not sing_box.has_tag("with_utls")
+    reason = f"{sing_box.binary()} is built without uTLS, which REALITY needs"
+    return pytest.param(name, marks=pytest.mark.skipif(without_utls, reason=reason))
+
+
+@pytest.mark.parametrize("name", [sing_box_case(name) for name in SING_BOX_CASES])
+def test_a_link_the_v2fly_core_cannot_serve_carries_bytes_to_a_sing_box_server(
+    name, bare_panel, tmp_path, echo
+):
+    panel, stored = bare_panel
+    entry = stored[name]
+    server = sing_box.server_config(server_inbound(entry.record))
+    assert sing_box.check(tmp_path, f"{name}-server", server) == ""
+    tcp = entry.case.protocol != "hysteria2"
+    port = entry.record["port"] if tcp else None
+    with sing_box.running(tmp_path, f"{name}-server", server, port):
+        prove_link(tmp_path, name, entry, subscription_link(panel, entry.sub_id), echo)
+        proxies = subscription_proxies(panel, entry.sub_id)
+        assert len(proxies) == expected_proxies(name)
+        prove_proxies(tmp_path, name, entry, proxies, echo)
