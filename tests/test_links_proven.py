@@ -198,6 +198,7 @@ class Case:
     client: dict = field(default_factory=dict)
     wrong: tuple[str, str] | None = None
     trusts_ca: bool = True
+    hosts: tuple[dict, ...] = ()
 
 
 VLESS = {"decryption": "none"}
@@ -218,6 +219,12 @@ def quote_key(key: str) -> str:
     return quote(key, safe="!~*'()")
 
 
+# What many panels set by default: both HTTP versions offered.
+H2_TLS = {**tls(), "alpn": ["h2", "http/1.1"]}
+# A certificate name that is not the inbound's own; a host gives the right SNI.
+OTHER_NAME_TLS = {**tls(), "serverName": "other.test"}
+
+
 def with_reality(network: str, **objects) -> Callable[[int], dict]:
     return lambda target_port: stream(
         network, "reality", realitySettings=reality(target_port), **objects
@@ -236,6 +243,18 @@ CORE_CASES: dict[str, Case] = {
         VLESS,
         stream("ws", "tls", wsSettings={"path": "/vlt", "host": SERVER_NAME}),
         wrong=("%2Fvlt", "%2Fvl"),
+    ),
+    "vless_ws_tls_alpn": Case(
+        "vless",
+        VLESS,
+        stream("ws", "tls", wsSettings={"path": "/alpn"}, tlsSettings=H2_TLS),
+    ),
+    "vless_ws_tls_host": Case(
+        "vless",
+        VLESS,
+        stream("ws", "tls", wsSettings={"path": "/host"}, tlsSettings=OTHER_NAME_TLS),
+        wrong=WRONG_SNI,
+        hosts=({"remark": "by name", "address": "localhost", "sni": SERVER_NAME},),
     ),
     "vmess_tcp": Case("vmess", {}, stream("tcp")),
     "vmess_tcp_aes": Case("vmess", {}, stream("tcp"), {"security": "aes-128-gcm"}),
@@ -258,6 +277,7 @@ CORE_CASES: dict[str, Case] = {
         wrong=("allowInsecure=1", "allowInsecure=0"),
         trusts_ca=False,
     ),
+    "trojan_tcp_tls_alpn": Case("trojan", {}, stream("tcp", "tls", tlsSettings=H2_TLS)),
     "trojan_ws_tls": Case("trojan", {}, stream("ws", "tls", wsSettings={"path": "/tr"})),
     "ss_aes_256_gcm": Case(
         "shadowsocks",
@@ -317,6 +337,11 @@ SING_BOX_CASES: dict[str, Case] = {
         VLESS,
         stream("httpupgrade", "tls", httpupgradeSettings={"path": "/up", "host": SERVER_NAME}),
         wrong=("path=%2Fup", "path=%2Fdown"),
+    ),
+    "vless_grpc_tls_alpn": Case(
+        "vless",
+        VLESS,
+        stream("grpc", "tls", grpcSettings={"serviceName": "asvc"}, tlsSettings=H2_TLS),
     ),
     "vmess_grpc_tls": Case(
         "vmess",
@@ -626,6 +651,8 @@ def store_cases(api, cases: dict[str, Case], target_port: int) -> dict[str, Stor
             "streamSettings": case.stream(target_port) if callable(case.stream) else case.stream,
         }
         inbound = ok(api.post("/panel/api/inbounds/add", payload))
+        for host in case.hosts:
+            ok(api.post("/panel/api/hosts/add", {**host, "inboundId": inbound["id"]}))
         client = client_fields(case, name)
         ok(api.post("/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]}))
         record = ok(api.get(f"/panel/api/inbounds/get/{inbound['id']}"))
