@@ -2,37 +2,34 @@
 
 sing-box runs inside Hiddify, Karing and the SFA/SFI apps. For each protocol, transport
 and security the panel renders, a panel stores an inbound and a client, the test fetches
-that client's subscription the way an app does (`/sub/` links, `/yaml/` proxies), reads
-each entry back with our own parser and turns the plan into a sing-box outbound
-(`outbound_of`). A sing-box client with a mixed inbound on loopback then carries bytes
-to an echo server and they must come back. Only what the subscription says reaches the
-client, so a link that says something wrong fails here.
+that client's subscription the way an app does (`/sub/` links, `/yaml/` proxies, `/json/`
+configs), reads each entry back (our share-link and Mihomo parsers; the core's outbound
+schema for JSON) and builds the sing-box outbound an app would (`sing_box_links`). A
+sing-box client with a mixed inbound on loopback then carries bytes to an echo server
+and they must come back. Only what the subscription says reaches the client, so a link
+that says something wrong fails here.
 
 The server is the panel's real core (Debian's V2Ray 4.34) where it can serve the
 combination: VLESS, VMess, Trojan and legacy Shadowsocks over TCP and WebSocket, with
 or without TLS. Where it cannot (REALITY, Vision, gRPC, HTTPUpgrade, Shadowsocks 2022,
 Hysteria 2), a second panel without a core stores the inbound and a sing-box server is
-built from the stored record (its keys, users, certificate and port).
+built from the stored record (its keys, users, certificate and port). REALITY needs
+uTLS on both ends; on a sing-box built without it (`sing-box version` lists the build
+tags) those cases skip and say why.
 
 Each family has a negative case: the same link with one field changed (the REALITY
-public key or short id, the SNI, the path, the service name, a password) must not carry
-the bytes, which shows the test can fail. TLS inbounds use a certificate of a CA made
-here; the client trusts that CA as an app trusts the system's, so the SNI of the link is
-verified. What sing-box cannot express has no case: raw TCP with HTTP obfuscation, mKCP,
-QUIC and XHTTP transports, and Shadowsocks over a transport.
+public key or short id, the SNI, the path, the service name, a password, allowInsecure)
+must not carry the bytes, which shows the test can fail. TLS inbounds use a certificate
+of a CA made here; the client trusts that CA as an app trusts the system's, so the SNI
+of the link is verified. What sing-box cannot express has no case: raw TCP with HTTP
+obfuscation, mKCP, QUIC and XHTTP transports, and Shadowsocks over a transport.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import datetime
-import socket
-import ssl
-import tempfile
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -43,112 +40,27 @@ import yaml
 from conftest import start_panel, stop_and_drop
 from core_helpers import LOOPBACK, echo_server, socks_echo
 from core_panel import CORE_ENV, loopback_template, use_template, wait_until
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, x25519
-from cryptography.x509.oid import NameOID
 from helpers import free_port, ok
+from sing_box_links import (
+    CERTS,
+    OTHER_PUBLIC,
+    REALITY_PRIVATE,
+    REALITY_PUBLIC,
+    SERVER_NAME,
+    mutate,
+    outbound_of,
+    plan_of_json,
+    server_inbound,
+    tls_site,
+)
 
-from appliance.links import transport as tr
 from appliance.links.import_links import decode_base64, read_clash_proxy, read_link
-from appliance.links.plan import LinkPlan
 
 pytestmark = pytest.mark.slow
 
-SERVER_NAME = "proven.test"
 PAYLOAD = b"proven by sing-box " * 40
 # How long a link that should work may take: the server may still be starting.
 CONNECT_WAIT = 15
-
-
-# ---------------------------------------------------------------------------------------
-# Certificates: a CA of the test's own and a server certificate for SERVER_NAME
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Certificates:
-    ca_pem: str
-    cert_pem: str
-    key_pem: str
-
-
-def make_certificates() -> Certificates:
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "proven test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return Certificates(
-        ca_pem=ca.public_bytes(serialization.Encoding.PEM).decode(),
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM).decode(),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ).decode(),
-    )
-
-
-CERTS = make_certificates()
-
-
-def reality_key_pair() -> tuple[str, str]:
-    """(private, public) X25519 keys as URL-safe base64 without padding."""
-    private = x25519.X25519PrivateKey.generate()
-
-    def encode(raw: bytes) -> str:
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-    raw_private = private.private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-    )
-    raw_public = private.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-    return encode(raw_private), encode(raw_public)
-
-
-REALITY_PRIVATE, _REALITY_PUBLIC = reality_key_pair()
-_, OTHER_PUBLIC = reality_key_pair()
 
 
 # ---------------------------------------------------------------------------------------
@@ -313,7 +225,7 @@ SING_BOX_CASES: dict[str, Case] = {
         VLESS,
         with_reality("tcp"),
         VISION,
-        wrong=(f"pbk={_REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
+        wrong=(f"pbk={REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
     ),
     "vless_tcp_reality_vision_short_id": Case(
         "vless", VLESS, with_reality("tcp"), VISION, wrong=("sid=6ba85179e30d4fc2", "sid=6ba8")
@@ -359,7 +271,7 @@ SING_BOX_CASES: dict[str, Case] = {
         "trojan",
         {},
         with_reality("grpc", grpcSettings={"serviceName": "trsvc"}),
-        wrong=(f"pbk={_REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
+        wrong=(f"pbk={REALITY_PUBLIC}", f"pbk={OTHER_PUBLIC}"),
     ),
     "ss_2022_aes_128": Case(
         "shadowsocks",
@@ -392,228 +304,6 @@ SING_BOX_CASES: dict[str, Case] = {
 
 
 # ---------------------------------------------------------------------------------------
-# Client side: what a sing-box app makes of our link or proxy
-# ---------------------------------------------------------------------------------------
-
-
-def outbound_of(plan: LinkPlan, *, trusts_ca: bool = True) -> dict:
-    """The sing-box outbound of a plan read from our link or Mihomo proxy, field by field
-    as the sing-box apps import them."""
-    server = {"server": plan.address, "server_port": plan.port}
-    if plan.protocol == "hysteria2":
-        outbound = {"type": "hysteria2", **server, "password": plan.password}
-        hop = tr.hop_ports(plan.transport)
-        if hop:
-            outbound["server_ports"] = [hop.replace("-", ":")]
-        outbound["tls"] = tls_of(plan, trusts_ca)
-        return outbound
-    if plan.protocol == "shadowsocks":
-        if plan.network != "tcp" or plan.security.kind != "none":
-            raise AssertionError("sing-box's Shadowsocks has no transports")
-        return {
-            "type": "shadowsocks",
-            **server,
-            "method": plan.ss_method,
-            "password": plan.password,
-        }
-    if plan.protocol == "vless":
-        outbound = {"type": "vless", **server, "uuid": plan.user_id}
-        if plan.flow:
-            outbound["flow"] = plan.flow
-    elif plan.protocol == "vmess":
-        outbound = {
-            "type": "vmess",
-            **server,
-            "uuid": plan.user_id,
-            "security": plan.vmess_security,
-            "alter_id": 0,
-        }
-    elif plan.protocol == "trojan":
-        outbound = {"type": "trojan", **server, "password": plan.password}
-    else:
-        raise AssertionError(f"no sing-box outbound for {plan.protocol}")
-    if plan.security.kind != "none":
-        outbound["tls"] = tls_of(plan, trusts_ca)
-    transport = transport_of(plan)
-    if transport:
-        outbound["transport"] = transport
-    return outbound
-
-
-def tls_of(plan: LinkPlan, trusts_ca: bool) -> dict:
-    security = plan.security
-    options: dict = {"enabled": True, "server_name": security.sni or plan.address}
-    if security.allow_insecure:
-        options["insecure"] = True
-    if security.alpn:
-        options["alpn"] = list(security.alpn)
-    if security.fingerprint:
-        options["utls"] = {"enabled": True, "fingerprint": security.fingerprint}
-    if security.kind == "reality":
-        options["reality"] = {
-            "enabled": True,
-            "public_key": security.public_key,
-            "short_id": security.short_id,
-        }
-    elif trusts_ca:
-        # The test CA, as an app trusts the system's CAs.
-        options["certificate"] = CERTS.ca_pem
-    return options
-
-
-def transport_of(plan: LinkPlan) -> dict | None:
-    transport = plan.transport
-    if plan.network == "tcp":
-        if tr.header_type(transport) == "http":
-            raise AssertionError("sing-box has no TCP HTTP obfuscation")
-        return None
-    if plan.network == "ws":
-        options: dict = {"type": "ws", "path": tr.path(transport) or "/"}
-        if tr.host(transport):
-            options["headers"] = {"Host": tr.host(transport)}
-        return options
-    if plan.network == "httpupgrade":
-        options = {"type": "httpupgrade", "path": tr.path(transport) or "/"}
-        if tr.host(transport):
-            options["host"] = tr.host(transport)
-        return options
-    if plan.network == "grpc":
-        return {"type": "grpc", "service_name": tr.grpc_service_name(transport)}
-    raise AssertionError(f"sing-box has no {plan.network} transport")
-
-
-def mutate(link: str, old: str, new: str) -> str:
-    """`link` with `old` replaced by `new`, also inside the base64 of a VMess link or a
-    legacy Shadowsocks user part."""
-    if old in link:
-        return link.replace(old, new)
-    if link.startswith("vmess://"):
-        text = decode_base64(link[len("vmess://") :])
-        assert old in text, f"{old!r} is not in the VMess link"
-        return "vmess://" + base64.b64encode(text.replace(old, new).encode()).decode()
-    if link.startswith("ss://"):
-        userinfo, _, rest = link[len("ss://") :].partition("@")
-        text = decode_base64(userinfo)
-        assert old in text, f"{old!r} is not in the Shadowsocks link"
-        encoded = base64.urlsafe_b64encode(text.replace(old, new).encode()).rstrip(b"=")
-        return f"ss://{encoded.decode()}@{rest}"
-    raise AssertionError(f"{old!r} is not in the link")
-
-
-# ---------------------------------------------------------------------------------------
-# Server side: a sing-box server from the inbound the panel stored
-# ---------------------------------------------------------------------------------------
-
-
-def server_inbound(record: dict) -> dict:
-    """The sing-box inbound serving what the panel stored in `record` (from inbounds/get):
-    its port, users, keys, certificate and transport."""
-    protocol = record["protocol"]
-    settings = record["settings"]
-    stream_settings = record["streamSettings"]
-    clients = settings["clients"]
-    inbound: dict = {"tag": "in", "listen": LOOPBACK, "listen_port": record["port"]}
-    if protocol == "vless":
-        users = [{"uuid": c["id"], "flow": c.get("flow", "")} for c in clients]
-        inbound.update(type="vless", users=users)
-    elif protocol == "vmess":
-        inbound.update(type="vmess", users=[{"uuid": c["id"], "alterId": 0} for c in clients])
-    elif protocol == "trojan":
-        inbound.update(type="trojan", users=[{"password": c["password"]} for c in clients])
-    elif protocol == "shadowsocks":
-        inbound.update(
-            type="shadowsocks",
-            method=settings["method"],
-            password=settings["password"],
-            users=[{"name": c["email"], "password": c["password"]} for c in clients],
-        )
-    elif protocol == "hysteria2":
-        inbound.update(type="hysteria2", users=[{"password": c["auth"]} for c in clients])
-    security = stream_settings.get("security", "none")
-    if security == "tls":
-        certificate = stream_settings["tlsSettings"]["certificates"][0]
-        inbound["tls"] = {
-            "enabled": True,
-            "server_name": stream_settings["tlsSettings"]["serverName"],
-            "certificate": "\n".join(certificate["certificate"]),
-            "key": "\n".join(certificate["key"]),
-        }
-        alpn = stream_settings["tlsSettings"].get("alpn")
-        if alpn or protocol == "hysteria2":
-            inbound["tls"]["alpn"] = alpn or ["h3"]
-    elif security == "reality":
-        stored = stream_settings["realitySettings"]
-        host, _, port = stored["target"].rpartition(":")
-        inbound["tls"] = {
-            "enabled": True,
-            "server_name": stored["serverNames"][0],
-            "reality": {
-                "enabled": True,
-                "handshake": {"server": host, "server_port": int(port)},
-                "private_key": stored["privateKey"],
-                "short_id": stored["shortIds"],
-            },
-        }
-    network = stream_settings.get("network", "tcp")
-    if network == "ws":
-        inbound["transport"] = {"type": "ws", "path": stream_settings["wsSettings"]["path"]}
-    elif network == "grpc":
-        service = stream_settings["grpcSettings"]["serviceName"]
-        inbound["transport"] = {"type": "grpc", "service_name": service}
-    elif network == "httpupgrade":
-        inbound["transport"] = {
-            "type": "httpupgrade",
-            "path": stream_settings["httpupgradeSettings"]["path"],
-        }
-    return inbound
-
-
-@contextlib.contextmanager
-def tls_site() -> Iterator[int]:
-    """A TLS 1.3 server on loopback: the site a REALITY server borrows its handshake from
-    (what `realitySettings.target` names); yields its port."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    with contextlib.ExitStack() as files:
-        cert_file = files.enter_context(_temporary(CERTS.cert_pem + CERTS.key_pem))
-        context.load_cert_chain(cert_file)
-    listener = socket.create_server((LOOPBACK, 0))
-    listener.settimeout(0.2)
-    stopped = threading.Event()
-
-    def serve(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
-            while tls.recv(65536):
-                pass
-
-    def accept_loop() -> None:
-        while not stopped.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            conn.settimeout(10)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept_loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stopped.set()
-        thread.join()
-        listener.close()
-
-
-@contextlib.contextmanager
-def _temporary(text: str) -> Iterator[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".pem") as handle:
-        handle.write(text)
-        handle.flush()
-        yield handle.name
-
-
-# ---------------------------------------------------------------------------------------
 # Panels and their subscriptions
 # ---------------------------------------------------------------------------------------
 
@@ -639,7 +329,8 @@ def client_fields(case: Case, name: str) -> dict:
 
 
 def store_cases(api, cases: dict[str, Case], target_port: int) -> dict[str, Stored]:
-    ok(api.post("/panel/api/setting/update", {"subEnable": True, "subYamlEnable": True}))
+    formats = {"subEnable": True, "subYamlEnable": True, "subJsonEnable": True}
+    ok(api.post("/panel/api/setting/update", formats))
     stored = {}
     for name, case in cases.items():
         payload = {
@@ -672,6 +363,12 @@ def subscription_proxies(panel, sub_id: str) -> list[dict]:
     response = requests.get(f"{panel.sub_url}/yaml/{sub_id}", timeout=10)
     assert response.status_code == 200, response.text
     return yaml.safe_load(response.text)["proxies"]
+
+
+def subscription_configs(panel, sub_id: str) -> list[dict]:
+    response = requests.get(f"{panel.sub_url}/json/{sub_id}", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 @pytest.fixture(scope="module")
@@ -757,6 +454,22 @@ def prove_proxies(tmp_path, name: str, stored: Stored, proxies: list[dict], echo
         prove(tmp_path, f"{name}-yaml-{index}", outbound, echo_port, works=True)
 
 
+def prove_configs(tmp_path, name: str, stored: Stored, configs: list[dict], echo_port) -> None:
+    assert len(configs) == 1
+    proxy = configs[0]["outbounds"][0]
+    outbound = outbound_of(plan_of_json(proxy), trusts_ca=stored.case.trusts_ca)
+    prove(tmp_path, f"{name}-json", outbound, echo_port, works=True)
+
+
+def prove_subscription(tmp_path, name: str, panel, stored: Stored, echo_port: int) -> None:
+    """The link (and its wrong twin), the Mihomo proxy and the JSON config of one case."""
+    prove_link(tmp_path, name, stored, subscription_link(panel, stored.sub_id), echo_port)
+    proxies = subscription_proxies(panel, stored.sub_id)
+    assert len(proxies) == expected_proxies(name)
+    prove_proxies(tmp_path, name, stored, proxies, echo_port)
+    prove_configs(tmp_path, name, stored, subscription_configs(panel, stored.sub_id), echo_port)
+
+
 # Mihomo's Trojan always speaks TLS, so a plain Trojan inbound has no proxy.
 NO_MIHOMO_PROXY = {"trojan_tcp"}
 
@@ -770,11 +483,7 @@ def test_a_link_served_by_the_panels_core_carries_bytes_in_sing_box(
     name, core_panel, tmp_path, echo
 ):
     panel, stored = core_panel
-    entry = stored[name]
-    prove_link(tmp_path, name, entry, subscription_link(panel, entry.sub_id), echo)
-    proxies = subscription_proxies(panel, entry.sub_id)
-    assert len(proxies) == expected_proxies(name)
-    prove_proxies(tmp_path, name, entry, proxies, echo)
+    prove_subscription(tmp_path, name, panel, stored[name], echo)
 
 
 def sing_box_case(name: str):
@@ -798,7 +507,4 @@ def test_a_link_the_v2fly_core_cannot_serve_carries_bytes_to_a_sing_box_server(
     tcp = entry.case.protocol != "hysteria2"
     port = entry.record["port"] if tcp else None
     with sing_box.running(tmp_path, f"{name}-server", server, port):
-        prove_link(tmp_path, name, entry, subscription_link(panel, entry.sub_id), echo)
-        proxies = subscription_proxies(panel, entry.sub_id)
-        assert len(proxies) == expected_proxies(name)
-        prove_proxies(tmp_path, name, entry, proxies, echo)
+        prove_subscription(tmp_path, name, panel, entry, echo)
