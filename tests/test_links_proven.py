@@ -133,6 +133,7 @@ def quote_key(key: str) -> str:
 
 # What many panels set by default: both HTTP versions offered.
 H2_TLS = {**tls(), "alpn": ["h2", "http/1.1"]}
+FINGERPRINT_TLS = {**tls(), "settings": {"fingerprint": "chrome", "allowInsecure": False}}
 # A certificate name that is not the inbound's own; a host gives the right SNI.
 OTHER_NAME_TLS = {**tls(), "serverName": "other.test"}
 
@@ -167,6 +168,12 @@ CORE_CASES: dict[str, Case] = {
         stream("ws", "tls", wsSettings={"path": "/host"}, tlsSettings=OTHER_NAME_TLS),
         wrong=WRONG_SNI,
         hosts=({"remark": "by name", "address": "localhost", "sni": SERVER_NAME},),
+    ),
+    "vless_ws_tls_fingerprint": Case(
+        "vless",
+        VLESS,
+        stream("ws", "tls", wsSettings={"path": "/fp"}, tlsSettings=FINGERPRINT_TLS),
+        wrong=WRONG_SNI,
     ),
     "vmess_tcp": Case("vmess", {}, stream("tcp")),
     "vmess_tcp_aes": Case("vmess", {}, stream("tcp"), {"security": "aes-128-gcm"}),
@@ -478,7 +485,19 @@ def expected_proxies(name: str) -> int:
     return 0 if name in NO_MIHOMO_PROXY else 1
 
 
-@pytest.mark.parametrize("name", CORE_CASES)
+def case_param(name: str, cases: dict[str, Case]):
+    """A case as a parameter. REALITY and a TLS fingerprint need uTLS in the client (and
+    REALITY in the server too): on a sing-box built without it they skip, saying so."""
+    case = cases[name]
+    stream_settings = case.stream(0) if callable(case.stream) else case.stream
+    fingerprint = stream_settings.get("tlsSettings", {}).get("settings", {}).get("fingerprint")
+    needs_utls = stream_settings["security"] == "reality" or bool(fingerprint)
+    without_utls = needs_utls and not sing_box.has_tag("with_utls")
+    reason = f"{sing_box.binary()} is built without uTLS, which REALITY and fingerprints need"
+    return pytest.param(name, marks=pytest.mark.skipif(without_utls, reason=reason))
+
+
+@pytest.mark.parametrize("name", [case_param(name, CORE_CASES) for name in CORE_CASES])
 def test_a_link_served_by_the_panels_core_carries_bytes_in_sing_box(
     name, core_panel, tmp_path, echo
 ):
@@ -486,17 +505,7 @@ def test_a_link_served_by_the_panels_core_carries_bytes_in_sing_box(
     prove_subscription(tmp_path, name, panel, stored[name], echo)
 
 
-def sing_box_case(name: str):
-    """A case of SING_BOX_CASES as a parameter; REALITY ones skip on a sing-box without
-    uTLS, which REALITY needs on both ends."""
-    case = SING_BOX_CASES[name]
-    security = (case.stream(0) if callable(case.stream) else case.stream)["security"]
-    without_utls = security == "reality" and not sing_box.has_tag("with_utls")
-    reason = f"{sing_box.binary()} is built without uTLS, which REALITY needs"
-    return pytest.param(name, marks=pytest.mark.skipif(without_utls, reason=reason))
-
-
-@pytest.mark.parametrize("name", [sing_box_case(name) for name in SING_BOX_CASES])
+@pytest.mark.parametrize("name", [case_param(name, SING_BOX_CASES) for name in SING_BOX_CASES])
 def test_a_link_the_v2fly_core_cannot_serve_carries_bytes_to_a_sing_box_server(
     name, bare_panel, tmp_path, echo
 ):
