@@ -197,6 +197,7 @@ CORE_CASES: dict[str, Case] = {
         trusts_ca=False,
     ),
     "trojan_tcp_tls_alpn": Case("trojan", {}, stream("tcp", "tls", tlsSettings=H2_TLS)),
+    "trojan_ws": Case("trojan", {}, stream("ws", wsSettings={"path": "/trw"})),
     "trojan_ws_tls": Case("trojan", {}, stream("ws", "tls", wsSettings={"path": "/tr"})),
     "ss_aes_256_gcm": Case(
         "shadowsocks",
@@ -216,6 +217,12 @@ CORE_CASES: dict[str, Case] = {
         {"method": "none", "network": "tcp"},
         stream("tcp"),
         {"password": "open"},
+    ),
+    "ss_client_method": Case(
+        "shadowsocks",
+        {"method": "aes-256-gcm", "network": "tcp"},
+        stream("tcp"),
+        {"password": "own-method", "method": "chacha20-ietf-poly1305"},
     ),
     "ss_chacha20": Case(
         "shadowsocks",
@@ -245,6 +252,7 @@ SING_BOX_CASES: dict[str, Case] = {
         with_reality("grpc", grpcSettings={"serviceName": "svc"}),
         wrong=("serviceName=svc", "serviceName=other"),
     ),
+    "vless_grpc": Case("vless", VLESS, stream("grpc", grpcSettings={"serviceName": "plain"})),
     "vless_grpc_tls": Case(
         "vless",
         VLESS,
@@ -477,8 +485,8 @@ def prove_subscription(tmp_path, name: str, panel, stored: Stored, echo_port: in
     prove_configs(tmp_path, name, stored, subscription_configs(panel, stored.sub_id), echo_port)
 
 
-# Mihomo's Trojan always speaks TLS, so a plain Trojan inbound has no proxy.
-NO_MIHOMO_PROXY = {"trojan_tcp"}
+# Mihomo's Trojan always speaks TLS, so plain Trojan inbounds have no proxy.
+NO_MIHOMO_PROXY = {"trojan_tcp", "trojan_ws"}
 
 
 def expected_proxies(name: str) -> int:
