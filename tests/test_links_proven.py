@@ -469,9 +469,11 @@ def prove(tmp_path, name: str, outbound: dict, echo_port: int, *, works: bool) -
     mixed_port = config["inbounds"][0]["listen_port"]
     with sing_box.running(tmp_path, name, config, mixed_port):
         if works:
-            wait_until(
-                lambda: carries(mixed_port, echo_port), f"{name} carries bytes", CONNECT_WAIT
-            )
+            try:
+                wait_until(lambda: carries(mixed_port, echo_port), name, CONNECT_WAIT)
+            except AssertionError:
+                log = sing_box.log_text(tmp_path, name)[-2000:]
+                raise AssertionError(f"{name} carries no bytes; sing-box says:\n{log}") from None
         else:
             for _ in range(3):
                 assert not carries(mixed_port, echo_port), f"{name} carried bytes"
