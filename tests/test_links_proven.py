@@ -163,6 +163,11 @@ CORE_CASES: dict[str, Case] = {
         VLESS,
         stream("ws", "tls", wsSettings={"path": "/alpn"}, tlsSettings=H2_TLS),
     ),
+    "vless_ws_tls_h2_only": Case(
+        "vless",
+        VLESS,
+        stream("ws", "tls", wsSettings={"path": "/h2"}, tlsSettings={**tls(), "alpn": ["h2"]}),
+    ),
     "vless_ws_tls_host": Case(
         "vless",
         VLESS,
