@@ -27,6 +27,7 @@ from links_cases import (
     TLS,
     UUID,
     VISION,
+    VLESS,
     client,
     inbound,
 )
@@ -120,9 +121,24 @@ def test_vless_ws_link_parses_back_to_the_inbound_fields():
         "path": "/ws?ed=2048",
         "host": "cdn.example.com",
         "sni": "example.com",
-        "alpn": "h2,http/1.1",
+        "alpn": "http/1.1",
         "fp": "chrome",
     }
+
+
+def test_upgrade_transports_offer_http1_alone_and_the_others_keep_the_inbounds_alpn():
+    # A WebSocket or HTTPUpgrade client offering h2 gets h2 from a server listing it first,
+    # and its HTTP/1.1 upgrade then fails (tests/test_links_proven.py shows it in sing-box).
+    h2_only = {**TLS, "alpn": ["h2"]}
+    for network, objects in (("ws", {"wsSettings": {"path": "/w"}}), ("httpupgrade", {})):
+        for tls, alpn in ((TLS, "http/1.1"), (h2_only, None)):
+            stream = {"network": network, "security": "tls", "tlsSettings": tls, **objects}
+            link = client_links(inbound("vless", stream, VLESS), ALICE, [], CTX)[0]
+            assert query(link).get("alpn") == alpn, (network, tls["alpn"])
+    for network in ("tcp", "grpc"):
+        stream = {"network": network, "security": "tls", "tlsSettings": TLS}
+        link = client_links(inbound("vless", stream, VLESS), ALICE, [], CTX)[0]
+        assert query(link)["alpn"] == "h2,http/1.1", network
 
 
 def test_vision_flow_only_where_the_core_accepts_it():

@@ -21,6 +21,9 @@ Rules worth knowing:
   encoded as URL-safe base64 without padding, as the core prints it). The first short id
   and the first server name are used; the fingerprint defaults to "chrome", because a
   REALITY client must imitate a browser.
+- WebSocket and HTTPUpgrade links offer the ALPN "http/1.1" alone (when the inbound lists
+  it) whatever else the inbound lists: both open with an HTTP/1.1 upgrade, which fails
+  on a connection that negotiated h2.
 - The Vision flow of a VLESS client is kept only where the core accepts it (raw TCP under
   TLS or REALITY, or XHTTP with VLESS Encryption) and the link still has TLS or REALITY.
 - Shadowsocks 2022 links carry "server key:user key"; legacy ciphers carry the client's
@@ -34,7 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from appliance.domain.protocols import is_ss2022, mtproto_link_secret
 from appliance.links.remarks import render_remark
@@ -56,6 +59,10 @@ TRANSPORT_OBJECTS = {
     "hysteria": ("hysteriaSettings",),
 }
 HOST_SECURITIES = ("same", "none", "tls", "reality")
+# Transports that open with an HTTP/1.1 upgrade request. A client offering h2 as well gets
+# h2 from a server that lists it first, and the upgrade then fails (sing-box, the core of
+# Hiddify and the SFA/SFI apps, never connects), so their links offer http/1.1 alone.
+HTTP1_NETWORKS = frozenset({"ws", "httpupgrade"})
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,7 @@ def prepare_inbound(inbound: dict, hosts: list[dict]) -> PreparedInbound | None:
     node_address = _text(inbound.get("nodeAddress"))
     targets = []
     for target in _targets(inbound, stream, hosts):
-        security = _security(protocol, stream, target)
+        security = _security(protocol, network, stream, target)
         targets.append(
             _PreparedTarget(
                 address=target.address or node_address,
@@ -346,7 +353,7 @@ def _host_security(value: object) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _security(protocol: str, stream: dict, target: _Target) -> Security:
+def _security(protocol: str, network: str, stream: dict, target: _Target) -> Security:
     inbound_kind = _text(stream.get("security")) or "none"
     kind = inbound_kind if target.security == "same" else target.security
     if kind == "reality" and not isinstance(stream.get("realitySettings"), dict):
@@ -356,7 +363,11 @@ def _security(protocol: str, stream: dict, target: _Target) -> Security:
     if kind == "reality":
         return _reality(section(stream, "realitySettings"), target.sni)
     if kind == "tls":
-        return _tls(section(stream, "tlsSettings"), target.sni)
+        security = _tls(section(stream, "tlsSettings"), target.sni)
+        if network in HTTP1_NETWORKS:
+            alpn = tuple(name for name in security.alpn if name == "http/1.1")
+            return replace(security, alpn=alpn)
+        return security
     return Security(kind="none")
 
 
