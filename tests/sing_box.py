@@ -69,6 +69,36 @@ def check(directory: Path, name: str, config: dict) -> str:
     return "" if result.returncode == 0 else (result.stdout + result.stderr).strip()
 
 
+def check_profile(config: dict, directory: Path) -> None:
+    """Fail unless sing-box accepts the profile `config` without a deprecation warning.
+
+    On a build without uTLS, sing-box refuses to start an outbound that asks for uTLS or
+    REALITY: the whole profile is then first decoded by `sing-box format`, which reads
+    every field (uTLS and REALITY included) as strictly as `check`, and checked without
+    those two objects."""
+    path = write_config(directory, "profile", config)
+    runs = []
+    if not has_tag("with_utls"):
+        runs.append([str(binary()), "format", "-c", str(path)])
+        path = write_config(directory, "profile-without-utls", _without_utls(config))
+    runs.append([str(binary()), "check", "-c", str(path)])
+    for command in runs:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "deprecated" not in result.stderr.lower(), result.stderr
+
+
+def _without_utls(config: dict) -> dict:
+    outbounds = []
+    for outbound in config["outbounds"]:
+        tls = outbound.get("tls")
+        if tls:
+            tls = {key: value for key, value in tls.items() if key not in ("utls", "reality")}
+            outbound = {**outbound, "tls": tls}
+        outbounds.append(outbound)
+    return {**config, "outbounds": outbounds}
+
+
 @contextlib.contextmanager
 def running(
     directory: Path, name: str, config: dict, wait_for: int | None = None

@@ -20,7 +20,7 @@ import requests
 import yaml
 from conftest import start_panel, stop_and_drop
 from helpers import create_inbound, free_port, ok
-from test_links_singbox import sing_box_check
+from sing_box import check_profile
 
 from appliance.domain.sub_formats import DEFAULT_RULES
 from appliance.links import LinkContext, client_links
@@ -155,7 +155,7 @@ def format_of(response: requests.Response, links: list[str], tmp_path) -> str:
         "max_early_data": 2048,
         "early_data_header_name": "Sec-WebSocket-Protocol",
     }
-    sing_box_check(body, tmp_path)
+    check_profile(body, tmp_path)
     return "singbox"
 
 
