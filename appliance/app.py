@@ -849,8 +849,6 @@ class Panel:
             "core": self.core_info(),
             "mtproto": self.mtproto.info(),
             "subWorkers": workers,
-            "guid": self.guid(),
-            "parentGuid": self.settings.internal("parentGuid"),
         }
 
     def sample_status(self) -> None:
@@ -865,7 +863,14 @@ class Panel:
         self.bot_notices.cpu(values["cpu"])
 
     def _snapshot(self, now: float) -> dict:
-        status = {**self.sampler.sample(now), "mtproto": self.mtproto.info()}
+        status = {
+            **self.sampler.sample(now),
+            "mtproto": self.mtproto.info(),
+            # Which panel this is among nodes, and which manages it: pushed too, so a page
+            # names "this host" whichever way its status arrived.
+            "guid": self.guid(),
+            "parentGuid": self.settings.internal("parentGuid"),
+        }
         self._status = (time.monotonic(), status)
         self.hub.publish({"type": "status", "data": status})
         return status
