@@ -1,5 +1,8 @@
 """The subscription server's WSGI app: `/sub/`, `/json/` and `/yaml/` (paths from settings).
 
+`/sub/<subId>?format=info` answers JSON for the subscription's owner: the usage, quota
+and expiry of the page, and this month's usage day by day (`month`).
+
 It is a bare WSGI callable rather than a Bottle app: client apps poll it all day, every
 request is one of three GETs, and routing them is a prefix test. Settings are read on
 every request (a dictionary lookup), so a changed path, title or switch applies at once;
@@ -21,13 +24,17 @@ configuration they have and ask again.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
+from appliance.domain.client_rules import email_key
 from appliance.runtime.wsgi import request_host
-from appliance.services.clients.subscriptions import Lookup, Subscriptions
+from appliance.services.clients.subscriptions import EMAIL, Lookup, Subscriptions
+from appliance.services.clients.usage import month_usage
 from appliance.sub.page import SCRIPT_HASH, info_page
 
 log = logging.getLogger(__name__)
@@ -119,10 +126,23 @@ class SubscriptionApp:
             return _not_found()
         page_url = self._url(environ, authority, "subPath", sub_id)
         headers = self._headers(lookup, page_url)
+        if kind == "links" and _query(environ).get("format") == ["info"]:
+            usage = lookup.usage
+            info = {
+                "title": self._title(lookup),
+                "upload": usage.upload,
+                "download": usage.download,
+                "total": usage.total,
+                "expire": usage.expire,
+                "month": self._month(lookup),
+            }
+            headers.append(("Content-Type", CONTENT_TYPES["json"]))
+            return "200 OK", headers, json.dumps(info).encode()
         if kind == "links" and _wants_html(environ):
             body = info_page(
                 title=self._title(lookup),
                 usage=lookup.usage,
+                month=self._month(lookup),
                 links=rendered.links,
                 sub_url=page_url,
                 json_url=self._url(environ, authority, "subJsonPath", sub_id)
@@ -176,6 +196,11 @@ class SubscriptionApp:
             headers.append(("Routing", _routing_value(rules)))
         return headers
 
+    def _month(self, lookup: Lookup) -> dict:
+        """This month's usage, day by day, of the subscription's own clients."""
+        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        return month_usage(self.subscriptions.reads.rows, keys, int(time.time()))
+
     def _title(self, lookup: Lookup) -> str:
         return self.settings.get("subTitle") or lookup.title
 
@@ -203,9 +228,12 @@ def _path(environ) -> str:
         return ""
 
 
+def _query(environ) -> dict[str, list[str]]:
+    return parse_qs(environ.get("QUERY_STRING") or "")
+
+
 def _wants_html(environ) -> bool:
-    query = environ.get("QUERY_STRING")
-    if query and parse_qs(query).get("html") == ["1"]:
+    if _query(environ).get("html") == ["1"]:
         return True
     return "text/html" in environ.get("HTTP_ACCEPT", "")
 
