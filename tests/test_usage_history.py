@@ -1,10 +1,11 @@
 """Usage history against a real SQLite store: what a tick adds lands in the current hour's
 bucket beside the totals, a reset leaves it, and pruning rolls old hours into days and
-drops days older than a year, under a clock moved by hand."""
+drops days older than a year, under a clock moved by hand; on each database backend."""
 
 from __future__ import annotations
 
 import pytest
+from helpers import fresh_database
 from pony.orm import db_session
 from test_traffic import DAY_MS, accounting, down, traffic, up
 
@@ -22,10 +23,20 @@ NOW = 1_800_000_000.0  # test_traffic's clock: 2027-01-15 08:00 UTC
 HOUR_NOW = int(NOW) // HOUR * HOUR
 
 
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
+def database(request, tmp_path):
+    """Each backend in turn: their upserts are written in words of their own."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "panel.db")
+    else:
+        with fresh_database(request.param) as url:
+            yield url
+
+
 @pytest.fixture
-def world(tmp_path):
+def world(database, tmp_path):
     """test_traffic's world: inbound `in-1` (id 1) with clients Alice and bob."""
-    store = Store(str(tmp_path / "panel.db"))
+    store = Store(database)
     store.open()
     settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
