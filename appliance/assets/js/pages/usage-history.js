@@ -9,6 +9,7 @@ import { Chart, formatBytes, Modal } from "../components.js";
 import { COLORS } from "./dashboard.js";
 
 const SPANS = { hour: [3600, 24], day: [86400, 30] };
+const LABELS = { hour: () => t("usage.hour"), day: () => t("usage.day") };
 
 // [times, ups, downs] with a point for every bucket of the range, zero where none came back.
 export function filled(answer, step) {
@@ -44,7 +45,7 @@ export const UsageHistory = {
       <div class="actions">
         <h3>${t("usage.title")}</h3>
         ${Object.keys(SPANS).map((key) => html`<button key=${key} data-step=${key} aria-pressed=${step.value === key}
-          class=${step.value === key ? "primary" : ""} onClick=${() => (step.value = key)}>${t(`usage.${key}`)}</button>`)}
+          class=${step.value === key ? "primary" : ""} onClick=${() => (step.value = key)}>${LABELS[key]()}</button>`)}
       </div>
       ${failed.value ? html`<p class="empty">${failed.value}</p>`
         : answer.value === null ? html`<p class="muted">${t("common.loading")}</p>`
