@@ -90,6 +90,13 @@ def test_a_tick_adds_to_the_current_hour_once(world):
     assert UsageHistory(store, clock=Clock(NOW)).inbound(1, {})["up"] == 100
 
 
+def test_counters_of_no_client_leave_no_history(world):
+    store, presence, _ = world
+    accounting(store, presence).tick({up("Alice"): 10, up("gone"): 99}, generation=1)
+    with db_session:
+        assert store.rows("SELECT email_key FROM client_usage") == [("alice",)]
+
+
 def test_the_next_hour_gets_its_own_bucket_and_a_day_sums_them(world):
     store, presence, _ = world
     clock = Clock(NOW)

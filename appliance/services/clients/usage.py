@@ -52,10 +52,13 @@ def record(
     hour = now_ms // 1000 // HOUR * HOUR
     dialect = store.dialect
     if clients:
+        # Through the client's traffic row, as the totals: a counter of a client that is
+        # gone (or a node's own) adds to neither.
         store.execute_many(
-            "INSERT INTO client_usage (email_key, at, up, down) VALUES (?, ?, ?, ?)"
+            "INSERT INTO client_usage (email_key, at, up, down) "
+            "SELECT email_key, ?, ?, ? FROM client_traffic WHERE email_key = ?"
             + adding_upsert("client_usage", ("email_key", "at"), ("up", "down"), dialect),
-            [(key, hour, up, down) for key, (up, down) in sorted(clients.items())],
+            [(hour, up, down, key) for key, (up, down) in sorted(clients.items())],
         )
     if inbounds:
         store.execute_many(
