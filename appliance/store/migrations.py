@@ -419,9 +419,10 @@ def _v13_mtproto(dialect: str) -> list[str]:
 def _v14_usage_history(dialect: str) -> list[str]:
     """Usage history: what each client (by email key) and each inbound moved, in hourly
     buckets (`*_usage`, for 90 days) and daily ones (`*_usage_day`, for a year), each
-    starting at `at` (seconds, UTC). One row per owner and bucket, so a tick adds to the
-    current hour's row through the unique index; the `at` index lets the pruning job
-    find the oldest rows without a scan."""
+    starting at `at` (seconds, UTC). One row per bucket and owner, indexed by the bucket
+    first: a tick adds to the current hour's rows, all side by side at the index's end
+    however long the history, the pruning job finds the oldest hour at its start, and a
+    read looks up its owner in each bucket of its range."""
     tables = [
         Table(
             name,
@@ -431,7 +432,7 @@ def _v14_usage_history(dialect: str) -> list[str]:
                 Column("up", "bigint", default=0),
                 Column("down", "bigint", default=0),
             ),
-            (Index((owner, "at"), unique=True), Index(("at",))),
+            (Index(("at", owner), unique=True),),
         )
         for prefix, owner, kind, size in (
             ("client", "email_key", "str", 255),

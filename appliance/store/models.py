@@ -288,34 +288,34 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
     class ClientUsage(db.Entity):
         _table_ = "client_usage"
         email_key = Required(str, 255, autostrip=False)
-        at = Required(int, size=64, index="ix_client_usage_at")
+        at = Required(int, size=64)
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
-        composite_key(email_key, at)
+        composite_key(at, email_key)
 
     class ClientUsageDay(db.Entity):
         _table_ = "client_usage_day"
         email_key = Required(str, 255, autostrip=False)
-        at = Required(int, size=64, index="ix_client_usage_day_at")
+        at = Required(int, size=64)
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
-        composite_key(email_key, at)
+        composite_key(at, email_key)
 
     class InboundUsage(db.Entity):
         _table_ = "inbound_usage"
         inbound_id = Required(int)
-        at = Required(int, size=64, index="ix_inbound_usage_at")
+        at = Required(int, size=64)
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
-        composite_key(inbound_id, at)
+        composite_key(at, inbound_id)
 
     class InboundUsageDay(db.Entity):
         _table_ = "inbound_usage_day"
         inbound_id = Required(int)
-        at = Required(int, size=64, index="ix_inbound_usage_day_at")
+        at = Required(int, size=64)
         up = Required(int, size=64, default=0)
         down = Required(int, size=64, default=0)
-        composite_key(inbound_id, at)
+        composite_key(at, inbound_id)
 
     return SimpleNamespace(
         Setting=Setting,

@@ -4,13 +4,14 @@ Every path that adds traffic to the totals (the core's tick, the MTProto proxies
 node polls) calls `record` with the same amounts in the same transaction, so the history
 of a client or inbound sums to what its totals gained since history began: a tick that
 fails leaves both as they were. A tick writes one row per client that moved, into the
-current hour's bucket through the unique index (insert or add), whatever the history
-already holds: its cost follows what moved, not how much was kept.
+current hour's bucket through the unique index (insert or add), which leads with the
+bucket: the current hour's rows sit together at the index's end, so a tick's cost
+follows what moved, not how much history is kept.
 
 Hourly buckets are kept for 90 days; `prune` then adds them into daily buckets (kept for
-a year) one hour at a time, through the `at` index, and drops daily buckets older than a
-year. Resetting a client's or inbound's counters leaves its history alone. Deleting a
-client keeps its history until it ages out: a client created again with the same email
+a year) one hour at a time, oldest first, and drops daily buckets older than a year.
+Resetting a client's or inbound's counters leaves its history alone. Deleting a client
+keeps its history until it ages out: a client created again with the same email
 continues it. Deleting an inbound drops its history.
 """
 
@@ -26,6 +27,7 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
+from appliance.store.batches import chunks
 from appliance.store.ddl import adding_upsert
 
 HOUR = 3600
@@ -57,14 +59,14 @@ def record(
         store.execute_many(
             "INSERT INTO client_usage (email_key, at, up, down) "
             "SELECT email_key, ?, ?, ? FROM client_traffic WHERE email_key = ?"
-            + adding_upsert("client_usage", ("email_key", "at"), ("up", "down"), dialect),
+            + adding_upsert("client_usage", ("at", "email_key"), ("up", "down"), dialect),
             [(hour, up, down, key) for key, (up, down) in sorted(clients.items())],
         )
     if inbounds:
         store.execute_many(
             "INSERT INTO inbound_usage (inbound_id, at, up, down) "
             f"SELECT id, ?, ?, ? FROM inbound WHERE {inbound_where}"
-            + adding_upsert("inbound_usage", ("inbound_id", "at"), ("up", "down"), dialect),
+            + adding_upsert("inbound_usage", ("at", "inbound_id"), ("up", "down"), dialect),
             [(hour, up, down, *where) for where, up, down in inbounds if up or down],
         )
 
@@ -111,17 +113,8 @@ class UsageHistory:
         }
 
     def _rows(self, kind: str, owner, start: int, end: int) -> list[tuple]:
-        """Hourly and daily rows of one owner starting from `start` to `end` (both
-        included); a daily bucket counts whole in the range its start falls in."""
         table, column = OWNERS[kind]
-        return [
-            row
-            for name in (table, f"{table}_day")
-            for row in self.store.rows(
-                f"SELECT at, up, down FROM {name} WHERE {column} = ? AND at >= ? AND at <= ?",
-                [owner, start, end],
-            )
-        ]
+        return bucket_rows(self.store.rows, table, column, owner, start, end)
 
     def prune(self) -> int:
         """Add hourly buckets older than 90 days into daily ones and drop daily buckets
@@ -150,10 +143,30 @@ class UsageHistory:
         day = hour // DAY * DAY
         self.store.execute_many(
             f"INSERT INTO {table}_day ({column}, at, up, down) VALUES (?, ?, ?, ?)"
-            + adding_upsert(f"{table}_day", (column, "at"), ("up", "down"), self.store.dialect),
+            + adding_upsert(f"{table}_day", ("at", column), ("up", "down"), self.store.dialect),
             [(owner, day, up, down) for owner, up, down in rows],
         )
         self.store.execute(f"DELETE FROM {table} WHERE at = ?", [hour])
+
+
+def bucket_rows(
+    rows: Callable[[str, list], list[tuple]], table: str, column: str, owner, start: int, end: int
+) -> list[tuple]:
+    """(at, up, down) of one owner's hourly and daily buckets starting from `start` to
+    `end` (seconds, both included), read through `rows(statement, params)`. The index
+    leads with the bucket, so each bucket of the range is looked up: the cost follows
+    the range, never the number of clients or how much history is kept. A daily bucket
+    counts whole in the range its start falls in."""
+    found = []
+    for name, size in ((table, HOUR), (f"{table}_day", DAY)):
+        starts = list(range(-(-start // size) * size, end + 1, size))
+        for chunk in chunks(starts):
+            found += rows(
+                f"SELECT at, up, down FROM {name} "
+                f"WHERE at IN ({', '.join('?' * len(chunk))}) AND {column} = ?",
+                [*chunk, owner],
+            )
+    return found
 
 
 def month_usage(rows: Callable[[str, list], list[tuple]], keys: list[str], now: int) -> dict:
@@ -167,14 +180,10 @@ def month_usage(rows: Callable[[str, list], list[tuple]], keys: list[str], now: 
     )
     days: dict[int, list[int]] = {}
     for key in keys:
-        for name in ("client_usage", "client_usage_day"):
-            for at, up, down in rows(
-                f"SELECT at, up, down FROM {name} WHERE email_key = ? AND at >= ? AND at <= ?",
-                [key, start, now],
-            ):
-                pair = days.setdefault(at // DAY * DAY, [0, 0])
-                pair[0] += up
-                pair[1] += down
+        for at, up, down in bucket_rows(rows, "client_usage", "email_key", key, start, now):
+            pair = days.setdefault(at // DAY * DAY, [0, 0])
+            pair[0] += up
+            pair[1] += down
     buckets = [
         {"at": at * 1000, "up": days.get(at, (0, 0))[0], "down": days.get(at, (0, 0))[1]}
         for at in range(start, now // DAY * DAY + 1, DAY)
