@@ -117,3 +117,40 @@ def test_the_subscription_shows_its_own_usage_this_month(api, panel):
     assert "Your usage this month" in page
     assert page.count('class="bar"') == today.day
     assert f"{today:%Y-%m-%d}: 1.00 KiB" in page
+
+
+def test_every_reset_keeps_the_history(api, panel):
+    inbound = add_inbound(api)
+    emails = [add_client(api, inbound["id"], uuid.uuid4().hex[:16]) for _ in range(2)]
+    hour = this_hour()
+    for email in emails:
+        db_rows(
+            panel,
+            "UPDATE client_traffic SET up = 7, down = 70 WHERE email_key = ?",
+            (email.lower(),),
+        )
+        db_rows(
+            panel,
+            "INSERT INTO client_usage (email_key, at, up, down) VALUES (?, ?, ?, ?)",
+            (email.lower(), hour, 7, 70),
+        )
+    db_rows(
+        panel,
+        "INSERT INTO inbound_usage (inbound_id, at, up, down) VALUES (?, ?, ?, ?)",
+        (inbound["id"], hour, 14, 140),
+    )
+    ok(api.post(f"{CLIENTS}/bulkResetTraffic", {"emails": [emails[0]]}))
+    ok(api.post(f"{CLIENTS}/resetAllTraffics"))
+    ok(api.post(f"{INBOUNDS}/{inbound['id']}/resetTraffic"))
+    for email in emails:
+        traffic = ok(api.get(f"{CLIENTS}/traffic/{quote(email)}"))
+        assert (traffic["up"], traffic["down"]) == (0, 0)
+        history = ok(api.get(f"{CLIENTS}/history/{quote(email)}"))
+        assert (history["up"], history["down"]) == (7, 70)
+    history = ok(api.get(f"{INBOUNDS}/{inbound['id']}/history"))
+    assert (history["up"], history["down"]) == (14, 140)
+    # Deleting the inbound drops its history with it.
+    ok(api.post(f"{INBOUNDS}/del/{inbound['id']}"))
+    assert db_rows(
+        panel, "SELECT COUNT(*) FROM inbound_usage WHERE inbound_id = ?", (inbound["id"],)
+    ) == [(0,)]
