@@ -61,6 +61,7 @@ from appliance.services.clients.records import Clients
 from appliance.services.clients.sub_address import SubscriptionAddress
 from appliance.services.clients.subscriptions import Subscriptions, drops_inbounds
 from appliance.services.clients.traffic import TrafficAccounting
+from appliance.services.clients.usage import HOUR, UsageHistory
 from appliance.services.control.metrics import CoreMetrics
 from appliance.services.control.mtproto import MtprotoService
 from appliance.services.control.probe import OutboundProbe
@@ -207,6 +208,7 @@ class Panel:
         self.subscriptions = Subscriptions(self.store, self.settings)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(self.store, self.presence)
+        self.usage = UsageHistory(self.store)
         core_dir = self.places.core_dir
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(
@@ -338,6 +340,7 @@ class Panel:
                     settings=self.settings,
                     sub_address=self.sub_address,
                     master_traffic=self.master_traffic,
+                    usage=self.usage,
                 )
             ),
             client_routes(
@@ -351,6 +354,7 @@ class Panel:
                     node_traffic=self.node_traffic,
                     counter_feed=self.counter_feed,
                     master_traffic=self.master_traffic,
+                    usage=self.usage,
                 )
             ),
             group_routes(GroupRouteNeeds(groups=self.groups)),
@@ -527,6 +531,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
+        every(HOUR, self.usage.prune, "usage history pruning", fault)
         every(HEARTBEAT_SECONDS, self.node_heartbeat, "node heartbeat", fault)
         every(HEARTBEAT_SECONDS, self.node_tree.refresh, "node descendants", fault)
         every(

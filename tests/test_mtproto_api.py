@@ -212,6 +212,11 @@ def test_bytes_are_counted_once_for_the_right_client(api, panel):
     wait_until(lambda: traffic(api, alice["email"]) == expected, "the second exchange counted")
     row = ok(api.get(f"{INBOUNDS}/get/{inbound['id']}"))
     assert (row["up"], row["down"]) == expected
+    # The history holds the same bytes, for the client and for the inbound.
+    history = ok(api.get(f"{API}/history/{alice['email']}"))
+    assert (history["up"], history["down"]) == expected
+    history = ok(api.get(f"{INBOUNDS}/{inbound['id']}/history"))
+    assert (history["up"], history["down"]) == expected
 
 
 def test_an_open_connection_shows_the_client_online_with_its_address(api):

@@ -191,6 +191,13 @@ def test_bytes_through_the_nodes_core_are_counted_once_on_the_central_panel(worl
         "the central inbound counts what the node's inbound did",
         WAIT,
     )
+    # The central panel's history holds what its totals gained, client and inbound.
+    central = world["central"].client()
+    email = world["users"]["alice"]["email"]
+    history = ok(central.get(f"{CLIENTS}/history/{email}"))
+    assert (history["up"], history["down"]) == pair(world["central"], email)
+    history = ok(central.get(f"{INBOUNDS}/{world['inbound']['id']}/history"))
+    assert (history["up"], history["down"]) == central_inbound_counters(world)
     # The node's own client is not the central panel's: nothing of it lands there.
     assert world["users"]["solo"]["email"] not in {
         c["email"] for c in ok(world["central"].client().get(f"{CLIENTS}/list"))

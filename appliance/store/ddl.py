@@ -102,3 +102,13 @@ def literal(value: object, dialect: str) -> str:
     if isinstance(value, int | float):
         return repr(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def adding_upsert(table: str, keys: tuple[str, ...], columns: tuple[str, ...], dialect: str) -> str:
+    """The clause that makes an INSERT into `table` add its `columns` to the row already
+    holding its unique `keys`, in the dialect's words (SQLite and PostgreSQL share one)."""
+    if dialect == "mysql":
+        adds = ", ".join(f"{c} = {table}.{c} + VALUES({c})" for c in columns)
+        return f" ON DUPLICATE KEY UPDATE {adds}"
+    adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
+    return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {adds}"

@@ -416,6 +416,33 @@ def _v13_mtproto(dialect: str) -> list[str]:
     ]
 
 
+def _v14_usage_history(dialect: str) -> list[str]:
+    """Usage history: what each client (by email key) and each inbound moved, in hourly
+    buckets (`*_usage`, for 90 days) and daily ones (`*_usage_day`, for a year), each
+    starting at `at` (seconds, UTC). One row per bucket and owner, indexed by the bucket
+    first: a tick adds to the current hour's rows, all side by side at the index's end
+    however long the history, the pruning job finds the oldest hour at its start, and a
+    read looks up its owner in each bucket of its range."""
+    tables = [
+        Table(
+            name,
+            (
+                Column(owner, kind, size),
+                Column("at", "bigint"),
+                Column("up", "bigint", default=0),
+                Column("down", "bigint", default=0),
+            ),
+            (Index(("at", owner), unique=True),),
+        )
+        for prefix, owner, kind, size in (
+            ("client", "email_key", "str", 255),
+            ("inbound", "inbound_id", "int", 0),
+        )
+        for name in (f"{prefix}_usage", f"{prefix}_usage_day")
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -434,6 +461,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
         _v12_outbound_subscriptions,
     ),
     (13, "MTProto: client secrets, the last counters of the proxy processes", _v13_mtproto),
+    (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -285,6 +285,38 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         down = Required(int, size=64, default=0)
         composite_key(inbound_id, email_key)
 
+    class ClientUsage(db.Entity):
+        _table_ = "client_usage"
+        email_key = Required(str, 255, autostrip=False)
+        at = Required(int, size=64)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(at, email_key)
+
+    class ClientUsageDay(db.Entity):
+        _table_ = "client_usage_day"
+        email_key = Required(str, 255, autostrip=False)
+        at = Required(int, size=64)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(at, email_key)
+
+    class InboundUsage(db.Entity):
+        _table_ = "inbound_usage"
+        inbound_id = Required(int)
+        at = Required(int, size=64)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(at, inbound_id)
+
+    class InboundUsageDay(db.Entity):
+        _table_ = "inbound_usage_day"
+        inbound_id = Required(int)
+        at = Required(int, size=64)
+        up = Required(int, size=64, default=0)
+        down = Required(int, size=64, default=0)
+        composite_key(at, inbound_id)
+
     return SimpleNamespace(
         Setting=Setting,
         Admin=Admin,
@@ -308,4 +340,8 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         MasterTraffic=MasterTraffic,
         OutboundSub=OutboundSub,
         MtprotoCounter=MtprotoCounter,
+        ClientUsage=ClientUsage,
+        ClientUsageDay=ClientUsageDay,
+        InboundUsage=InboundUsage,
+        InboundUsageDay=InboundUsageDay,
     )

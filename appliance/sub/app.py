@@ -7,6 +7,9 @@ gets the info page. `?format=` (base64, json, clash, singbox) names the format o
 on any subscription path; `/json/` and `/yaml/` keep serving their own format, each
 while its switch is on.
 
+`/sub/<subId>?format=info` answers JSON for the subscription's owner: the usage, quota
+and expiry of the page, and this month's usage day by day (`month`).
+
 It is a bare WSGI callable rather than a Bottle app: client apps poll it all day, every
 request is one of three GETs, and routing them is a prefix test. Settings are read on
 every request (a dictionary lookup), so a changed path, title or switch applies at once;
@@ -28,14 +31,18 @@ configuration they have and ask again.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
+from appliance.domain.client_rules import email_key
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import request_host
-from appliance.services.clients.subscriptions import Lookup, Subscriptions
+from appliance.services.clients.subscriptions import EMAIL, Lookup, Subscriptions
+from appliance.services.clients.usage import month_usage
 from appliance.sub.page import SCRIPT_HASH, info_page
 
 log = logging.getLogger(__name__)
@@ -121,8 +128,12 @@ class SubscriptionApp:
         query = _query(environ)
         asked = query.get("format")
         # The info page is for a browser on the plain path; it shows the share links.
+        # `?format=info` gives the subscription's owner its usage as JSON there.
+        info = path_kind == "links" and asked == ["info"]
         page = not asked and path_kind == "links" and _wants_html(environ, query)
-        if asked:
+        if info:
+            kind = "links"
+        elif asked:
             kind = format_name(asked[0])
             if kind is None:
                 message = f"unknown format '{_header_safe(asked[0][:40])}': use {FORMATS_TEXT}\n"
@@ -144,10 +155,23 @@ class SubscriptionApp:
         if path_kind == "links":
             # What the plain path answers depends on these request headers.
             headers.append(("Vary", "Accept, User-Agent"))
+        if info:
+            usage = lookup.usage
+            answer = {
+                "title": self._title(lookup),
+                "upload": usage.upload,
+                "download": usage.download,
+                "total": usage.total,
+                "expire": usage.expire,
+                "month": self._month(lookup),
+            }
+            headers.append(("Content-Type", CONTENT_TYPES["json"]))
+            return "200 OK", headers, json.dumps(answer).encode()
         if page:
             body = info_page(
                 title=self._title(lookup),
                 usage=lookup.usage,
+                month=self._month(lookup),
                 links=rendered.links,
                 sub_url=page_url,
                 json_url=self._url(environ, authority, "subJsonPath", sub_id)
@@ -200,6 +224,11 @@ class SubscriptionApp:
         if get("subEnableRouting") and rules:
             headers.append(("Routing", _routing_value(rules)))
         return headers
+
+    def _month(self, lookup: Lookup) -> dict:
+        """This month's usage, day by day, of the subscription's own clients."""
+        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        return month_usage(self.subscriptions.reads.rows, keys, int(time.time()))
 
     def _title(self, lookup: Lookup) -> str:
         return self.settings.get("subTitle") or lookup.title

@@ -38,6 +38,8 @@ dt{color:#5b6478}dd{margin:0;font-variant-numeric:tabular-nums}
 background:#2f6fed;color:#fff;text-decoration:none}
 .link{display:flex;gap:16px;align-items:center;border-top:1px solid #e6e8ee;padding:12px 0}
 .link:first-of-type{border-top:0}
+.bars{display:flex;align-items:flex-end;gap:2px;height:80px;margin-top:8px}
+.bar{flex:1;background:#2f6fed;border-radius:2px 2px 0 0;min-width:3px}
 .link code{word-break:break-all;font-size:.85rem}
 .link svg{flex:none;background:#fff}
 input{width:100%;box-sizing:border-box;padding:6px;font-family:monospace}
@@ -85,6 +87,7 @@ def info_page(
     *,
     title: str,
     usage: Usage,
+    month: dict,
     links: list[str],
     sub_url: str,
     json_url: str,
@@ -106,6 +109,7 @@ def info_page(
         ("Expires", _expiry(usage.expire)),
     ]
     usage_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+    usage_html = f"<dl>{usage_html}</dl>{_month_bars(month)}"
     urls = [("Subscription", sub_url), ("JSON", json_url), ("Mihomo (YAML)", yaml_url)]
     url_html = "".join(
         f'<p>{escape(label)}<span class="copy"><input readonly aria-label="{escape(label)}" '
@@ -137,7 +141,7 @@ def info_page(
         '<meta name="robots" content="noindex">'
         f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
         f"<body><main><h1>{escape(title)}</h1>"
-        f"<section><dl>{usage_html}</dl></section>"
+        f"<section>{usage_html}</section>"
         f'<section class="apps"><h2>Import</h2>{apps_html}{url_html}{sub_qr}</section>'
         f"<section><h2>Links</h2>{links_html}</section>"
         f"</main><script>{COPY_SCRIPT}</script></body></html>"
@@ -167,6 +171,28 @@ def _copy_button(label: str, text: str) -> str:
         f'<button type="button" data-copy="{escape(text)}" aria-label="Copy {escape(label)}">'
         "Copy</button>"
     )
+
+
+def _month_bars(month: dict) -> str:
+    """This month's usage as one bar a day, drawn with CSS alone (the page runs no
+    script but its copy buttons); each bar's title tells the day and the bytes."""
+    days = month["days"]
+    most = max((day["up"] + day["down"] for day in days), default=0) or 1
+    bars = "".join(
+        f'<span class="bar" title="{escape(_day(day["at"]))}: '
+        f'{escape(human_bytes(day["up"] + day["down"]))}" '
+        f'style="height:{max(2, round(100 * (day["up"] + day["down"]) / most))}%"></span>'
+        for day in days
+    )
+    total = human_bytes(month["up"] + month["down"])
+    return (
+        f'<h2>Your usage this month</h2><p class="month-total">{escape(total)}</p>'
+        f'<div class="bars" aria-label="Usage by day this month">{bars}</div>'
+    )
+
+
+def _day(millis: int) -> str:
+    return datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC).strftime("%Y-%m-%d")
 
 
 def _expiry(seconds: int) -> str:

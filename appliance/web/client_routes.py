@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.records import Clients
     from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
+    from appliance.services.clients.usage import UsageHistory
     from appliance.services.nodes.master_traffic import MasterTraffic
     from appliance.services.nodes.traffic import NodeTraffic
 
@@ -41,6 +42,7 @@ class ClientRouteNeeds:
     node_traffic: NodeTraffic  # who is online where, from this panel's core and its nodes
     counter_feed: CounterFeed  # the counters a managing panel polls
     master_traffic: MasterTraffic  # totals a managing panel pushed down
+    usage: UsageHistory  # traffic hour by hour and day by day
 
 
 def client_routes(needs: ClientRouteNeeds) -> RouteTable:
@@ -295,6 +297,14 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     )
     def traffic(email):
         return {**clients.traffic(email), "masterTraffic": needs.master_traffic.view(email)}
+
+    @table.get(
+        "/history/<email>",
+        "A client's traffic in buckets: ?step=hour|day, ?from= and ?to= in ms "
+        "(the last 24 hours or 30 days by default); buckets without traffic are left out",
+    )
+    def history(email):
+        return needs.usage.client(email, query_text())
 
     @table.get("/subLinks/<subId>", "Share links a subscription id serves (not base64)")
     def sub_links(subId):

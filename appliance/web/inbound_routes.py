@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.bulk import ClientBulk
     from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
+    from appliance.services.clients.usage import UsageHistory
     from appliance.services.inbounds.records import Inbounds
     from appliance.services.nodes.master_traffic import MasterTraffic
 
@@ -46,6 +47,7 @@ class InboundRouteNeeds:
     settings: Settings  # the subscription domain the links point to
     sub_address: SubscriptionAddress  # each client's subscription URL
     master_traffic: MasterTraffic  # totals a managing panel pushes down
+    usage: UsageHistory  # traffic hour by hour and day by day
 
 
 def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
@@ -117,6 +119,14 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
     def reset_traffic(id):
         inbounds.reset_traffic(id)
         return Reply("inbound traffic reset")
+
+    @table.get(
+        "/<id>/history",
+        "An inbound's traffic in buckets: ?step=hour|day, ?from= and ?to= in ms "
+        "(the last 24 hours or 30 days by default); buckets without traffic are left out",
+    )
+    def history(id):
+        return needs.usage.inbound(id, query_text())
 
     @table.post("/<id>/delAllClients", "Delete every client attached to an inbound", resource=BOTH)
     def delete_all_clients(id):

@@ -251,9 +251,11 @@ const timeRange = (self, min, max) => {
 // numbers and an idle chart does not print "1%" twice.
 const valueRange = (self, min, max) => [0, Math.max((max || 0) * 1.1, 4)];
 const CLOCK = { hour: "2-digit", minute: "2-digit" };
+const DATE = { month: "short", day: "numeric" };
 
 export const Chart = {
-  props: ["series", "data", "format", "label"],
+  // `days`: the axis names dates instead of times of day.
+  props: ["series", "data", "format", "label", "days"],
   setup(props) {
     const box = Vue.ref(null);
     let plot = null;
@@ -274,7 +276,9 @@ export const Chart = {
           cursor: { drag: { x: false, y: false } },
           scales: { x: { time: true, range: timeRange }, y: { range: valueRange } },
           axes: [
-            { ...axis, values: (self, ticks) => ticks.map((tick) => new Date(tick * 1000).toLocaleTimeString(locale.value, CLOCK)) },
+            { ...axis, values: (self, ticks) => ticks.map((tick) => (props.days
+              ? new Date(tick * 1000).toLocaleDateString(locale.value, DATE)
+              : new Date(tick * 1000).toLocaleTimeString(locale.value, CLOCK))) },
             { ...axis, size: 84, values: (self, ticks) => ticks.map(props.format) },
           ],
           series: [{ label: t("chart.time"), value: (self, value) => (value == null ? "-" : formatDate(value * 1000)) },
@@ -315,7 +319,7 @@ export const Chart = {
       fitTime();
     });
     // Colours follow the theme; legend labels and axis times follow the language.
-    Vue.watch(() => [state.theme, locale.value, props.series.map((item) => item.label).join("\n")], build);
+    Vue.watch(() => [state.theme, locale.value, props.days, props.series.map((item) => item.label).join("\n")], build);
     Vue.onUnmounted(() => {
       if (observer) observer.disconnect();
       if (plot) plot.destroy();

@@ -17,6 +17,7 @@ import time
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
+from appliance.services.clients import usage
 from appliance.services.clients.traffic import ADD_UP_DOWN, added, start_clocks
 
 
@@ -69,6 +70,7 @@ class MtprotoAccounting:
                 self.store.execute(
                     f"UPDATE inbound SET {ADD_UP_DOWN} WHERE id = ?", [*added(*total), inbound_id]
                 )
+                usage.record(self.store, now, moved, [((inbound_id,), *total)])
                 start_clocks(self.store, set(moved), now)
             self.store.execute_many(
                 "UPDATE mtproto_counter SET instance = ?, up = ?, down = ? "

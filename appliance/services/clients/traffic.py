@@ -28,6 +28,7 @@ from pony.orm import db_session
 from appliance.domain.client_rules import email_key
 from appliance.domain.protocols import INT64_MAX
 from appliance.runtime.timings import Timings
+from appliance.services.clients import usage
 from appliance.store.batches import chunks
 
 GENERATION = "#generation"
@@ -193,6 +194,13 @@ class TrafficAccounting:
                 f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ?",
                 [(*added(up, down), tag) for tag, (up, down) in tick.inbounds.items()],
             )
+        usage.record(
+            store,
+            now,
+            tick.clients,
+            [((tag,), up, down) for tag, (up, down) in tick.inbounds.items()],
+            "tag = ?",
+        )
         new_outbounds = [tag for tag in tick.outbounds if tag not in self._outbounds]
         store.execute_many(
             "INSERT INTO outbound_traffic (tag, up, down) VALUES (?, 0, 0)",

@@ -266,6 +266,9 @@ class Inbounds:
             with self._node_first(before, None):
                 row.delete()
                 self.store.db.flush()
+                # Its history goes with it (a client's stays: see clients/usage.py).
+                for name in ("inbound_usage", "inbound_usage_day"):
+                    self.store.execute(f"DELETE FROM {name} WHERE inbound_id = ?", [inbound_id])
         self.touched(detached)
 
     def bulk_delete(self, ids) -> dict:

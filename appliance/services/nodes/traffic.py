@@ -42,6 +42,7 @@ from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
 from appliance.domain.protocols import INT64_MAX
+from appliance.services.clients import usage
 from appliance.services.clients.counters import CounterJournal
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
@@ -247,6 +248,13 @@ class NodeTraffic:
                 f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ? AND node_id = ?",
                 [(*added(up, down), tag, node_id) for tag, (up, down) in inbounds.items()],
             )
+        usage.record(
+            store,
+            now,
+            clients,
+            [((tag, node_id), up, down) for tag, (up, down) in inbounds.items()],
+            "tag = ? AND node_id = ?",
+        )
         store.execute_many(
             "UPDATE node_counter SET up = ?, down = ? WHERE node_id = ? AND name = ?",
             [(up, down, node_id, name) for name, (up, down) in changed.items() if name in last],

@@ -6,6 +6,7 @@ import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { copyButton, formatBytes, formatDate, Modal, QrCode } from "../components.js";
+import { UsageHistory } from "./usage-history.js";
 
 // A client's subscription URL (built by the panel from the subscription settings, or from
 // the address this page was loaded from), its QR code and a copy button.
@@ -109,7 +110,8 @@ export const ClientInfoDialog = {
         const { client, subUrl } = record.value;
         return html`<dl class="info" data-testid="client-details">${rows(client, traffic.value).map(([key, label, value]) =>
           html`<div key=${key} data-field=${key}><dt>${label}</dt><dd>${value}</dd></div>`)}</dl>
-          ${subUrl ? subscriptionUrl(subUrl) : null}`;
+          ${subUrl ? subscriptionUrl(subUrl) : null}
+          <${UsageHistory} path=${`panel/api/clients/history/${encodeURIComponent(props.client.email)}`} />`;
       }}
       footer=${() => html`<button onClick=${props.onClose}>${t("common.close")}</button>`} />`;
   },

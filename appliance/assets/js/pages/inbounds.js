@@ -14,6 +14,7 @@ import { ClientForm } from "./client-form.js";
 import { InboundForm } from "./inbound-form.js";
 import { CloneDialog, InboundClients } from "./inbound-clients.js";
 import { InboundLinksDialog } from "./inbound-links.js";
+import { InboundHistoryDialog } from "./usage-history.js";
 import { canHoldFallbacks, exportInbound, FallbacksDialog, InboundImportDialog } from "./inbound-tools.js";
 
 // Protocols whose inbounds carry clients (CLIENT_PROTOCOLS of appliance/domain/protocols.py).
@@ -103,6 +104,7 @@ export const InboundsPage = {
           <button data-testid="export-inbound" onClick=${() => exportInbound(inbound)}>${t("inbound.export")}</button>
           ${CLIENT_PROTOCOLS.includes(inbound.protocol) ? html`<button data-testid="export-links"
             onClick=${() => (tool.value = { kind: "links", inbound })}>${t("inbound.exportLinks")}</button>` : null}
+          <button data-testid="inbound-history" onClick=${() => (tool.value = { kind: "history", inbound })}>${t("inbound.history")}</button>
           <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
           <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
         </td>
@@ -128,6 +130,8 @@ export const InboundsPage = {
         onSaved=${() => { editing.value = null; toast(t("inbound.saved"), "success"); load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "fallbacks"
         ? html`<${FallbacksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
+      ${tool.value && tool.value.kind === "history"
+        ? html`<${InboundHistoryDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
       ${tool.value && tool.value.kind === "links"
         ? html`<${InboundLinksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
       ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)}
