@@ -36,6 +36,7 @@ from appliance.core.live import live_changes, running
 from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
 from appliance.errors import ServiceError
+from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
@@ -71,7 +72,7 @@ def main() -> int:
         build_database(DATASETS[DATASET_NAME], path)
         store = Store(str(path))
         store.open()
-        settings = Settings(store)
+        settings = Settings(store, FilePlaces(str(workdir)))
         settings.load()
         presence = Presence()
         query = ClientQuery(store, settings, presence)
