@@ -854,6 +854,8 @@ class Panel:
             "core": self.core_info(),
             "mtproto": self.mtproto.info(),
             "subWorkers": workers,
+            # As they are now: a managing panel's call may have just named itself.
+            **self._identity(),
         }
 
     def sample_status(self) -> None:
@@ -867,14 +869,16 @@ class Panel:
         self.history.record(now, values)
         self.bot_notices.cpu(values["cpu"])
 
+    def _identity(self) -> dict[str, str]:
+        return {"guid": self.guid(), "parentGuid": self.settings.internal("parentGuid")}
+
     def _snapshot(self, now: float) -> dict:
         status = {
             **self.sampler.sample(now),
             "mtproto": self.mtproto.info(),
             # Which panel this is among nodes, and which manages it: pushed too, so a page
             # names "this host" whichever way its status arrived.
-            "guid": self.guid(),
-            "parentGuid": self.settings.internal("parentGuid"),
+            **self._identity(),
         }
         self._status = (time.monotonic(), status)
         self.hub.publish({"type": "status", "data": status})
