@@ -16,7 +16,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 V2RAY = shutil.which("v2ray") or "/usr/bin/v2ray"
@@ -157,16 +157,12 @@ def running_core(directory: Path, config: dict, wait_for: int) -> Iterator[subpr
 
 
 @contextlib.contextmanager
-def echo_server() -> Iterator[int]:
-    """A TCP server on 127.0.0.1 that sends back what it receives; yields its port."""
+def serving(handle: Callable[[socket.socket], None], timeout: float | None = None) -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that runs `handle` on each connection in a thread of its
+    own (each connection with `timeout`, when given); yields its port."""
     listener = socket.create_server((LOOPBACK, 0))
     listener.settimeout(0.2)
     stopped = threading.Event()
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
 
     def accept_loop() -> None:
         while not stopped.is_set():
@@ -174,7 +170,9 @@ def echo_server() -> Iterator[int]:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+            if timeout is not None:
+                conn.settimeout(timeout)
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=accept_loop, daemon=True)
     thread.start()
@@ -184,6 +182,17 @@ def echo_server() -> Iterator[int]:
         stopped.set()
         thread.join()
         listener.close()
+
+
+def echo_server() -> contextlib.AbstractContextManager[int]:
+    """A TCP server on 127.0.0.1 that sends back what it receives; yields its port."""
+
+    def echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    return serving(echo)
 
 
 def socks_echo(socks_port: int, dest_port: int, payload: bytes, timeout: float = 3) -> bytes:

@@ -18,11 +18,10 @@ import datetime
 import socket
 import ssl
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core_helpers import LOOPBACK
+from core_helpers import LOOPBACK, serving
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
@@ -368,29 +367,11 @@ def tls_site() -> Iterator[int]:
         handle.write(CERTS.cert_pem + CERTS.key_pem)
         handle.flush()
         context.load_cert_chain(handle.name)
-    listener = socket.create_server((LOOPBACK, 0))
-    listener.settimeout(0.2)
-    stopped = threading.Event()
 
     def serve(conn: socket.socket) -> None:
         with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
             while tls.recv(65536):
                 pass
 
-    def accept_loop() -> None:
-        while not stopped.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            conn.settimeout(10)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept_loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stopped.set()
-        thread.join()
-        listener.close()
+    with serving(serve, timeout=10) as port:
+        yield port
