@@ -28,7 +28,7 @@ import time
 import pytest
 import requests
 from conftest import start_panel, stop_and_drop
-from helpers import create_plain_vless, db_path, db_rows, networked_connection, ok
+from helpers import create_plain_vless, db_path, db_rows, free_port, networked_connection, ok
 
 CLIENTS = "/panel/api/clients"
 COMMITTED_COUNT = 500
@@ -143,7 +143,7 @@ def test_a_kill_during_bulk_create_keeps_committed_batches_whole(tmp_path, late)
     server = start_panel(tmp_path)
     try:
         api = server.client()
-        inbound_ids = [create_plain_vless(api, port) for port in (33101, 33102)]
+        inbound_ids = [create_plain_vless(api, port) for port in (free_port(), free_port())]
         committed = bulk_items("kept", COMMITTED_COUNT, inbound_ids)
         assert ok(api.post(f"{CLIENTS}/bulkCreate", committed))["created"] == COMMITTED_COUNT
 

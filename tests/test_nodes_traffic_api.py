@@ -280,7 +280,8 @@ def test_a_poll_repeated_after_a_timeout_counts_once(world):
             proxy["losing"] = True
             push(world, "carol", 60_000)
             wait_until(lambda: pair(world["node"], email)[1] >= start[1] + 60_000, "tick", WAIT)
-            wait_until(lambda: proxy["lost"] >= 2, "two polls answered and lost", WAIT)
+            # Each lost answer holds its poll until the poll times out (10 s).
+            wait_until(lambda: proxy["lost"] >= 2, "two polls answered and lost", 3 * WAIT)
             assert pair(world["central"], email) == start
             proxy["losing"] = False
             up, down = settled(world, "carol", start[1] + 60_000)
