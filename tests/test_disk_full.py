@@ -21,7 +21,7 @@ import sqlite3
 import pytest
 from conftest import skip_unless_sqlite
 from core_panel import core_panel, wait_until
-from helpers import create_plain_vless, db_path, db_rows, ok
+from helpers import create_plain_vless, db_path, db_rows, free_port, ok
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,8 @@ def test_a_full_disk_fails_writes_with_a_sentence_and_leaves_no_partial_files(tm
     server = core_panel(tmp_path)
     try:
         api = server.client()
-        inbound_id = create_plain_vless(api, 33301)
+        port, second_port = free_port(), free_port()
+        inbound_id = create_plain_vless(api, port)
         assert ok(api.post(f"{CLIENTS}/bulkCreate", bulk("kept", inbound_id)))["created"] == (
             CLIENT_COUNT
         )
@@ -103,14 +104,14 @@ def test_a_full_disk_fails_writes_with_a_sentence_and_leaves_no_partial_files(tm
         reply = api.raw(
             "POST",
             "/panel/api/inbounds/add",
-            json={"protocol": "socks", "port": 33302, "settings": {"auth": "noauth"}},
+            json={"protocol": "socks", "port": second_port, "settings": {"auth": "noauth"}},
         )
         assert reply.status_code == 200, reply.text
         answer = reply.json()
         assert answer["success"] is False
         assert "core's config could not be written" in answer["msg"]
         assert "File too large" in answer["msg"]
-        assert [i["port"] for i in ok(api.get("/panel/api/inbounds/list"))] == [33301]
+        assert [i["port"] for i in ok(api.get("/panel/api/inbounds/list"))] == [port]
         core_files = files_under(core_dir)
         assert core_files["config.json"] == config_before
         assert [name for name in core_files if name.startswith("config.")] == ["config.json"]
@@ -130,7 +131,7 @@ def test_a_full_disk_fails_writes_with_a_sentence_and_leaves_no_partial_files(tm
         added = ok(
             api.post(
                 "/panel/api/inbounds/add",
-                {"protocol": "socks", "port": 33302, "settings": {"auth": "noauth"}},
+                {"protocol": "socks", "port": second_port, "settings": {"auth": "noauth"}},
             )
         )
         wait_until(
