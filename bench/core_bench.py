@@ -27,22 +27,18 @@ import uuid
 from pathlib import Path
 
 from clients_dataset import DATASET_NAME
-from harness import DATASETS, build_database
+from harness import opened_dataset
 
-from appliance.config import DB_FILE
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import build_config
 from appliance.core.live import live_changes, running
 from appliance.core.process import CoreProcess
 from appliance.core.template import default_template
 from appliance.errors import ServiceError
-from appliance.runtime.file_paths import FilePlaces
-from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.inbounds.records import Inbounds
-from appliance.store import Store
 
 API_PORT = 10085
 
@@ -68,12 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="appliance-core-bench-"))
     try:
-        path = workdir / DB_FILE
-        build_database(DATASETS[DATASET_NAME], path)
-        store = Store(str(path))
-        store.open()
-        settings = Settings(store, FilePlaces(str(workdir)))
-        settings.load()
+        store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         query = ClientQuery(store, settings, presence)
         inbounds = Inbounds(store, lambda: [], query.by_inbound)

@@ -408,6 +408,22 @@ def build_database(dataset: Dataset, path: Path) -> None:
         conn.close()
 
 
+def opened_dataset(name: str, workdir: Path):
+    """The dataset `name` built into `workdir` and opened in process: its store and its
+    loaded settings, for the benches that drive the services without a panel process."""
+    from appliance.runtime.file_paths import FilePlaces
+    from appliance.services.admin.settings import Settings
+    from appliance.store import Store
+
+    path = workdir / DB_FILE
+    build_database(DATASETS[name], path)
+    store = Store(str(path))
+    store.open()
+    settings = Settings(store, FilePlaces(str(workdir)))
+    settings.load()
+    return store, settings
+
+
 def insert_inbound(conn: sqlite3.Connection, inbound_id: int, payload: dict, now: int) -> dict:
     """Store an inbound API payload as the panel would (normalised by the product's own
     rules); returns the record with its id."""

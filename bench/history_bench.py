@@ -30,20 +30,17 @@ from pathlib import Path
 
 from clients_dataset import DATASET_NAME
 from core_bench import measure
-from harness import DATASETS, build_database
+from harness import opened_dataset
 
 from appliance.config import DB_FILE
 from appliance.core.config import build_config
 from appliance.core.template import default_template
-from appliance.runtime.file_paths import FilePlaces
-from appliance.services.admin.settings import Settings
 from appliance.services.clients import usage
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.clients.usage import DAY, HOUR, HOURLY_DAYS, UsageHistory
 from appliance.services.inbounds.records import Inbounds
-from appliance.store import Store
 
 API_PORT = 10085
 
@@ -65,12 +62,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="appliance-history-bench-"))
     try:
-        path = workdir / DB_FILE
-        build_database(DATASETS[DATASET_NAME], path)
-        store = Store(str(path))
-        store.open()
-        settings = Settings(store, FilePlaces(str(workdir)))
-        settings.load()
+        store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         query = ClientQuery(store, settings, presence)
         inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
@@ -120,7 +112,7 @@ def main() -> int:
             "client_rows": written["client_rows"],
             "inbound_rows": written["inbound_rows"],
             "fill_s": round(time.perf_counter() - fill_started, 1),
-            "database_mib": round(os.path.getsize(path) / 2**20, 1),
+            "database_mib": round(os.path.getsize(workdir / DB_FILE) / 2**20, 1),
         }
         prune_clock = Clock(now)
         cpu = time.process_time()

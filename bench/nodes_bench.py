@@ -23,12 +23,9 @@ import time
 from pathlib import Path
 
 from clients_dataset import DATASET_NAME
-from harness import DATASETS, build_database
+from harness import opened_dataset
 from pony.orm import db_session
 
-from appliance.config import DB_FILE
-from appliance.runtime.file_paths import FilePlaces
-from appliance.services.admin.settings import Settings
 from appliance.services.clients.counters import CounterFeed, CounterJournal
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
@@ -36,7 +33,6 @@ from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.traffic import NodeTraffic, _checked
-from appliance.store import Store
 from appliance.store.client_writes import ClientNotes
 
 NODES = 10
@@ -54,12 +50,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="appliance-nodes-bench-"))
     try:
-        path = workdir / DB_FILE
-        build_database(DATASETS[DATASET_NAME], path)
-        store = Store(str(path))
-        store.open()
-        settings = Settings(store, FilePlaces(str(workdir)))
-        settings.load()
+        store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         journal = CounterJournal()
         store.client_writes.watch(journal.note)
