@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import requests
-from helpers import create_inbound, db_rows, ok, refused
+from helpers import create_inbound, db_rows, free_port, ok, refused
 
 CLIENTS = "/panel/api/clients"
 INBOUNDS = "/panel/api/inbounds"
@@ -24,7 +24,7 @@ def add_inbound(api) -> dict:
         api,
         {
             "protocol": "vless",
-            "port": 20000 + uuid.uuid4().int % 20000,
+            "port": free_port(),
             "settings": {"decryption": "none"},
             "streamSettings": {"network": "tcp", "security": "none"},
         },
