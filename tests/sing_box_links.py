@@ -45,7 +45,9 @@ class Certificates:
     key_pem: str
 
 
-def make_certificates() -> Certificates:
+def make_certificates(extra_names: int = 0) -> Certificates:
+    """A CA and a server certificate for SERVER_NAME signed by it; `extra_names` more
+    names make the certificate longer (a REALITY target must have room for ML-DSA-65)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "proven test CA")])
@@ -75,6 +77,7 @@ def make_certificates() -> Certificates:
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
+    names = [SERVER_NAME, *(f"host-{n}.{SERVER_NAME}" for n in range(extra_names))]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]))
@@ -83,7 +86,7 @@ def make_certificates() -> Certificates:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([*map(x509.DNSName, names)]), critical=False)
         .add_extension(
             x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
         )
@@ -358,13 +361,13 @@ def server_inbound(record: dict) -> dict:
 
 
 @contextlib.contextmanager
-def tls_site() -> Iterator[int]:
+def tls_site(certificates: Certificates = CERTS) -> Iterator[int]:
     """A TLS 1.3 server on loopback: the site a REALITY server borrows its handshake from
     (what `realitySettings.target` names); yields its port."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     with tempfile.NamedTemporaryFile("w", suffix=".pem") as handle:
-        handle.write(CERTS.cert_pem + CERTS.key_pem)
+        handle.write(certificates.cert_pem + certificates.key_pem)
         handle.flush()
         context.load_cert_chain(handle.name)
 

@@ -24,8 +24,10 @@ from core_helpers import LOOPBACK, wait_port
 
 START_TIMEOUT = 15
 # Runs a config file the way `xray run -c` does; Xray ends the process with exit code 23
-# when it refuses the config.
+# when it refuses the config, before it starts anything.
 RUN = "import sys, xray; xray.startFromJSON(open(sys.argv[1]).read())"
+REFUSED = 23
+REFUSAL_WAIT = 5
 
 
 @contextlib.contextmanager
@@ -52,6 +54,24 @@ def running(
             code = process.poll()
             raise RuntimeError(f"Xray did not start (exit {code}):\n{log.read_text()}") from None
         yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def refuses(directory: Path, name: str, config: dict) -> bool:
+    """Whether Xray refuses `config`: it ends with exit code 23 instead of running."""
+    path = directory / f"xray-{name}.json"
+    path.write_text(json.dumps(config, indent=1))
+    process = subprocess.Popen(
+        [sys.executable, "-c", RUN, str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        return process.wait(REFUSAL_WAIT) == REFUSED
+    except subprocess.TimeoutExpired:
+        return False
     finally:
         process.kill()
         process.wait()
