@@ -119,7 +119,6 @@ def test_bad_reverse_is_refused(value):
     [
         ("2022-blake3-aes-128-gcm", 16),
         ("2022-blake3-aes-256-gcm", 32),
-        ("2022-blake3-chacha20-poly1305", 32),
     ],
 )
 def test_ss2022_key_has_the_cipher_length(method, length):
@@ -160,9 +159,22 @@ def test_a_key_cannot_fit_two_2022_key_lengths():
 
 
 def test_same_length_2022_ciphers_share_one_key():
-    inbounds = [ss("2022-blake3-aes-256-gcm", 7), ss("2022-blake3-chacha20-poly1305", 8)]
+    inbounds = [ss("2022-blake3-aes-256-gcm", 7), ss("2022-blake3-aes-256-gcm", 8)]
     record = normalize_client({"email": "a"}, inbounds)
     assert key_bytes(record["password"]) == 32
+
+
+def test_the_single_user_2022_cipher_takes_no_clients():
+    """Xray serves 2022-blake3-chacha20-poly1305 to the inbound's own key only and
+    refuses a config that gives it clients (tests/test_xray_real.py runs both)."""
+    for inbounds in (
+        [ss("2022-blake3-chacha20-poly1305", 9)],
+        [VLESS, ss("2022-blake3-chacha20-poly1305", 9)],
+    ):
+        with pytest.raises(ServiceError) as refused:
+            normalize_client({"email": "a"}, inbounds)
+        assert "inbound 9" in refused.value.msg
+        assert "one user" in refused.value.msg and "2022-blake3-aes-256-gcm" in refused.value.msg
 
 
 def test_fit_inbounds_replaces_only_what_does_not_fit():

@@ -652,7 +652,6 @@ def test_secrets_are_generated_and_serve_every_protocol(api, vless):
     [
         ("2022-blake3-aes-128-gcm", 16),
         ("2022-blake3-aes-256-gcm", 32),
-        ("2022-blake3-chacha20-poly1305", 32),
     ],
 )
 def test_ss2022_keys_have_the_cipher_length(api, vless, method, length):
@@ -690,6 +689,31 @@ def test_one_client_cannot_hold_two_2022_key_lengths(api, vless):
         api.post(f"{API}/add", {"client": {"email": unique()}, "inboundIds": [short, long]}),
         "key",
     )
+
+
+def test_the_single_user_2022_cipher_is_refused_clients_on_every_path(api, vless):
+    """The core serves 2022-blake3-chacha20-poly1305 to the inbound's own key only: the
+    inbound itself is saved, but no client goes on it, and an inbound with clients does
+    not switch to it; each refusal changes nothing."""
+    single = add_inbound(api, "shadowsocks", method="2022-blake3-chacha20-poly1305")["id"]
+    email = unique()
+    reply = api.post(f"{API}/add", {"client": {"email": email}, "inboundIds": [single]})
+    refused(reply, f"inbound {single}", "one user", "2022-blake3-aes-256-gcm")
+    assert not api.get(f"{API}/get/{path_of(email)}")["success"]
+
+    existing = add_client(api, [vless])
+    reply = api.post(f"{API}/{path_of(existing['email'])}/attach", {"inboundIds": [single]})
+    refused(reply, "one user")
+    assert get_client(api, existing["email"])["inboundIds"] == [vless]
+
+    multi = add_inbound(api, "shadowsocks", method="2022-blake3-aes-256-gcm")
+    client = add_client(api, [multi["id"]])
+    method = "2022-blake3-chacha20-poly1305"
+    switched = {**multi, "settings": {**multi["settings"], "method": method}}
+    reply = api.post(f"{INBOUNDS}/update/{multi['id']}", switched)
+    refused(reply, client["email"], "one user")
+    assert inbound(api, multi["id"])["settings"]["method"] == "2022-blake3-aes-256-gcm"
+    assert entry_of(api, multi["id"], client["email"])["password"] == client["password"]
 
 
 @pytest.mark.parametrize(

@@ -145,6 +145,11 @@ def normalize_client(payload: Any, inbounds: list[dict]) -> dict:
     return client
 
 
+# Xray's Shadowsocks 2022 server takes several users only on the AES ciphers; a config
+# giving clients to this one fails the core's own test.
+SINGLE_USER_METHODS = frozenset({"2022-blake3-chacha20-poly1305"})
+
+
 def fit_inbounds(client: dict, inbounds: list[dict]) -> None:
     """Adjust secrets to the inbounds the client is attached to (in place): a password
     that is no key of the 2022 cipher's length is replaced, a legacy cipher is copied."""
@@ -153,6 +158,12 @@ def fit_inbounds(client: dict, inbounds: list[dict]) -> None:
         if inbound["protocol"] != "shadowsocks":
             continue
         method = inbound["settings"].get("method", "")
+        if method in SINGLE_USER_METHODS:
+            raise ServiceError(
+                f"inbound {inbound['id']} uses {method}, which the core serves to one user "
+                "only (the inbound's own key) and refuses with clients; switch it to "
+                "2022-blake3-aes-128-gcm or 2022-blake3-aes-256-gcm to give it clients"
+            )
         if is_ss2022(method):
             key_lengths.setdefault(ss2022_key_length(method), (inbound["id"], method))
         elif legacy_method(method):
