@@ -76,6 +76,7 @@ from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.master_traffic import MasterTraffic
 from appliance.services.nodes.operations import NodeOperations
+from appliance.services.nodes.parent import ManagingPanel
 from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import NODE_KEY_ENV, TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic
@@ -153,12 +154,9 @@ class Panel:
         self.touched_clients = TouchedClients()
         self.clients = Clients(self.store, touched=self.touched_clients.note)
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
-        self.client_bulk = ClientBulk(
-            self.clients, self.client_query, lambda: self.settings.internal("parentGuid")
-        )
-        self.master_traffic = MasterTraffic(
-            self.store, lambda: self.settings.internal("parentGuid")
-        )
+        self.managing_panel = ManagingPanel(self.settings)
+        self.client_bulk = ClientBulk(self.clients, self.client_query, self.managing_panel.guid)
+        self.master_traffic = MasterTraffic(self.store, self.managing_panel.guid)
         self.groups = Groups(self.store)
         self.inbounds = Inbounds(
             self.store,
@@ -299,16 +297,6 @@ class Panel:
         """This panel's identity among nodes: the key of the per-guid client maps."""
         return self.settings.internal("panelGuid")
 
-    def managed_by(self, guid: str) -> None:
-        """Remember the guid of the panel that manages this one as a node: it is this
-        panel's `parentGuid` in its status and in `server/descendants`."""
-        try:
-            guid = str(uuid.UUID(guid))
-        except ValueError:
-            return
-        if guid != self.settings.internal("parentGuid"):
-            self.settings.set_internal("parentGuid", guid)
-
     def node_identity(self) -> Identity:
         """What this panel presents to the nodes it manages."""
         return Identity(self.guid(), self.mtls.client_certificate)
@@ -448,7 +436,7 @@ class Panel:
             audit=self.audit,
             trusted_proxies=self.trusted_proxies,
             core_lag=self.core.out_of_step,
-            managed_by=self.managed_by,
+            managed_by=self.managing_panel.called_by,
             node_certificate_needed=lambda: self.node_certificates_needed,
             request_timings=self.request_timings,
         )
@@ -870,7 +858,7 @@ class Panel:
         self.bot_notices.cpu(values["cpu"])
 
     def _identity(self) -> dict[str, str]:
-        return {"guid": self.guid(), "parentGuid": self.settings.internal("parentGuid")}
+        return {"guid": self.guid(), "parentGuid": self.managing_panel.guid()}
 
     def _snapshot(self, now: float) -> dict:
         status = {

@@ -40,6 +40,31 @@ def test_a_node_is_added_and_reports_its_identity(pair):
     assert history and {"t", "v"} <= set(history[0])
 
 
+def test_a_second_panel_does_not_take_a_managed_node(pair, tmp_path):
+    """The first managing panel keeps the node while it keeps calling: another panel that
+    adds it too is answered, sees the node as managed by another panel, and leaves the
+    node's parentGuid alone (tests/test_managing_panel.py: the takeover after silence)."""
+    central, node = pair
+    api = central.client()
+    central_guid = ok(api.get("/panel/api/server/status"))["guid"]
+    if not any(n["name"] == "first" for n in ok(api.get(f"{NODES}/list"))):
+        add_node(api, node, "first")
+    other = start_panel(tmp_path)
+    try:
+        other_api = other.client()
+        theirs = add_node(other_api, node, "theirs")
+        assert theirs["status"] == "error", theirs
+        assert "managed by another panel" in theirs["lastError"]
+        assert central_guid in theirs["lastError"]
+        for _ in range(3):
+            ok(other_api.post(f"{NODES}/probe/{theirs['id']}"))
+            assert ok(node.client().get("/panel/api/server/status"))["parentGuid"] == central_guid
+        ours = {n["name"]: n for n in ok(api.get(f"{NODES}/list"))}["first"]
+        assert ok(api.post(f"{NODES}/probe/{ours['id']}"))["status"] == "online"
+    finally:
+        stop_and_drop(other)
+
+
 def records(api) -> list[dict]:
     """The stored fields of every node, without what heartbeats change between reads."""
     return [
