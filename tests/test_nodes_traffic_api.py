@@ -418,6 +418,31 @@ def test_a_push_never_changes_what_the_central_panel_polls(world):
     assert pair(world["central"], email) == before
 
 
+def test_pushes_are_audited_only_when_refused(world):
+    """A managing panel pushes every ten seconds: an entry each would bury the admins'
+    own; a refused push (a wrong body, a wrong token) is still written down."""
+    node_api = world["node"].client()
+    central_guid = ok(world["central"].client().get("/panel/api/server/status"))["guid"]
+    token = node_token(world["node"], "audited")
+    email = world["users"]["carol"]["email"]
+
+    def pushes() -> list[dict]:
+        listed = ok(node_api.get("/panel/api/audit/list", params={"pageSize": 200}))
+        return [e for e in listed["items"] if e["route"].endswith("/pushClientTraffics")]
+
+    before = pushes()
+    good = {"masterGuid": central_guid, "traffics": [{"email": email, "up": 1, "down": 2}]}
+    for _ in range(3):
+        assert ok(bearer(world["node"], token, f"{INBOUNDS}/pushClientTraffics", good))
+    assert pushes() == before
+    bad = {"masterGuid": central_guid, "traffics": {}}
+    refused(bearer(world["node"], token, f"{INBOUNDS}/pushClientTraffics", bad), "traffics")
+    written = pushes()
+    assert len(written) == len(before) + 1
+    assert written[0]["success"] is False and "traffics" in written[0]["msg"]
+    assert written[0]["actorKind"] == "token"
+
+
 def bearer(panel, token: str, path: str, body) -> dict:
     reply = requests.post(
         panel.url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10

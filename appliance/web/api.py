@@ -222,6 +222,8 @@ class ApiPlugin:
         actor = request.environ.get(ACTOR_KEY)
         if not spec.acts or actor is None:
             return
+        if spec.routine and not refusal and status < 400:
+            return
         kind, name = actor
         action = Action(
             actor=name,

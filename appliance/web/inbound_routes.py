@@ -143,6 +143,7 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
         "counters (never merged into them) for display and the local quota check",
         max_body=PUSH_BODY,
         body={"masterGuid": "string", "traffics": "object[]"},
+        routine=True,
     )
     def push_client_traffics():
         return needs.master_traffic.push(json_object(PUSH_BODY))

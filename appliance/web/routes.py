@@ -7,8 +7,9 @@ table, so the published description cannot drift from what is served.
 
 Whether a route changes anything is said here too: GET routes only read, and a POST
 route that only reads says `reads=True`. Every other route is an action: it is written to
-the audit log, and API tokens of the `read` scope may not call it. What each token scope
-may call is decided below (`scope_allows`), from the table alone.
+the audit log (a `routine` one only when it is refused), and API tokens of the `read`
+scope may not call it. What each token scope may call is decided below (`scope_allows`),
+from the table alone.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Route:
     raw: bool = False  # the handler builds its own response (files, upgrades)
     tags: tuple[str, ...] = ()
     reads: bool = False  # a POST that changes nothing (queries with a body, generators)
+    # A change a machine makes every few seconds (a managing panel's pushes): audited only
+    # when refused, so that one entry per node every ten seconds does not bury the admins'.
+    routine: bool = False
 
     @property
     def acts(self) -> bool:
