@@ -147,7 +147,7 @@ def test_non_object_bodies_are_a_clear_error(api, path, raw):
 
 
 def test_json_array_for_an_inbound(api, inbounds_unchanged):
-    response = api.raw("POST", ADD, json=[{"protocol": "socks", "port": 31500}])
+    response = api.raw("POST", ADD, json=[{"protocol": "socks", "port": 32150}])
     assert "JSON object" in envelope_error(response, 200)
 
 
@@ -155,7 +155,7 @@ def test_json_array_for_an_inbound(api, inbounds_unchanged):
     "content_type", ["text/plain", "application/xml", "application/octet-stream", "image/png"]
 )
 def test_wrong_content_types_are_refused(api, inbounds_unchanged, content_type):
-    payload = json.dumps({"protocol": "socks", "port": 31501, "settings": {"auth": "noauth"}})
+    payload = json.dumps({"protocol": "socks", "port": 32151, "settings": {"auth": "noauth"}})
     response = api.raw("POST", ADD, data=payload, headers={"Content-Type": content_type})
     msg = envelope_error(response, 415)
     assert content_type in msg and "application/json" in msg
@@ -197,14 +197,14 @@ def test_malformed_multipart_is_a_clear_error(api, inbounds_unchanged, content_t
 def test_forms_work_both_ways(api):
     inbound = {"protocol": "socks", "settings": {"auth": "noauth"}}
     urlencoded = api.post(
-        "/panel/api/inbounds/import", data={"data": json.dumps({**inbound, "port": 31502})}
+        "/panel/api/inbounds/import", data={"data": json.dumps({**inbound, "port": 32152})}
     )
     multipart = api.post(
         "/panel/api/inbounds/import",
-        files={"data": (None, json.dumps({**inbound, "port": 31503}))},
+        files={"data": (None, json.dumps({**inbound, "port": 32153}))},
     )
-    assert urlencoded["success"] is True and urlencoded["obj"]["port"] == 31502
-    assert multipart["success"] is True and multipart["obj"]["port"] == 31503
+    assert urlencoded["success"] is True and urlencoded["obj"]["port"] == 32152
+    assert multipart["success"] is True and multipart["obj"]["port"] == 32153
 
 
 def test_malformed_chunked_framing(panel, api):

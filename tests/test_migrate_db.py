@@ -66,14 +66,14 @@ def generate(api) -> list[str]:
         api,
         {
             "protocol": "vless",
-            "port": 31901,
+            "port": 32191,
             "remark": "vless Grüße",
             "settings": {"decryption": "none"},
             "streamSettings": {"network": "tcp", "security": "none"},
         },
     )["id"]
     trojan = create_inbound(
-        api, {"protocol": "trojan", "port": 31902, "remark": "trojan", "settings": {}}
+        api, {"protocol": "trojan", "port": 32192, "remark": "trojan", "settings": {}}
     )["id"]
     emails = [f"user{n:05d}@migrate.test" for n in range(CLIENT_COUNT)]
     for start in range(0, CLIENT_COUNT, 2500):

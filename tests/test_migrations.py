@@ -88,7 +88,7 @@ def serves(server) -> None:
     assert api.get("/panel/api/inbounds/list")["success"] is True
     added = api.post(
         "/panel/api/inbounds/add",
-        json={"protocol": "socks", "port": 31700, "settings": {"auth": "noauth"}},
+        json={"protocol": "socks", "port": 32170, "settings": {"auth": "noauth"}},
     )
     assert added["success"] is True, added
 
@@ -190,7 +190,7 @@ def test_networked_store_round_trips_an_inbound(kind):
             created = inbounds.add(
                 {
                     "protocol": "socks",
-                    "port": 31800,
+                    "port": 32180,
                     "remark": "Grüße 🚀 'quoted'",
                     "settings": {"auth": "noauth", "udp": True},
                     "total": 2**40,

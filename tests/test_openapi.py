@@ -26,7 +26,7 @@ BODIES = {
     ("POST", "/login"): {"username": "nobody", "password": "wrong"},
     ("POST", "/panel/api/inbounds/add"): {
         "protocol": "socks",
-        "port": 31990,
+        "port": 32290,
         "settings": {"auth": "noauth"},
     },
     ("POST", "/panel/api/inbounds/bulkDel"): {"ids": [int(MISSING_ID)]},
@@ -40,7 +40,7 @@ BODIES = {
 }
 FORMS = {
     ("POST", "/panel/api/inbounds/import"): {
-        "data": '{"protocol": "socks", "port": 31991, "settings": {"auth": "noauth"}}'
+        "data": '{"protocol": "socks", "port": 32291, "settings": {"auth": "noauth"}}'
     },
 }
 # Called elsewhere on a panel of its own: it would restart the shared one.

@@ -129,7 +129,7 @@ def test_a_token_is_a_full_admin_credential(panel, api):
     assert settings.status_code == 200
     assert settings.json()["success"] is True
     assert settings.json()["obj"]["webBasePath"] == "/"
-    inbound = {"remark": "made by token", "protocol": "vless", "port": 23817}
+    inbound = {"remark": "made by token", "protocol": "vless", "port": 32017}
     added = bearer(panel, "POST", "/panel/api/inbounds/add", token, json=inbound)
     assert added.status_code == 200
     assert added.json()["success"] is True, added.text
@@ -266,7 +266,7 @@ def test_a_read_token_reads_and_is_refused_every_action(panel, api):
         response = bearer(panel, method, path, token)
         assert response.status_code == 200 and response.json()["success"] is True, path
     before = api.get("/panel/api/inbounds/list")["obj"]
-    inbound = {**INBOUND, "port": 23818}
+    inbound = {**INBOUND, "port": 32018}
     refused_like_unknown(panel, "POST", "/panel/api/inbounds/add", token, json=inbound)
     refused_like_unknown(panel, "POST", BASE + "/create", token, json={"name": "escalated"})
     refused_like_unknown(panel, "POST", "/panel/api/setting/update", token, json={"pageSize": 9})
@@ -279,7 +279,7 @@ def test_a_node_token_drives_inbounds_and_clients_only(panel, api):
     token = scoped(api, "managing panel", "node")["token"]
     inbound = {
         "protocol": "vless",
-        "port": 23819,
+        "port": 32019,
         "settings": {"decryption": "none"},
         "streamSettings": {"network": "tcp", "security": "none"},
     }

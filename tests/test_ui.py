@@ -305,7 +305,7 @@ def test_error_envelope_is_shown_to_the_user(browser, panel, watches):
     taken = ok(
         api.post(
             "/panel/api/inbounds/add",
-            {"remark": "holder", "protocol": "vless", "port": 24555, "settings": {}},
+            {"remark": "holder", "protocol": "vless", "port": 32055, "settings": {}},
         )
     )
     page = signed_in_page(browser, panel, watches)

@@ -71,7 +71,7 @@ def inbound(api):
     return ok(
         api.post(
             "/panel/api/inbounds/add",
-            {"remark": "ui-hosts", "protocol": "vless", "port": 24701, "settings": {}},
+            {"remark": "ui-hosts", "protocol": "vless", "port": 32071, "settings": {}},
         )
     )
 
