@@ -126,10 +126,7 @@ class PanelServer:
                     panel = match
                 if match := SUB_RE.search(line):
                     sub = match
-                if "username:" in line and not self.username:
-                    self.username = line.split("username:", 1)[1].strip()
-                if "password:" in line and not self.password:
-                    self.password = line.split("password:", 1)[1].strip()
+            self._read_credentials(self.lines[mark:])
             if panel and sub and (self.password or not self.expect_credentials):
                 scheme, port, base = panel.groups()
                 self.url = f"{scheme}://127.0.0.1:{port}{base.rstrip('/')}"
@@ -142,14 +139,32 @@ class PanelServer:
             time.sleep(0.05)
         raise RuntimeError("panel did not start:\n" + "\n".join(self.lines[mark:]))
 
+    def _read_credentials(self, lines: list[str]) -> None:
+        for line in lines:
+            if "username:" in line and not self.username:
+                self.username = line.split("username:", 1)[1].strip()
+            if "password:" in line and not self.password:
+                self.password = line.split("password:", 1)[1].strip()
+
     def output(self) -> str:
         return "\n".join(self.lines)
 
     def client(self, login: bool = True) -> ApiClient:
         client = ApiClient(self.url)
         if login:
+            if not self.password:
+                self.await_credentials()
             client.sign_in(self.username, self.password)
         return client
+
+    def await_credentials(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait for the first-run credentials a panel prints after its listen lines. A
+        panel given an empty database by `--db` prints them too, and the test cannot know
+        beforehand that it will; it waits here, when it first signs in."""
+        deadline = time.time() + timeout
+        while not self.password and time.time() < deadline:
+            self._read_credentials(self.lines)
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -84,7 +84,8 @@ def test_a_version_table_with_no_rows_upgrades(tmp_path):
 
 def serves(server) -> None:
     api = server.client()
-    assert api.get("/panel/api/server/status")["success"] is True
+    status = api.get("/panel/api/server/status")
+    assert status["success"] is True, status
     assert api.get("/panel/api/inbounds/list")["success"] is True
     added = api.post(
         "/panel/api/inbounds/add",
