@@ -7,7 +7,8 @@ through Xray's own API is proven on Xray: version detection, the config test bef
 save, per-client and per-inbound counters from its StatsService, clients added and
 removed live through its HandlerService without a restart, who is online through its
 online-user API, and the routing test through its RoutingService. Users connect with
-Debian's V2Ray as their client app, as in tests/test_core_e2e.py.
+Debian's V2Ray as their client app, as in tests/test_core_e2e.py, and with Xray built
+from their subscription link where V2Ray cannot (REALITY with Vision).
 
 Since 26.4 Xray's freedom outbound refuses private addresses to traffic that came in
 through a proxy protocol unless a final rule allows them; the template here allows
@@ -24,10 +25,13 @@ from contextlib import closing
 
 import psutil
 import pytest
+import requests
 import xray_cli
+import xray_core
 from conftest import PanelServer, start_panel
 from core_panel import loopback_template, wait_until
 from helpers import free_port, ok
+from sing_box_links import SERVER_NAME, make_certificates, tls_site
 from test_core_e2e import (
     CLIENTS,
     INBOUNDS,
@@ -43,6 +47,9 @@ from test_core_e2e import (
     route,
     traffic,
 )
+
+from appliance.links.import_links import decode_base64, read_link
+from appliance.links.json_config import proxy_outbound
 
 pytestmark = pytest.mark.slow
 
@@ -221,3 +228,60 @@ def test_the_routing_test_and_balancers_use_xrays_router(api):
     ok(api.post("/panel/api/core/balancerOverride", data={"tag": "spread", "target": "direct"}))
     spread = ok(api.post(route_test, data={"domain": "spread.test", "port": "80"}))
     assert spread["outboundTag"] == "direct", spread
+
+
+def test_reality_vision_clients_connect_from_their_links_and_join_live(api, panel, tmp_path, echo):  # noqa: F811
+    """VLESS over REALITY with Vision, the most common production inbound: each client's
+    subscription link, read by an Xray client app, carries bytes; a client added while
+    Xray runs connects at once, without a restart; what each sent is counted on it."""
+    keys = ok(api.get("/panel/api/server/getNewX25519Cert"))
+    with tls_site(make_certificates()) as target_port:
+        stream = {
+            "network": "tcp",
+            "security": "reality",
+            "realitySettings": {
+                "target": f"127.0.0.1:{target_port}",
+                "serverNames": [SERVER_NAME],
+                "privateKey": keys["privateKey"],
+                "shortIds": ["a1b2c3d4"],
+                "settings": {"publicKey": keys["publicKey"], "fingerprint": "chrome"},
+            },
+        }
+        payload = {"protocol": "vless", "listen": "127.0.0.1", "port": free_port()}
+        inbound = ok(
+            api.post(
+                f"{INBOUNDS}/add",
+                {**payload, "settings": {"decryption": "none"}, "streamSettings": stream},
+            )
+        )
+        first = vision_client(api, inbound["id"])
+        pid = serving(api, panel, inbound)
+        carry(tmp_path, panel, first, echo, 40_000)
+        newcomer = vision_client(api, inbound["id"])
+        carry(tmp_path, panel, newcomer, echo, 60_000)
+        assert core_pid(panel) == pid, "Xray was restarted"
+    for client, size in ((first, 40_000), (newcomer, 60_000)):
+
+        def counted(email=client["email"], size=size) -> bool:
+            record = traffic(api, email)
+            return record["up"] >= size and record["down"] >= size
+
+        wait_until(counted, f"{client['email']} is counted", WAIT)
+
+
+def vision_client(api, inbound_id: int) -> dict:
+    fields = {"flow": "xtls-rprx-vision", "subId": uuid.uuid4().hex}
+    return add_client(api, inbound_id, **fields)
+
+
+def carry(tmp_path, panel: PanelServer, client: dict, echo_port: int, size: int) -> None:
+    """An Xray client app built from `client`'s subscription link sends `size` bytes to
+    the echo server and gets them back."""
+    response = requests.get(f"{panel.sub_url}/sub/{client['subId']}", timeout=10)
+    (link,) = decode_base64(response.text).splitlines()
+    config = xray_core.client_config(proxy_outbound(read_link(link)), free_port())
+    port = config["inbounds"][0]["port"]
+    name = client["email"].split("@")[0]
+    with xray_core.running(tmp_path, name, config, port):
+        wait_until(lambda: passes(port, echo_port), f"{client['email']} connects", WAIT)
+        push(port, echo_port, size)
