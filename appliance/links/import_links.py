@@ -73,42 +73,8 @@ def read_link(text: str) -> LinkPlan:
     parts, host, port = _endpoint(link)
     params = query_params(parts.query)
     remark = unquote(parts.fragment)
-    if protocol == "hysteria2":
-        return LinkPlan(
-            protocol="hysteria2",
-            remark=remark,
-            address=host,
-            port=port,
-            network="hysteria",
-            security=Security(
-                "tls",
-                sni=params.get("sni", ""),
-                alpn=_list(params.get("alpn", "")),
-                allow_insecure=_truthy(params.get("insecure", "")),
-            ),
-            transport={"udphop": {"port": params["mport"]}} if params.get("mport") else {},
-            password=unquote(parts.username or ""),
-        )
-    if protocol == "hysteria":
-        return LinkPlan(
-            protocol="hysteria",
-            remark=remark,
-            address=host,
-            port=port,
-            network="hysteria",
-            security=Security(
-                "tls",
-                sni=params.get("peer", ""),
-                alpn=_list(params.get("alpn", "")),
-                allow_insecure=_truthy(params.get("insecure", "")),
-            ),
-            transport={
-                "up": f"{bandwidth_mbps(params.get('upmbps', '') + ' mbps')} mbps",
-                "down": f"{bandwidth_mbps(params.get('downmbps', '') + ' mbps')} mbps",
-            },
-            password=params.get("auth", ""),
-            hysteria_version=1,
-        )
+    if protocol in ("hysteria", "hysteria2"):
+        return _hysteria(protocol, host, port, params, remark, unquote(parts.username or ""))
     secret = unquote(parts.username or "")
     if not secret:
         raise LinkError(f"the {protocol} link names no user")
@@ -130,6 +96,38 @@ def read_link(text: str) -> LinkPlan:
             vless_encryption=params.get("encryption", "") or "none",
         )
     return LinkPlan(**common, password=secret)
+
+
+def _hysteria(
+    protocol: str, host: str, port: int, params: dict[str, str], remark: str, user: str
+) -> LinkPlan:
+    """Hysteria 2 (`hysteria2://auth@host:port?sni=&mport=`) or Hysteria 1 (`hysteria://
+    host:port?peer=&auth=&upmbps=&downmbps=`): TLS always, the SNI and secret where each
+    version puts them, and the version's own transport fields."""
+    first = protocol == "hysteria"
+    if first:
+        transport = {
+            "up": f"{bandwidth_mbps(params.get('upmbps', '') + ' mbps')} mbps",
+            "down": f"{bandwidth_mbps(params.get('downmbps', '') + ' mbps')} mbps",
+        }
+    else:
+        transport = {"udphop": {"port": params["mport"]}} if params.get("mport") else {}
+    return LinkPlan(
+        protocol=protocol,
+        remark=remark,
+        address=host,
+        port=port,
+        network="hysteria",
+        security=Security(
+            "tls",
+            sni=params.get("peer" if first else "sni", ""),
+            alpn=_list(params.get("alpn", "")),
+            allow_insecure=_truthy(params.get("insecure", "")),
+        ),
+        transport=transport,
+        password=params.get("auth", "") if first else user,
+        hysteria_version=1 if first else 2,
+    )
 
 
 def query_params(query: str) -> dict[str, str]:
