@@ -371,10 +371,11 @@ def _end_postgres_connections(cur, name: str) -> int:
 
 
 def self_signed_certificate(
-    common_name: str, *alt_names: x509.GeneralName
+    common_name: str, *alt_names: x509.GeneralName, ca: bool = False
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A fresh P-256 key and a certificate it signed for itself, valid from yesterday for
-    30 days; `alt_names`, when given, go into a subjectAltName extension."""
+    30 days; `alt_names`, when given, go into a subjectAltName extension; `ca` makes it a
+    certificate authority."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
@@ -389,6 +390,9 @@ def self_signed_certificate(
     )
     if alt_names:
         builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+    if ca:
+        constraints = x509.BasicConstraints(ca=True, path_length=None)
+        builder = builder.add_extension(constraints, critical=True)
     return key, builder.sign(key, hashes.SHA256())
 
 

@@ -29,7 +29,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helpers import certs_dir, db_rows, free_port, ok, refused, write_key
+from helpers import (
+    certs_dir,
+    db_rows,
+    free_port,
+    ok,
+    refused,
+    self_signed_certificate,
+    write_key,
+)
 from node_panels import NODES, add_node, connection, node_token
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -68,21 +76,7 @@ def certificate(
 
 def authority_certificate() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A CA of the tests' own, which one panel is started trusting (SSL_CERT_FILE)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    built = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return key, built
+    return self_signed_certificate("test CA", ca=True)
 
 
 def fingerprint_of(cert: x509.Certificate) -> str:
