@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import uuid
 from contextlib import closing
@@ -285,3 +286,53 @@ def carry(tmp_path, panel: PanelServer, client: dict, echo_port: int, size: int)
     with xray_core.running(tmp_path, name, config, port):
         wait_until(lambda: passes(port, echo_port), f"{client['email']} connects", WAIT)
         push(port, echo_port, size)
+
+
+def test_a_client_over_quota_is_cut_off_live_and_back_after_a_reset(api, panel, tmp_path, echo):  # noqa: F811
+    inbound = add_inbound(api, "vless")
+    capped = add_client(api, inbound["id"], totalGB=50_000)
+    other = add_client(api, inbound["id"])
+    pid = serving(api, panel, inbound)
+    capped_route, other_route = route(inbound, capped), route(inbound, other)
+    with client_core(tmp_path, [capped_route, other_route]):
+        wait_until(lambda: passes(capped_route[0], echo), "the capped client connects", WAIT)
+        wait_until(lambda: passes(other_route[0], echo), "the other client connects", WAIT)
+        with closing(open_tunnel(other_route[0], echo)) as open_connection:
+            push(capped_route[0], echo, 100_000)
+
+            def cut_off() -> bool:
+                return not ok(api.get(f"{CLIENTS}/get/{capped['email']}"))["client"]["enable"]
+
+            wait_until(cut_off, "the sweep disables the client over quota", WAIT)
+            wait_until(lambda: not passes(capped_route[0], echo), "its connections end", WAIT)
+            assert round_trip(open_connection), "another client's open connection broke"
+            ok(api.post(f"{CLIENTS}/resetTraffic/{capped['email']}"))
+            wait_until(lambda: passes(capped_route[0], echo), "the reset client is back", WAIT)
+            assert round_trip(open_connection), "another client's open connection broke"
+    assert core_pid(panel) == pid, "Xray was restarted"
+
+
+def test_a_killed_xray_is_restarted_and_nothing_is_counted_twice(api, panel, tmp_path, echo):  # noqa: F811
+    inbound = add_inbound(api, "vless")
+    client = add_client(api, inbound["id"])
+    pid = serving(api, panel, inbound)
+    client_route = route(inbound, client)
+    first, second = 300_000, 100_000
+
+    def both_ways(at_least: int) -> bool:
+        record = traffic(api, client["email"])
+        return min(record["up"], record["down"]) >= at_least
+
+    with client_core(tmp_path, [client_route]):
+        wait_until(lambda: passes(client_route[0], echo), "the client connects", WAIT)
+        push(client_route[0], echo, first)
+        wait_until(lambda: both_ways(first), "a tick counts", WAIT)
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: core_pid(panel) not in (0, pid), "the supervisor restarts Xray", WAIT)
+        wait_until(lambda: passes(client_route[0], echo), "the new Xray carries bytes", WAIT)
+        push(client_route[0], echo, second)
+        wait_until(lambda: both_ways(first + second), "a tick counts again", WAIT)
+        time.sleep(2.5)  # two more ticks: a double count would show by now
+    counted = traffic(api, client["email"])
+    assert_counted(counted["up"], first + second, overhead=0)
+    assert_counted(counted["down"], first + second, overhead=0)
