@@ -105,17 +105,18 @@ def test_needs_list_exactly_what_the_module_reads(module, function):
 
 
 def test_the_composition_root_hands_no_table_the_panel():
-    tree = ast.parse((WEB.parent / "app.py").read_text())
     calls = [
-        node
-        for node in ast.walk(tree)
+        (path.name, node)
+        for path in sorted((WEB.parent / "app").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and (node.func.id.endswith("_routes") or node.func.id == "build_app")
     ]
-    assert {call.func.id for call in calls} >= {function.__name__ for _, function in BUILDERS}
-    for call in calls:
+    named = {call.func.id for _, call in calls}
+    assert named >= {function.__name__ for _, function in BUILDERS}
+    for name, call in calls:
         arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
-        assert not any(isinstance(a, ast.Name) and a.id == "self" for a in arguments), (
-            f"line {call.lineno}: {call.func.id} is handed the whole panel"
+        assert not any(isinstance(a, ast.Name) and a.id in ("self", "panel") for a in arguments), (
+            f"{name} line {call.lineno}: {call.func.id} is handed the whole panel"
         )

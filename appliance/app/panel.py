@@ -1,9 +1,10 @@
-"""The composition root: builds the store, the services, the servers and the jobs.
+"""The panel: builds the store, the services, the servers and the jobs, and runs them.
 
 `Panel` is the one object that knows every part; each route table is handed only the
-parts it calls, as declared beside its routes (`ClientRouteNeeds` and the like). It also
-owns what spans services: the ports the panel holds (which inbounds must not take),
-settings changes that involve two-factor, and restarting the process.
+parts it calls, as declared beside its routes (`ClientRouteNeeds` and the like), by
+`routes_of` (routes.py). It also owns what spans services: the ports the panel holds
+(which inbounds must not take), settings changes that involve two-factor, and restarting
+the process.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import gevent
 from gevent.event import Event
 
 from appliance import __version__
+from appliance.app.routes import routes_of
 from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
@@ -43,7 +45,6 @@ from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
-from appliance.services.admin.gauges import Gauges
 from appliance.services.admin.settings import Settings, allowed_host_names
 from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
@@ -83,25 +84,11 @@ from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs
-from appliance.services.outbounds.vpn import VpnProvider
-from appliance.services.outbounds.warp import WarpTunnel
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
-from appliance.web.audit_routes import AuditRouteNeeds, audit_routes
-from appliance.web.backup_routes import BackupRouteNeeds, backup_routes
-from appliance.web.client_routes import ClientRouteNeeds, client_routes
-from appliance.web.core_routes import CoreRouteNeeds, core_routes
-from appliance.web.group_routes import GroupRouteNeeds, group_routes
-from appliance.web.host_routes import HostRouteNeeds, host_routes
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
-from appliance.web.inbound_routes import InboundRouteNeeds, inbound_routes
-from appliance.web.metrics_routes import MetricsRouteNeeds, metrics_routes
-from appliance.web.node_routes import NodeRouteNeeds, node_routes
-from appliance.web.openapi import openapi_routes
-from appliance.web.outbound_routes import OutboundRouteNeeds, outbound_routes
-from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server import (
     BasePath,
     HostCheck,
@@ -110,11 +97,7 @@ from appliance.web.server import (
     make_server,
     tls_context,
 )
-from appliance.web.server_routes import ServerRouteNeeds, server_routes
-from appliance.web.session_routes import SessionRouteNeeds, session_routes, websocket_refusal
-from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
-from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
-from appliance.web.ui import UiRouteNeeds, ui_routes
+from appliance.web.session_routes import websocket_refusal
 
 if TYPE_CHECKING:
     import bottle
@@ -308,123 +291,8 @@ class Panel:
         self.settings.load()
 
     def routes(self) -> list[Route]:
-        """Every route of the panel port; each table is handed only the parts it calls."""
-        tables = [
-            session_routes(
-                SessionRouteNeeds(
-                    auth=self.auth,
-                    hub=self.hub,
-                    base_path=self.base_path,
-                    origin_names=self.origin_names,
-                    trusted_proxies=self.trusted_proxies,
-                    release_store=self.store.release,
-                )
-            ),
-            inbound_routes(
-                InboundRouteNeeds(
-                    inbounds=self.inbounds,
-                    client_bulk=self.client_bulk,
-                    subscriptions=self.subscriptions,
-                    settings=self.settings,
-                    sub_address=self.sub_address,
-                    master_traffic=self.master_traffic,
-                    usage=self.usage,
-                )
-            ),
-            client_routes(
-                ClientRouteNeeds(
-                    clients=self.clients,
-                    query=self.client_query,
-                    bulk=self.client_bulk,
-                    subscriptions=self.subscriptions,
-                    settings=self.settings,
-                    sub_address=self.sub_address,
-                    node_traffic=self.node_traffic,
-                    counter_feed=self.counter_feed,
-                    master_traffic=self.master_traffic,
-                    usage=self.usage,
-                )
-            ),
-            group_routes(GroupRouteNeeds(groups=self.groups)),
-            host_routes(HostRouteNeeds(hosts=self.hosts)),
-            node_routes(
-                NodeRouteNeeds(
-                    fleet=self.fleet,
-                    operations=self.node_operations,
-                    mtls=self.mtls,
-                    serves_https=lambda: self.web_tls,
-                )
-            ),
-            core_routes(
-                CoreRouteNeeds(
-                    core=self.core,
-                    core_probe=self.core_probe,
-                    core_routing=self.core_routing,
-                    inbounds=self.inbounds,
-                    client_query=self.client_query,
-                    settings=self.settings,
-                    places=self.places,
-                )
-            ),
-            outbound_routes(
-                OutboundRouteNeeds(
-                    outbound_subs=self.outbound_subs,
-                    warp=WarpTunnel(self.settings),
-                    vpn=VpnProvider(self.settings),
-                )
-            ),
-            release_routes(ReleaseRouteNeeds(releases=self.core_releases)),
-            server_routes(
-                ServerRouteNeeds(
-                    status=self.status,
-                    history=self.history,
-                    core_metrics=self.core_metrics,
-                    settings=self.settings,
-                    descendants=self.node_tree.descendants,
-                )
-            ),
-            setting_routes(
-                SettingRouteNeeds(
-                    settings=self.settings,
-                    two_factor_view=self.two_factor_view,
-                    update_settings=self.update_settings,
-                    auth=self.auth,
-                    restart_later=self.restart_later,
-                    chat_bot=self.chat_bot,
-                    default_core_template=self.core.default_template,
-                    tokens=self.tokens,
-                    overrides=self.overrides,
-                )
-            ),
-            backup_routes(BackupRouteNeeds(backups=self.backups, chat_bot=self.chat_bot)),
-            tool_routes(
-                ToolRouteNeeds(
-                    places=self.places,
-                    settings=self.settings,
-                    panel_update=self.panel_update,
-                    client_ips=self.client_ips,
-                )
-            ),
-            audit_routes(AuditRouteNeeds(audit=self.audit)),
-            metrics_routes(
-                MetricsRouteNeeds(
-                    settings=self.settings,
-                    version=__version__,
-                    started=self.started,
-                    core_info=self.core_info,
-                    mtproto_info=self.mtproto.info,
-                    summary=self.client_query.summary,
-                    gauges=Gauges(self.store, self.node_health),
-                    tick_stats=self.accounting.stats,
-                    query_timings=self.store.db.query_timings,
-                    request_timings=self.request_timings,
-                )
-            ),
-        ]
-        routes = [route for table in tables for route in table.routes]
-        # The UI's pages and files are not API routes: the OpenAPI document leaves them out.
-        ui = ui_routes(UiRouteNeeds(base_path=self.base_path))
-        return routes + openapi_routes(routes).routes + ui.routes
+        """Every route of the panel port (see `routes_of`)."""
+        return routes_of(self)
 
     def web_app(self) -> bottle.Bottle:
         """The panel port's app: the routes and the one plugin that wraps them all."""
