@@ -463,6 +463,21 @@ def test_an_inbound_whose_clients_are_all_inactive_runs_with_an_empty_list():
     assert built["settings"]["clients"] == []
 
 
+def test_the_single_user_2022_cipher_runs_on_its_own_key_whatever_is_attached():
+    """Clients attached before the panel refused them there (or in a database from
+    elsewhere) are left out: Xray would refuse the whole config for them."""
+    key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+    settings = {"method": "2022-blake3-chacha20-poly1305", "password": key}
+    view = inbound(
+        {"tag": "single", "port": 20302, "protocol": "shadowsocks", "settings": settings},
+        clients=[client("attached", password=key)],
+    )
+    (built,) = built_inbounds([view])
+    assert "clients" not in built["settings"]
+    assert built["settings"]["password"] == key
+    assert built["settings"]["method"] == "2022-blake3-chacha20-poly1305"
+
+
 def test_entries_carry_only_what_their_protocol_uses():
     everything = client(
         "full", flow="xtls-rprx-vision", security="aes-128-gcm", method="aes-256-gcm"

@@ -76,7 +76,7 @@ from collections.abc import Callable
 # The panel's own entry rules and pure read-side helpers, so the core gets exactly the
 # entries the inbound API shows (which flow and which cipher a client entry carries).
 from appliance.core.entries import client_entry
-from appliance.domain.client_rules import legacy_method
+from appliance.domain.client_rules import SINGLE_USER_METHODS, legacy_method
 from appliance.domain.inbound_rules import CLIENT_PROTOCOLS, TRANSPORT_OBJECTS, tls_flow_capable
 
 FLAVORS = ("xray", "v2fly")
@@ -312,6 +312,11 @@ def _settings(inbound: dict, flavor: str, now_ms: int) -> dict:
     if protocol in ("dokodemo", "tunnel"):
         settings = _forward_settings(settings, modern=protocol == "tunnel" and flavor == "xray")
     if protocol not in CLIENT_PROTOCOLS:
+        return settings
+    if protocol == "shadowsocks" and settings.get("method") in SINGLE_USER_METHODS:
+        # Served on the inbound's own key alone: Xray refuses the whole config when this
+        # cipher has users, which clients attached before the panel refused them (or a
+        # database from elsewhere) would give it.
         return settings
     clients = _client_entries(inbound, now_ms)
     if clients_shape_inbound(inbound, flavor) and len(clients) == 1:
