@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
+from core_helpers import echo_server
 from helpers import NETWORKED, create_database, drop_database
 
 LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
@@ -258,3 +259,10 @@ def fresh_panel(tmp_path):
 @pytest.fixture
 def api(panel) -> ApiClient:
     return panel.client()
+
+
+@pytest.fixture(scope="module")
+def echo():
+    """A TCP echo server on loopback for a module's traffic tests; its port."""
+    with echo_server() as port:
+        yield port

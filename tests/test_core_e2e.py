@@ -26,7 +26,7 @@ import psutil
 import pytest
 import websocket
 from conftest import PanelServer, start_panel
-from core_helpers import LOOPBACK, V2RAY, client_config, echo_server, running_core, socks_echo
+from core_helpers import LOOPBACK, V2RAY, client_config, running_core, socks_echo
 from core_panel import CORE_ENV, WAIT, loopback_template, wait_until
 from helpers import db_rows, free_port, ok
 
@@ -264,12 +264,6 @@ def panel(tmp_path_factory):
 @pytest.fixture
 def api(panel):
     return panel.client()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 # ---- 1. traffic lands on the right counters -------------------------------------------------

@@ -17,7 +17,6 @@ import time
 import uuid
 
 import pytest
-from core_helpers import echo_server
 from core_panel import wait_until
 from helpers import db_rows, ok
 from test_core_e2e import (
@@ -48,12 +47,6 @@ def panel(tmp_path_factory):
 @pytest.fixture
 def api(panel):
     return panel.client()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 def secret_field(protocol: str) -> str:

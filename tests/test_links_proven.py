@@ -42,7 +42,7 @@ import sing_box
 import xray_core
 import yaml
 from conftest import start_panel, stop_and_drop
-from core_helpers import LOOPBACK, echo_server, socks_echo
+from core_helpers import LOOPBACK, socks_echo
 from core_panel import CORE_ENV, loopback_template, use_template, wait_until
 from helpers import free_port, ok
 from sing_box_links import (
@@ -395,12 +395,6 @@ def subscription_configs(panel, sub_id: str) -> list[dict]:
     response = requests.get(f"{panel.sub_url}/json/{sub_id}", timeout=10)
     assert response.status_code == 200, response.text
     return response.json()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import requests
-from core_helpers import echo_server
 from core_panel import wait_until
 from helpers import ok
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,12 +32,6 @@ def panel(tmp_path_factory):
     server = core_panel(tmp_path_factory.mktemp("metrics-core"))
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 def test_traffic_through_the_core_shows_in_the_figures(panel, tmp_path, echo):

@@ -30,7 +30,6 @@ import requests
 import xray_cli
 import xray_core
 from conftest import PanelServer, start_panel
-from core_helpers import echo_server
 from core_panel import loopback_template, wait_until
 from helpers import free_port, ok
 from sing_box_links import SERVER_NAME, make_certificates, tls_site
@@ -94,12 +93,6 @@ def panel(tmp_path_factory):
 @pytest.fixture
 def api(panel):
     return panel.client()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 def core_pid(server: PanelServer) -> int:

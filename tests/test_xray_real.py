@@ -30,7 +30,7 @@ import pytest
 import requests
 import xray_core
 from conftest import start_panel, stop_and_drop
-from core_helpers import LOOPBACK, echo_server, socks_echo, wait_port
+from core_helpers import LOOPBACK, socks_echo, wait_port
 from core_panel import loopback_template, wait_until
 from helpers import free_port, ok
 from sing_box_links import CERTS, SERVER_NAME, make_certificates, mutate, tls_site
@@ -186,12 +186,6 @@ class Stored:
     case: Case
     record: dict
     sub_id: str
-
-
-@pytest.fixture(scope="module")
-def echo():
-    with echo_server() as port:
-        yield port
 
 
 @pytest.fixture(scope="module")
