@@ -181,8 +181,17 @@ def listening_inodes(ports: list[int]) -> set[str]:
 
 
 def socket_inodes(pid: int) -> set[str]:
-    links = (os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
-    return {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
+    """Inodes of the sockets `pid` holds; a descriptor it closes while they are read (a
+    request's connection) is passed over."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except FileNotFoundError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:[") : -1])
+    return inodes
 
 
 def test_environment_variables_configure_run(launched, tmp_path):
