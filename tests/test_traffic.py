@@ -43,6 +43,12 @@ def store(tmp_path):
 @pytest.fixture
 def world(store, tmp_path):
     """One vless inbound tagged `in-1` with clients Alice and bob."""
+    return store, *populate(store, tmp_path)
+
+
+def populate(store, tmp_path) -> tuple:
+    """(presence, inbounds, clients) of `store` given inbound `in-1` (id 1) with clients
+    Alice and bob (who starts on first use)."""
     settings = Settings(store, FilePlaces(str(tmp_path)))
     settings.load()
     presence = Presence(clock=lambda: NOW)
@@ -54,7 +60,7 @@ def world(store, tmp_path):
     clients.add(
         {"client": {"email": "bob", "expiryTime": -3 * DAY_MS}, "inboundIds": [inbound["id"]]}
     )
-    return store, presence, inbounds, clients
+    return presence, inbounds, clients
 
 
 def traffic(clients: Clients, email: str) -> tuple[int, int]:

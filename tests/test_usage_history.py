@@ -7,16 +7,10 @@ from __future__ import annotations
 import pytest
 from helpers import fresh_database
 from pony.orm import db_session
-from test_traffic import DAY_MS, accounting, down, traffic, up
+from test_traffic import accounting, down, populate, traffic, up
 
 from appliance.errors import ServiceError
-from appliance.runtime.file_paths import FilePlaces
-from appliance.services.admin.settings import Settings
-from appliance.services.clients.presence import Presence
-from appliance.services.clients.query import ClientQuery
-from appliance.services.clients.records import Clients
 from appliance.services.clients.usage import DAY, HOUR, UsageHistory, month_usage
-from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
 
 NOW = 1_800_000_000.0  # test_traffic's clock: 2027-01-15 08:00 UTC
@@ -38,17 +32,7 @@ def world(database, tmp_path):
     """test_traffic's world: inbound `in-1` (id 1) with clients Alice and bob."""
     store = Store(database)
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
-    settings.load()
-    presence = Presence(clock=lambda: NOW)
-    query = ClientQuery(store, settings, presence)
-    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
-    inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store)
-    clients.add({"client": {"email": "Alice"}, "inboundIds": [inbound["id"]]})
-    clients.add(
-        {"client": {"email": "bob", "expiryTime": -3 * DAY_MS}, "inboundIds": [inbound["id"]]}
-    )
+    presence, _, clients = populate(store, tmp_path)
     yield store, presence, clients
     store.close()
 
