@@ -334,7 +334,13 @@ def test_descendants_list_the_whole_tree(panels):
     assert [(e["guid"], e["parentGuid"], e["name"]) for e in own] == [
         (guids["child"], guids["node"], "child")
     ]
-    tree = eventually(api, lambda tree: len(tree) == 2)
+
+    # The child is listed as soon as the node stores it, before the node's first probe of
+    # it has filled in its guid and status: wait for both entries online.
+    def whole(tree: list[dict]) -> bool:
+        return len(tree) == 2 and all(e["guid"] and e["status"] == "online" for e in tree)
+
+    tree = eventually(api, whole)
     assert [(e["guid"], e["parentGuid"], e["name"], e["status"]) for e in tree] == [
         (guids["node"], guids["central"], "tls", "online"),
         (guids["child"], guids["node"], "child", "online"),
