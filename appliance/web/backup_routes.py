@@ -9,7 +9,7 @@ from bottle import HTTPResponse, request
 
 from appliance.services.admin.backups import MAX_UPLOAD_BYTES, BackupFile
 from appliance.web.http import Reply
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, RouteTable
 from appliance.web.upload import save_file_field
 
 # The upload route checks the size itself, with a message that speaks of the database.
@@ -66,7 +66,11 @@ def backup_routes(needs: BackupRouteNeeds) -> RouteTable:
 
     bot = RouteTable("/panel/api", "backup")
 
-    @bot.post("/backuptotgbot", "Send a fresh database backup to every chat-bot admin chat")
+    @bot.post(
+        "/backuptotgbot",
+        "Send a fresh database backup to every chat-bot admin chat",
+        effect=EGRESS,
+    )
     def backup_to_bot():
         return Reply(needs.chat_bot.send_backup())
 

@@ -11,7 +11,7 @@ from bottle import request
 from appliance.errors import ServiceError
 from appliance.runtime.wsgi import request_host
 from appliance.web.http import JsonStream, JsonText, Reply, body, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import READ, RouteTable
 
 BULK_BODY = 64 << 20
 EMAILS = {"emails": "string[]"}
@@ -231,7 +231,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         return Reply("client traffic updated")
 
     @table.post(
-        "/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'", reads=True
+        "/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'", effect=READ
     )
     def ips(email):
         return clients.ips(email)
@@ -244,7 +244,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     @table.post(
         "/onlines",
         "Emails connected within the heartbeat window, here or on any node, each once",
-        reads=True,
+        effect=READ,
     )
     def onlines():
         return query.online_emails()
@@ -252,7 +252,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     @table.post(
         "/onlinesByGuid",
         "Online emails per panel guid: this panel's own, then each node reporting",
-        reads=True,
+        effect=READ,
     )
     def onlines_by_guid():
         return needs.node_traffic.onlines_by_guid()
@@ -260,7 +260,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     @table.post(
         "/clientIpsByGuid",
         "Client addresses per panel guid: this panel's, then each node reporting",
-        reads=True,
+        effect=READ,
     )
     def client_ips_by_guid():
         return needs.node_traffic.client_ips_by_guid()
@@ -268,7 +268,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     @table.post(
         "/activeInbounds",
         "Inbound tags that carried traffic in the window, per guid; nodes not reporting are absent",
-        reads=True,
+        effect=READ,
     )
     def active_inbounds():
         return needs.node_traffic.active_inbounds_by_guid()
@@ -276,7 +276,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     @table.post(
         "/lastOnline",
         "Last time each client carried traffic here or on a node (unix seconds)",
-        reads=True,
+        effect=READ,
     )
     def last_online():
         return query.last_online()
@@ -286,7 +286,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         "Panel to panel: absolute traffic counters of clients that moved since the cursor "
         "of the last answer (all with an empty or unknown cursor) and of every inbound",
         body={"cursor": "string"},
-        reads=True,
+        effect=READ,
     )
     def counters():
         return needs.counter_feed.counters(json_object(8192))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from appliance.errors import ServiceError
 from appliance.services.control import logs as core_logs
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, READ, RouteTable
 
 if TYPE_CHECKING:
     from appliance.runtime.file_paths import FilePlaces
@@ -39,7 +39,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/core", "core")
     core = needs.core
 
-    @table.post("/", "The core config template, inbound tags and reverse tags", reads=True)
+    @table.post("/", "The core config template, inbound tags and reverse tags", effect=READ)
     def core_settings():
         inbounds = needs.inbounds.list(slim=True)
         reverse = needs.client_query.reverse_tags()
@@ -94,6 +94,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
         form=True,
         max_body=4 << 20,
         body={"outbound": "string", "allOutbounds": "string", "mode": "string"},
+        effect=EGRESS,
     )
     def test_outbound():
         form = json_object(4 << 20)
@@ -107,6 +108,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
         form=True,
         max_body=4 << 20,
         body={"outbounds": "string", "allOutbounds": "string", "mode": "string"},
+        effect=EGRESS,
     )
     def test_outbounds():
         form = json_object(4 << 20)
@@ -118,7 +120,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
         "/balancerStatus",
         "Override and preferred targets of balancers (form tags, comma-separated)",
         form=True,
-        reads=True,
+        effect=READ,
         body={"tags": "string"},
     )
     def balancer_status():
@@ -139,7 +141,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
         "/routeTest",
         "The outbound the core's router would pick for a destination; sends nothing",
         form=True,
-        reads=True,
+        effect=READ,
         body={
             "domain": "string",
             "ip": "string",
@@ -173,7 +175,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
         "/corelogs/<count>",
         "The core's last access and error lines, filtered (see services.core_logs)",
         form=True,
-        reads=True,
+        effect=READ,
         body={
             "filter": "string",
             "showDirect": "string",

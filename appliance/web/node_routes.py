@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, RouteTable
 
 CONNECTION = {
     "scheme": "string",
@@ -55,7 +55,11 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         return fleet.history(id, metric, bucket)
 
     @table.post(
-        "/add", "Add a node (its API token is never shown again)", resource="nodes", body=NODE_BODY
+        "/add",
+        "Add a node (its API token is never shown again)",
+        resource="nodes",
+        body=NODE_BODY,
+        effect=EGRESS,
     )
     def add():
         return Reply("node added", fleet.add(json_object(MAX_BODY)))
@@ -65,6 +69,7 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         "Replace a node's fields; an empty apiToken keeps the stored one",
         resource="nodes",
         body=NODE_BODY,
+        effect=EGRESS,
     )
     def update(id):
         return Reply("node updated", fleet.update(id, json_object(MAX_BODY)))
@@ -80,6 +85,7 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         "Enable or disable a node (a disabled node is neither synced nor polled)",
         resource="nodes",
         body={"enable": "boolean"},
+        effect=EGRESS,
     )
     def set_enable(id):
         return Reply("node updated", fleet.set_enable(id, json_object(8192).get("enable")))
@@ -88,7 +94,7 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         "/test",
         "Heartbeat of unsaved connection details; saves nothing",
         body=CONNECTION,
-        reads=True,
+        effect=EGRESS,
     )
     def test():
         return fleet.test(json_object(MAX_BODY))
@@ -97,22 +103,29 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         "/certFingerprint",
         "Base64 SHA-256 of the node's leaf certificate, fetched without verification",
         body=CONNECTION,
-        reads=True,
+        effect=EGRESS,
     )
     def cert_fingerprint():
         return fleet.fingerprint(json_object(MAX_BODY))
 
     @table.post(
-        "/inbounds", "The inbounds an unsaved node runs; saves nothing", body=CONNECTION, reads=True
+        "/inbounds",
+        "The inbounds an unsaved node runs; saves nothing",
+        body=CONNECTION,
+        effect=EGRESS,
     )
     def inbounds():
         return fleet.inbounds(json_object(MAX_BODY))
 
-    @table.post("/probe/<id>", "Heartbeat one node now and keep what it says", reads=True)
+    @table.post("/probe/<id>", "Heartbeat one node now and keep what it says", effect=EGRESS)
     def probe(id):
         return fleet.probe(id)
 
-    @table.get("/webCert/<id>", "A node's webCertFile and webKeyFile, as the node reports them")
+    @table.get(
+        "/webCert/<id>",
+        "A node's webCertFile and webKeyFile, as the node reports them",
+        effect=EGRESS,
+    )
     def web_cert(id):
         return operations.web_cert(id)
 
@@ -121,6 +134,7 @@ def node_routes(needs: NodeRouteNeeds) -> RouteTable:
         "Update the panel of enabled online nodes through their own update route",
         resource="nodes",
         body={"ids": "integer[]"},
+        effect=EGRESS,
     )
     def update_panel():
         return operations.update_panels(json_object(MAX_BODY))

@@ -2,9 +2,11 @@
 
 Nothing here is written by hand per route: paths, methods, summaries, path parameters,
 request bodies and the security requirement all come from `Route` entries, so a route
-that is served is a route that is described. Two extensions say what the table decides
-for each operation: `x-token-scopes`, the API token scopes that may call it, and
-`x-audited`, whether a call is written to the audit log.
+that is served is a route that is described. Three extensions say what the table decides
+for each operation: `x-effect`, what a call does (`read`, `write`, or `egress`: the panel
+opens a connection somewhere), `x-token-scopes`, the API token scopes that may call it,
+and `x-audited`, whether a call is written to the audit log; the last two follow from
+the first.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def openapi_document(routes: list[Route]) -> dict:
             operation["security"] = []
         else:
             operation["x-token-scopes"] = [s for s in SCOPES if scope_allows(s, route)]
+        operation["x-effect"] = route.effect
         operation["x-audited"] = route.acts
         paths.setdefault(path, {})[route.method.lower()] = operation
     return {

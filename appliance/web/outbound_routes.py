@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.outbounds.subscriptions import OutboundSubs
@@ -45,6 +45,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "/outbound-subs",
         "Add an outbound subscription: its URL is fetched and its servers become outbounds",
         resource="core",
+        effect=EGRESS,
         form=True,
         body=SUB_FORM,
     )
@@ -55,7 +56,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "/outbound-subs/parse",
         "The outbounds a subscription URL would give; nothing is stored",
         form=True,
-        reads=True,
+        effect=EGRESS,
         body={"url": "string", "allowPrivate": "boolean", "tagPrefix": "string"},
     )
     def parse_sub():
@@ -65,6 +66,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "/outbound-subs/<id>",
         "Change an outbound subscription (absent fields keep their value)",
         resource="core",
+        effect=EGRESS,
         form=True,
         body=SUB_FORM,
     )
@@ -85,6 +87,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "/outbound-subs/<id>/refresh",
         "Fetch an outbound subscription now; its outbounds",
         resource="core",
+        effect=EGRESS,
     )
     def refresh_sub(id):
         return Reply("outbound subscription refreshed", subs.refresh(id))
@@ -104,6 +107,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "/tunnel/<action>",
         "The WARP tunnel: data, reg (form privateKey, publicKey), config, license, del",
         resource="core",
+        effect=EGRESS,
         form=True,
         body={"privateKey": "string", "publicKey": "string", "license": "string"},
     )
@@ -115,6 +119,7 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
         "The VPN provider: countries, servers (form countryId), reg (form token), setKey "
         "(form key), data, del",
         resource="core",
+        effect=EGRESS,
         form=True,
         body={"countryId": "integer", "token": "string", "key": "string"},
     )

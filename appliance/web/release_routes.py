@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from appliance.errors import ServiceError
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.control.releases import CoreReleases
@@ -22,7 +22,11 @@ def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/server", "server")
     releases = needs.releases
 
-    @table.get("/getCoreVersion", "Installable core versions (release list cached 15 minutes)")
+    @table.get(
+        "/getCoreVersion",
+        "Installable core versions (release list cached 15 minutes)",
+        effect=EGRESS,
+    )
     def core_versions():
         return releases.versions()
 
@@ -30,6 +34,7 @@ def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
         "/installCore/<version>",
         "Download a core release (tag or latest), verify its SHA-256, install it, restart",
         resource="core",
+        effect=EGRESS,
     )
     def install_core(version):
         return Reply(releases.install(version))
@@ -38,6 +43,7 @@ def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
         "/updateGeofile",
         "Download and verify geo files (form fileName; none: all), restart the core",
         resource="core",
+        effect=EGRESS,
         form=True,
         body={"fileName": "string"},
     )
@@ -51,6 +57,7 @@ def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
         "/updateGeofile/<fileName>",
         "Download and verify one geo file, restart the core",
         resource="core",
+        effect=EGRESS,
     )
     def update_geofile(fileName):
         return Reply(releases.update_geofiles(fileName))

@@ -5,10 +5,13 @@ caller, and which resource a successful call changes (pushed to browsers as
 `invalidate`). The Bottle app and the OpenAPI document are both generated from this
 table, so the published description cannot drift from what is served.
 
-Whether a route changes anything is said here too: GET routes only read, and a POST
-route that only reads says `reads=True`. Every other route is an action: it is written to
-the audit log (a `routine` one only when it is refused), and API tokens of the `read`
-scope may not call it. What each token scope may call is decided below (`scope_allows`),
+Every route declares its effect: `read` (it only reads what the panel stores), `write`
+(it may change something) or `egress` (it makes the panel open a connection somewhere: a
+node, an upstream, a release list, a mail server, a probe). Left unsaid, a GET route reads
+and any other writes; a route that connects says so whatever its method, since where the
+panel connects is itself something a caller may be able to choose. Writes and egress are
+actions: written to the audit log (a `routine` one only when it is refused), and out of
+reach of `read` tokens. What each token scope may call is decided below (`scope_allows`),
 from the table alone.
 """
 
@@ -19,6 +22,10 @@ from dataclasses import dataclass, field
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_MAX_BODY = 1 << 20
+READ = "read"
+WRITE = "write"
+EGRESS = "egress"
+EFFECTS = (READ, WRITE, EGRESS)
 
 
 @dataclass(frozen=True)
@@ -35,15 +42,23 @@ class Route:
     form: bool = False  # the body is a form rather than JSON
     raw: bool = False  # the handler builds its own response (files, upgrades)
     tags: tuple[str, ...] = ()
-    reads: bool = False  # a POST that changes nothing (queries with a body, generators)
+    # read, write or egress; "" stands for read on GET and write on any other method.
+    effect: str = ""
     # A change a machine makes every few seconds (a managing panel's pushes): audited only
     # when refused, so that one entry per node every ten seconds does not bury the admins'.
     routine: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.effect:
+            object.__setattr__(self, "effect", READ if self.method == "GET" else WRITE)
+        if self.effect not in EFFECTS:
+            raise ValueError(f"{self.method} {self.path}: effect must be one of {EFFECTS}")
+
     @property
     def acts(self) -> bool:
-        """Whether a call may change something: audited, refused to `read` tokens."""
-        return self.method in UNSAFE_METHODS and not self.reads
+        """Whether a call may change something or reach outside: audited, refused to
+        `read` tokens."""
+        return self.effect != READ
 
 
 # What a managing panel needs to drive this panel as a node: its inbounds and clients
@@ -72,7 +87,7 @@ def scope_allows(scope: str, route: Route) -> bool:
     if scope == "admin":
         return True
     if scope == "read":
-        return not route.acts and route.path not in SECRET_READS
+        return route.effect == READ and route.path not in SECRET_READS
     if scope == "node":
         return route.path.startswith(NODE_PREFIXES) or (route.method, route.path) in NODE_ROUTES
     return False

@@ -10,7 +10,7 @@ from appliance.errors import ServiceError
 from appliance.runtime import logbuffer
 from appliance.services.tools import keys
 from appliance.web.http import body
-from appliance.web.routes import RouteTable
+from appliance.web.routes import READ, RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.admin.settings import Settings
@@ -81,7 +81,7 @@ def server_routes(needs: ServerRouteNeeds) -> RouteTable:
         "/logs/<count>",
         "The panel's own log, newest last",
         body={"level": "string", "syslog": "boolean"},
-        reads=True,
+        effect=READ,
     )
     def logs(count):
         data = body(8192)

@@ -26,7 +26,7 @@ from appliance.web.http import (
     is_tls,
     raw_header,
 )
-from appliance.web.routes import RouteTable
+from appliance.web.routes import READ, RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.accounts.auth import Auth
@@ -102,7 +102,7 @@ def session_routes(needs: SessionRouteNeeds) -> RouteTable:
         "Whether sign-in asks for a two-factor code",
         auth=False,
         csrf=False,
-        reads=True,
+        effect=READ,
     )
     def two_factor_enabled():
         return auth.two_factor_enabled()

@@ -13,7 +13,7 @@ from appliance.services.admin.settings import DEFAULTS
 from appliance.services.tools.smtp_check import check_smtp
 from appliance.web.api import current_session
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, READ, RouteTable
 
 BOOL_BODY = {"enabled": "boolean"}
 
@@ -48,7 +48,7 @@ class SettingRouteNeeds:
 def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
     table = RouteTable("/panel/api/setting", "settings")
 
-    @table.post("/all", "Every panel setting; secrets redacted", reads=True)
+    @table.post("/all", "Every panel setting; secrets redacted", effect=READ)
     def all_settings():
         return {**needs.settings.all(), **needs.two_factor_view()}
 
@@ -61,7 +61,7 @@ def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
         return needs.overrides()
 
     @table.post(
-        "/defaultSettings", "Default settings, with domains taken from this request", reads=True
+        "/defaultSettings", "Default settings, with domains taken from this request", effect=READ
     )
     def default_settings():
         host = request.urlparts.hostname or ""
@@ -104,13 +104,18 @@ def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
         "/testSmtp",
         "Send a test mail with the saved SMTP settings: {success, stage, msg}",
         raw=True,
+        effect=EGRESS,
     )
     def test_smtp():
         # The envelope plus `stage`, which names where a failure happened.
         response.content_type = "application/json; charset=utf-8"
         return json.dumps({"obj": None, **check_smtp(needs.settings)}, ensure_ascii=False)
 
-    @table.post("/testTgBot", "Check the chat-bot token (getMe) and every admin chat (getChat)")
+    @table.post(
+        "/testTgBot",
+        "Check the chat-bot token (getMe) and every admin chat (getChat)",
+        effect=EGRESS,
+    )
     def test_chat_bot():
         return Reply(needs.chat_bot.test())
 

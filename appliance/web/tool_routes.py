@@ -10,7 +10,7 @@ from appliance.errors import ServiceError
 from appliance.services.tools import keygen
 from appliance.services.tools.cert_hash import cert_hashes, remote_cert_hashes
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import RouteTable
+from appliance.web.routes import EGRESS, READ, RouteTable
 
 CLIENT_IPS_BODY_LIMIT = 16 << 20  # a backup of a large panel's address table
 
@@ -48,7 +48,7 @@ def tool_routes(needs: ToolRouteNeeds) -> RouteTable:
         "/getNewEchCert",
         "A new ECH key set and ECHConfigList for the SNI given",
         form=True,
-        reads=True,
+        effect=READ,
         body={"sni": "string"},
     )
     def new_ech_cert():
@@ -58,7 +58,7 @@ def tool_routes(needs: ToolRouteNeeds) -> RouteTable:
         "/getCertHash",
         "Hex SHA-256 of each certificate in a file (certificate directories only) or text",
         form=True,
-        reads=True,
+        effect=READ,
         body={"certFile": "string", "certContent": "string"},
     )
     def cert_hash():
@@ -70,17 +70,21 @@ def tool_routes(needs: ToolRouteNeeds) -> RouteTable:
         "Hex SHA-256 of the leaf certificate a live TLS server presents",
         form=True,
         body={"server": "string"},
+        effect=EGRESS,
     )
     def remote_cert_hash():
         return remote_cert_hashes(json_object(8192).get("server"), needs.settings)
 
-    @table.get("/getPanelUpdateInfo", "The newest panel release and whether it is newer")
+    @table.get(
+        "/getPanelUpdateInfo", "The newest panel release and whether it is newer", effect=EGRESS
+    )
     def panel_update_info():
         return needs.panel_update.info()
 
     @table.post(
         "/updatePanel",
         "Install the newest panel release (binary installs only) and restart",
+        effect=EGRESS,
     )
     def update_panel():
         return Reply(needs.panel_update.update())
