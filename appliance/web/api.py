@@ -16,7 +16,9 @@ same refusal after the same single lookup, so the answer tells a caller nothing 
 which it was. The audit entry of an out-of-scope call is written once the answer has
 gone, for the same reason. A node that trusts its managing panel's CA also wants a
 verified client certificate with every call of a node token, and says so when one is
-missing: the token was right, and the admin needs to know what else is.
+missing: the token was right, and the admin needs to know what else is. What a `read`
+token is answered passes through `redaction.redact` here, once for every route: a
+monitoring credential sees the panel's records but none of its secrets.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from appliance.services.admin.audit import Action
 from appliance.web.http import (
     BodyTooLarge,
     JsonStream,
+    JsonText,
     Reply,
     body_read,
     client_address,
@@ -48,6 +51,7 @@ from appliance.web.http import (
     raw_header,
     refuse_nul,
 )
+from appliance.web.redaction import redact, redact_text
 from appliance.web.routes import UNSAFE_METHODS, Route, scope_allows
 from appliance.web.server import CLIENT_CERTIFICATE
 
@@ -63,6 +67,8 @@ SESSION_KEY = "appliance.session"
 CHANGE_CREDENTIALS = "/panel/api/setting/updateUser"
 # (kind, name) of who is calling, once known: ("admin", username) or ("token", name).
 ACTOR_KEY = "appliance.actor"
+# The scope of the API token a call came with; absent for sessions and public routes.
+SCOPE_KEY = "appliance.token-scope"
 TOKEN_REFUSED = (
     "the API token is unknown, disabled or expired, or its scope does not cover this route"
 )
@@ -177,6 +183,8 @@ class ApiPlugin:
                     self.needs.changed(resource)
             if spec.raw or isinstance(result, HTTPResponse):
                 return result
+            if request.environ.get(SCOPE_KEY) == "read":
+                result = _redacted(result)
             if isinstance(result, JsonStream):
                 return result.envelope()
             msg, obj = (result.msg, result.obj) if isinstance(result, Reply) else ("", result)
@@ -275,6 +283,7 @@ class ApiPlugin:
             if caller is None:
                 raise Unauthorized(TOKEN_REFUSED)
             request.environ[ACTOR_KEY] = ("token", caller.name)
+            request.environ[SCOPE_KEY] = caller.scope
             if not scope_allows(caller.scope, spec):
                 raise Unauthorized(TOKEN_REFUSED)
             if (
@@ -305,6 +314,17 @@ class ApiPlugin:
                 f"them first with POST {CHANGE_CREDENTIALS}"
             )
         return session
+
+
+def _redacted(result):
+    """A handler's result as a `read` token may see it (see `redaction`)."""
+    if isinstance(result, Reply):
+        return Reply(result.msg, _redacted(result.obj))
+    if isinstance(result, JsonText):
+        return JsonText(redact_text(result.text))
+    if isinstance(result, JsonStream):
+        return JsonStream(iter([redact_text("".join(result.pieces))]))
+    return redact(result)
 
 
 class CsrfError(ServiceError):

@@ -7,9 +7,10 @@ the hash up again, so a token deleted, disabled or past its expiry is refused on
 next request. The lookup asks for an enabled, unexpired token in one query, so an expired
 token is refused exactly like one that never existed.
 
-A scope limits what a token may call (`admin`: everything; `read`: what only reads;
-`node`: what a managing panel needs); which routes each scope covers is the route
-table's to say (`web/routes.py`).
+A scope limits what a token may call (`admin`: everything; `read`: the routes whose
+declared effect is `read`, answered with their secrets redacted; `node`: what a managing
+panel needs); which routes each scope covers is the route table's to say
+(`web/routes.py`), from each route's effect.
 """
 
 from __future__ import annotations
