@@ -113,6 +113,21 @@ def test_public_routes_say_so(document):
     assert "security" not in document["paths"]["/panel/api/server/status"]["get"]
 
 
+def test_every_operation_says_its_effect_and_the_rest_follows(document):
+    effects = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            effect = effects[(method.upper(), path)] = operation["x-effect"]
+            assert effect in ("read", "write", "egress"), (path, effect)
+            assert operation["x-audited"] is (effect != "read"), path
+            if "read" in operation.get("x-token-scopes", []):
+                assert effect == "read", path
+    assert effects[("GET", "/panel/api/server/getCoreVersion")] == "egress"
+    assert effects[("POST", "/panel/api/nodes/test")] == "egress"
+    assert effects[("POST", "/panel/api/clients/onlines")] == "read"
+    assert effects[("POST", "/panel/api/clients/add")] == "write"
+
+
 def test_operation_ids_are_unique(document):
     ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
     assert len(ids) == len(set(ids))
