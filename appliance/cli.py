@@ -261,14 +261,24 @@ def cmd_setting_set(args) -> int:
 
 
 def cmd_migrate_db(args) -> int:
+    import tempfile
+
+    from appliance.runtime.file_paths import FilePlaces
+    from appliance.services.admin.import_review import review_copy
     from appliance.store.transfer import format_report, migrate_database
     from appliance.store.urls import parse_db_url
 
+    options = resolve(args)
     target = parse_db_url(args.to)
-    source = parse_db_url(args.source or os.path.join(resolve(args).data_dir, DB_FILE))
+    source = parse_db_url(args.source or os.path.join(options.data_dir, DB_FILE))
     if source.kind != "sqlite":
         raise ServiceError("--from must be a SQLite file (a path or sqlite:///path)")
-    copies = migrate_database(source.path, target, replace=args.replace)
+    places = FilePlaces(options.data_dir, options.cert_dirs)
+    with tempfile.TemporaryDirectory(prefix="appliance-migrate-") as scratch:
+        reviewed, resets = review_copy(source.path, scratch, places)
+        copies = migrate_database(reviewed, target, replace=args.replace)
+    for reset in resets:
+        print(f"reset, as the panel refuses it: {reset}")
     print(format_report(copies))
     total = sum(copy.source_rows for copy in copies)
     print(

@@ -570,8 +570,8 @@ def test_an_import_restarts_the_core_on_the_imported_inbounds(tmp_path):
 def test_an_imported_log_path_outside_the_core_folder_ends_confined(tmp_path):
     """SECURITY-CASES 18: a backup whose core template names /etc/cron.d/x (and a file
     of this test outside the data directory) as the core's logs restores, but the core
-    it runs never writes there: the paths are left out of its config and the panel's
-    log says so."""
+    it runs never writes there: the Core page would refuse that template, so the import
+    resets it to the built-in one and says so (case 40)."""
     outside = tmp_path / "outside" / "access.log"
     outside.parent.mkdir()
     server = start_panel(tmp_path, env={"APPLIANCE_CORE": V2RAY})
@@ -588,21 +588,21 @@ def test_an_imported_log_path_outside_the_core_folder_ends_confined(tmp_path):
             f"INSERT INTO setting (key, value) VALUES ('coreTemplate', '{stored}')",
         )
 
-        _reply, api = import_and_wait(server, api, backup)
+        reply, api = import_and_wait(server, api, backup)
+        (reset,) = reply["obj"]["reset"]
+        assert reset.startswith("coreTemplate was reset to its default"), reset
         wait_until(
             lambda: ok(api.get(f"{SERVER}/status"))["core"]["state"] == "running",
             "the core runs after the import",
         )
         log = ok(api.get(f"{SERVER}/getConfigJson"))["log"]
-        assert log == {
-            "access": os.path.join(server.data_dir, "core", "access.log"),
-            "loglevel": "info",
-        }
+        assert log["access"] == os.path.join(server.data_dir, "core", "access.log")
+        assert log["error"] == ""
         with open(os.path.join(server.data_dir, "core", "config.json")) as fh:
             written = fh.read()
         assert "/etc/cron.d/x" not in written and str(outside) not in written
         assert not outside.exists()
-        assert "left out of the core config: log.error may be none" in server.output()
+        assert "import: coreTemplate was reset to its default" in server.output()
     finally:
         server.stop()
 

@@ -323,3 +323,30 @@ def test_a_row_the_target_cannot_hold_rolls_the_whole_copy_back(target, tmp_path
     assert "Traceback" not in result.stderr
     assert networked_rows(target, "SELECT COUNT(*) FROM setting") == [(0,)]
     assert networked_rows(target, "SELECT COUNT(*) FROM api_token") == [(0,)]
+
+
+@networked
+def test_settings_a_route_refuses_are_reset_on_the_way(target, tmp_path):
+    """migrate-db is an import too: a value `setting/update` refuses is not copied as it
+    is but reset to its default and named; the source file stays as it was."""
+    db_file = str(tmp_path / "crafted.db")
+    Store(db_file).open()
+    with sqlite3.connect(db_file) as db:
+        for key, value in (
+            ("subSupportUrl", '"javascript:alert(1)"'),
+            ("webBasePath", '"/a b/"'),
+            ("subTitle", '"kept"'),
+        ):
+            db.execute("INSERT INTO setting (key, value) VALUES (?, ?)", (key, value))
+    db.close()
+    before = file_sha256(db_file)
+    result = appliance("migrate-db", "--from", db_file, "--to", target)
+    assert result.returncode == 0, result.stderr
+    assert "reset, as the panel refuses it: subSupportUrl was reset to its default" in (
+        result.stdout
+    )
+    assert "webBasePath was reset to its default" in result.stdout
+    copied = dict(networked_rows(target, "SELECT key, value FROM setting"))
+    assert copied["subTitle"] == '"kept"'
+    assert not {"subSupportUrl", "webBasePath"} & set(copied)
+    assert file_sha256(db_file) == before

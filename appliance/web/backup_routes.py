@@ -48,7 +48,8 @@ def backup_routes(needs: BackupRouteNeeds) -> RouteTable:
     @table.post(
         "/importDB",
         "Replace every record with an uploaded SQLite file or SQL dump (multipart field "
-        "db); the previous data is kept in the backups folder; the panel restarts",
+        "db); settings a route would refuse are reset (obj.reset names each); the previous "
+        "data is kept in the backups folder; the panel restarts",
         resource=("settings", "inbounds", "clients"),
         max_body=UPLOAD_ROUTE_MAX_BODY,
     )
@@ -62,7 +63,8 @@ def backup_routes(needs: BackupRouteNeeds) -> RouteTable:
             path,
             MAX_UPLOAD_BYTES,
         )
-        return Reply(needs.backups.restore(path))
+        message, reset = needs.backups.restore(path)
+        return Reply(message, {"reset": reset})
 
     bot = RouteTable("/panel/api", "backup")
 

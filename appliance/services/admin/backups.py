@@ -2,11 +2,13 @@
 
 A backup is a fresh consistent snapshot written to a scratch file in the data directory,
 opened and then unlinked, so a download that breaks off leaves nothing behind. A restore
-loads the offered file into a scratch SQLite file and checks it (`store.backup`); only
-then does it stop the core, keep the current data as a timestamped file under
-`<data dir>/backups/`, and replace the live data in one transaction. Any failure from
-there on puts the kept data back and starts the core again. A success restarts the panel
-process, so nothing keeps a value read from the old data.
+loads the offered file into a scratch SQLite file and checks it (`store.backup`), has the
+routes' rules judge its values (`import_review`: bad settings are reset and listed, an
+inbound that cannot run here refuses it); only then does it stop the core, keep the
+current data as a timestamped file under `<data dir>/backups/`, and replace the live data
+in one transaction. Any failure from there on puts the kept data back and starts the core
+again. A success restarts the panel process, so nothing keeps a value read from the old
+data.
 
 SQLite work runs in gevent's thread pool: copying, checking or loading a large file takes
 seconds, and in a thread it waits on the database's locks without stopping every other
@@ -29,6 +31,7 @@ import gevent
 from gevent.lock import Semaphore
 
 from appliance.errors import ServiceError
+from appliance.services.admin.import_review import review_file
 from appliance.store import backup
 from appliance.store.transfer import migrate_database
 
@@ -119,15 +122,16 @@ class Backups:
 
     # ---- restore --------------------------------------------------------------------------------
 
-    def restore(self, upload_path: str) -> str:
+    def restore(self, upload_path: str) -> tuple[str, list[str]]:
         """Replace the live data with the uploaded SQLite file or SQL dump; returns what
-        happened. The upload file is consumed."""
+        happened and a sentence per value reset on the way. The upload file is consumed."""
         prepared = self.scratch_path(".db")
         try:
             if self._restoring.locked():
                 raise ServiceError("another database import is running; wait for it to finish")
             with self._restoring:
                 _in_thread(self._prepare, upload_path, prepared)
+                resets = _in_thread(self._review, prepared)
                 counts = _in_thread(backup.row_counts, prepared)
                 kept = self._keep_current()
                 self._replace(prepared, kept)
@@ -135,11 +139,12 @@ class Backups:
             _remove(prepared)
             _remove(upload_path)
         self.on_restored()
+        reset = f"; reset, as this panel refuses them: {'; '.join(resets)}" if resets else ""
         return (
             f"database imported: {_count(counts.get('inbound', 0), 'inbound')}, "
-            f"{_count(counts.get('client', 0), 'client')}; the previous data is kept in "
-            f"{kept}; the panel restarts now"
-        )
+            f"{_count(counts.get('client', 0), 'client')}{reset}; the previous data is "
+            f"kept in {kept}; the panel restarts now"
+        ), resets
 
     def _prepare(self, upload_path: str, prepared: str) -> None:
         if backup.is_sqlite_file(upload_path):
@@ -153,6 +158,11 @@ class Backups:
             )
         backup.check_restorable(prepared)
         backup.prepare_for_restore(prepared, None if self.networked else self._live_page_size())
+
+    def _review(self, prepared: str) -> list[str]:
+        """The routes' rules on the checked file, with the files and the ports of the
+        panel that runs the core."""
+        return review_file(prepared, self.core.places, self.core.inbounds.reserved_ports)
 
     def _live_page_size(self) -> int:
         conn = sqlite3.connect(self.store.url.path)

@@ -1,4 +1,4 @@
-"""Panel settings: typed values with defaults, validated as a whole before any write.
+"""Panel settings: typed values with defaults, validated before any write.
 
 What the settings are (names, defaults, rules, help) is declared once, in
 settings_table; this module stores and reads them. Settings live as key/value rows;
@@ -74,9 +74,11 @@ class Settings:
         return values
 
     def check(self, changes: Any, port_owner: Callable[[int], Any] | None = None) -> dict[str, Any]:
-        """Validate `changes` against the whole resulting set; returns only the keys
-        whose value changes, normalised. Writes nothing. With `port_owner` (the inbound
-        on a port, or empty), a new webPort or subPort an inbound holds is refused."""
+        """Validate `changes` by their rules and the whole-set checks they take part in;
+        returns only the keys whose value changes, normalised. Writes nothing. A value
+        sent as it is stored is not judged again, so a bad stored value (an older release
+        wrote it) blocks no other save. With `port_owner` (the inbound on a port, or
+        empty), a new webPort or subPort an inbound holds is refused."""
         if not isinstance(changes, dict):
             raise ServiceError("settings must be a JSON object of setting names to values")
         candidate = {key: self.get(key) for key in DEFAULTS}
@@ -86,7 +88,7 @@ class Settings:
             if key in SECRET_KEYS and value == REDACTED:
                 continue
             candidate[key] = _coerce(key, value)
-        validate(candidate, self.places)
+        validate(candidate, self.places, [k for k in DEFAULTS if candidate[k] != self.get(k)])
         changed = {key: candidate[key] for key in DEFAULTS if candidate[key] != self.get(key)}
         if port_owner is not None:
             check_listener_ports_free(changed, port_owner)

@@ -6,13 +6,14 @@ what the panel accepts, what it documents and what it stores cannot drift apart.
 setting's type is its default's type (true/false, integer or text). Adding a setting is
 one `Setting(...)` line here, plus its label in the UI.
 
-Each value is checked on its own by its rule (settings_rules); then the whole-set checks
-below, which look at several values or the filesystem, run in their order.
+A save checks each value it changes by its rule (settings_rules), then the whole-set
+checks below that read one of them (they look at several values or the filesystem), in
+their order; an imported database has all of them run on every value (import_review).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -490,6 +491,16 @@ CERT_PAIRS = (("webCertFile", "webKeyFile"), ("subCertFile", "subKeyFile"))
 LISTENER_PORTS = ("webPort", "subPort")
 
 
+@dataclass(frozen=True)
+class CrossCheck:
+    """A check of several values (or of the filesystem): `fields` are the settings it
+    reads, so a save runs it when it changes one of them, and an import that fails it
+    knows which values to reset."""
+
+    fields: tuple[str, ...]
+    check: WholeSetCheck
+
+
 def listener_ports_differ(values: dict[str, Any], places: FilePlaces) -> None:
     if values["webPort"] == values["subPort"] and _same_listen(
         values["webListen"], values["subListen"]
@@ -500,19 +511,21 @@ def listener_ports_differ(values: dict[str, Any], places: FilePlaces) -> None:
         )
 
 
-def certificate_pairs_match(values: dict[str, Any], places: FilePlaces) -> None:
-    for cert_key, key_key in CERT_PAIRS:
+def _certificate_pair(cert_key: str, key_key: str) -> CrossCheck:
+    def check(values: dict[str, Any], places: FilePlaces) -> None:
         check_cert_pair(cert_key, values[cert_key], key_key, values[key_key], places)
+
+    return CrossCheck((cert_key, key_key), check)
 
 
 def core_template_is_usable(values: dict[str, Any], places: FilePlaces) -> None:
     check_core_template(values["coreTemplate"], places)
 
 
-WHOLE_SET_CHECKS: tuple[WholeSetCheck, ...] = (
-    listener_ports_differ,
-    certificate_pairs_match,
-    core_template_is_usable,
+WHOLE_SET_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("webPort", "subPort", "webListen", "subListen"), listener_ports_differ),
+    *(_certificate_pair(cert_key, key_key) for cert_key, key_key in CERT_PAIRS),
+    CrossCheck(("coreTemplate",), core_template_is_usable),
 )
 
 
@@ -526,14 +539,43 @@ def check_listener_ports_free(changes: dict[str, Any], port_owner: Callable[[int
                 raise ServiceError(f"{key} {changes[key]} is already used by {owner}")
 
 
-def validate(values: dict[str, Any], places: FilePlaces) -> None:
-    """Check a whole candidate set in place (rules may normalise values), before any
-    write: each value by its rule, then the whole-set checks."""
+def validate(values: dict[str, Any], places: FilePlaces, judged: Iterable[str]) -> None:
+    """Check a candidate set in place (rules may normalise values), before any write: each
+    value of `judged` (the values being saved) by its rule, then the whole-set checks
+    that read one of them. The other values are as stored: one of them only matters
+    where a check reads it beside a judged value, and then the refusal names it."""
+    judged = set(judged)
     for setting in SETTINGS:
-        if setting.rule is not None:
+        if setting.rule is not None and setting.name in judged:
             values[setting.name] = setting.rule(setting.name, values[setting.name])
-    for check in WHOLE_SET_CHECKS:
-        check(values, places)
+    for cross in WHOLE_SET_CHECKS:
+        if judged.intersection(cross.fields):
+            _check_beside_stored(cross, values, places, judged)
+
+
+def _check_beside_stored(
+    cross: CrossCheck, values: dict[str, Any], places: FilePlaces, judged: set[str]
+) -> None:
+    stored = [name for name in cross.fields if name not in judged]
+    for name in stored:
+        rule = BY_NAME[name].rule
+        try:
+            values[name] = rule(name, values[name]) if rule else values[name]
+        except ServiceError as exc:
+            raise ServiceError(
+                f"the stored {name} is not valid ({exc.msg}); save {name} with a valid value "
+                "together with this change"
+            ) from None
+    try:
+        cross.check(values, places)
+    except ServiceError as exc:
+        if not stored:
+            raise
+        names = " and ".join(stored)
+        raise ServiceError(
+            f"{exc.msg}; {names} as stored take{'s' if len(stored) == 1 else ''} part in this "
+            f"check: if the stored value is the one to fix, save {names} in the same change"
+        ) from None
 
 
 def _same_listen(a: str, b: str) -> bool:

@@ -87,6 +87,7 @@ from appliance.services.inbounds.listeners import (
     LeftOut,
     Socket,
     core_sockets,
+    template_port_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -360,6 +361,10 @@ class CoreService:
         if test_url not in (None, ""):
             changes["outboundTestUrl"] = test_url
         checked = self.settings.check(changes)
+        if "coreTemplate" in checked:
+            problem = template_port_problem(json.loads(text), self.inbounds.reserved_ports())
+            if problem:
+                raise ServiceError(problem)
         self._test(lambda: self.build(json.loads(text)))
         self.settings.write(checked)
         self.mark_dirty()

@@ -54,6 +54,47 @@ def overlap(a: str, b: str) -> bool:
     return False
 
 
+# (listen address, port, what listens there): the panel's own listeners.
+Reserved = tuple[str, int, str]
+
+
+def reserved_by(
+    listen: str, port: int, wanted: Iterable[str], reserved: Iterable[Reserved]
+) -> str | None:
+    """Which of the panel's own listeners (`reserved`) holds TCP `port` where a listener on
+    `listen` binding `wanted` ("tcp", "udp") would collide; None when none does."""
+    if "tcp" not in wanted:
+        return None
+    for address, taken, what in reserved:
+        if taken == port and overlap(address, listen):
+            return what
+    return None
+
+
+def template_port_problem(template: dict, reserved: Iterable[Reserved]) -> str | None:
+    """A sentence naming the first inbound of a core template on one of the panel's own
+    ports, as the inbound routes refuse one; None when there is none."""
+    entries = template.get("inbounds") if isinstance(template, dict) else None
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict) or entry.get("tag") == API_TAG:
+            continue
+        port, listen = entry.get("port"), entry.get("listen") or ""
+        if isinstance(port, str) and port.strip().isdigit():
+            port = int(port)
+        if not isinstance(port, int) or not isinstance(listen, str):
+            continue
+        protocol = entry.get("protocol") if isinstance(entry.get("protocol"), str) else ""
+        protocol = PANEL_PROTOCOLS.get(protocol, protocol)
+        what = reserved_by(listen, port, transports({**entry, "protocol": protocol}), reserved)
+        if what:
+            return (
+                f"coreTemplate inbounds[{index}] ({entry.get('tag') or 'no tag'}) listens on "
+                f"{listen or 'every address'} port {port}/tcp, which {what} uses; "
+                "choose another port or address"
+            )
+    return None
+
+
 def port_in_use(listen: str, port: int, l4: str) -> bool:
     """Whether another socket holds `port` for `l4` ("tcp" or "udp") on `listen`. The bind
     is made as the core makes it: on every address of both families for a wildcard, with

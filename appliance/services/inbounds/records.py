@@ -39,7 +39,7 @@ from appliance.services.clients.query import (
 )
 from appliance.services.clients.records import refit
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
-from appliance.services.inbounds.listeners import Socket, busy_transports, overlap
+from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
 
 # (listen, port, what) of sockets the panel itself holds.
@@ -395,10 +395,13 @@ class Inbounds:
             return
         wanted = inbound_rules.transports(record)
         port = record["port"]
-        if "tcp" in wanted and node_id is None:
-            for listen, reserved, what in self.reserved_ports():
-                if reserved == port and overlap(listen, record["listen"]):
-                    raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
+        what = (
+            None
+            if node_id is not None
+            else reserved_by(record["listen"], port, wanted, self.reserved_ports())
+        )
+        if what:
+            raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
         if node_id is None:
             same_port = select(
                 i for i in self.store.Inbound if i.port == port and i.node_id is None

@@ -113,7 +113,7 @@ class OutboundSubs:
     # ---- writes ------------------------------------------------------------------------
 
     def create(self, form: Any) -> dict:
-        record = _parse_form(form, None)
+        record = parse_form(form, None)
         made = self._read(record["url"], record["allowPrivate"])
         with db_session:
             self._check_prefix(record["tagPrefix"], None)
@@ -138,7 +138,7 @@ class OutboundSubs:
         sub_id = parse_id(sub_id, "outbound subscription id")
         with db_session:
             stored = _record(self._row(sub_id))
-        record = _parse_form(form, stored)
+        record = parse_form(form, stored)
         if not record["tagPrefix"]:
             record["tagPrefix"] = f"sub{sub_id}-"
         made = self._read(record["url"], record["allowPrivate"]) if record["enabled"] else None
@@ -299,7 +299,7 @@ class OutboundSubs:
         return feed.plans
 
 
-def _parse_form(form: Any, stored: dict | None) -> dict:
+def parse_form(form: Any, stored: dict | None) -> dict:
     """The fields of a save; absent ones keep their stored value (or default)."""
     if not isinstance(form, dict):
         raise ServiceError("the request body must be an object of subscription fields")
