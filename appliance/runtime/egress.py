@@ -55,6 +55,7 @@ DESTINATIONS = (
     "outboundTestUrl",
     "warpApiUrl",
     "vpnApiUrl",
+    "mtprotoDataCenters",
     "getRemoteCertHash",
 )
 MAX_REDIRECTS = 5

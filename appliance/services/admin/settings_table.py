@@ -27,6 +27,7 @@ from appliance.services.admin.settings_rules import (
     backup_schedule,
     check_cert_pair,
     check_core_template,
+    check_data_centres,
     data_centres,
     host_names,
     listen_address,
@@ -203,7 +204,9 @@ SETTINGS = (
         "149.154.175.50:443,149.154.167.51:443,149.154.175.100:443,149.154.167.91:443,"
         "149.154.171.5:443",
         "Telegram data centres the MTProto proxies relay to: host:port of DC 1, 2, ... "
-        "separated by commas.",
+        "separated by commas. Loopback, private and link-local addresses only with "
+        "mtprotoDataCenters listed in allowPrivateDestinations; the cloud metadata address "
+        "never.",
         "clients",
         data_centres,
     ),
@@ -509,10 +512,15 @@ def core_template_is_usable(values: dict[str, Any], places: FilePlaces) -> None:
     check_core_template(values["coreTemplate"], places)
 
 
+def data_centres_are_allowed(values: dict[str, Any], places: FilePlaces) -> None:
+    check_data_centres(values["mtprotoDataCenters"], values["allowPrivateDestinations"])
+
+
 WHOLE_SET_CHECKS: tuple[WholeSetCheck, ...] = (
     listener_ports_differ,
     certificate_pairs_match,
     core_template_is_usable,
+    data_centres_are_allowed,
 )
 
 
