@@ -140,6 +140,25 @@ def _carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     return address.sixtofour
 
 
+def screened(host: str, resolve: Resolver, private_ok: bool) -> tuple[Address, str] | None:
+    """The first address of `host` (a literal in any spelling, or a name resolved now)
+    that the guard refuses, with the reason; None when every one may be reached. With
+    `private_ok` only the metadata address is refused. For an address the panel hands to
+    another program to connect to (a core outbound's server), so a name that does not
+    resolve now is left to that program."""
+    bare = host.strip().strip("[]")
+    literal = _parse_address(bare)
+    try:
+        found = [literal] if literal else [_parse_address(a) for a in resolve(bare, 0)]
+    except (OSError, UnicodeError):
+        return None
+    for address in found:
+        reason = refusal(address) if address is not None else None
+        if reason and (not private_ok or reason.startswith(METADATA_REASON)):
+            return address, reason
+    return None
+
+
 def parse_allowed(text: str) -> list[str]:
     """The names in `allowPrivateDestinations` (comma-separated), each one the panel knows."""
     names = [part.strip() for part in (text or "").split(",") if part.strip()]
