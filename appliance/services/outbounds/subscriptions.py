@@ -340,11 +340,8 @@ def screen_servers(
         if reason.startswith(METADATA_REASON)
         else SERVERS_OPT_IN
     )
-    count = f"{len(left)} server{'s' if len(left) > 1 else ''}"
-    return (
-        kept,
-        f"{count} {'were' if len(left) > 1 else 'was'} left out: the first, {shown}, is {reason}; {rule}",
-    )
+    count = f"{len(left)} servers were" if len(left) > 1 else "1 server was"
+    return kept, f"{count} left out: the first, {shown}, is {reason}; {rule}"
 
 
 def _parse_form(form: Any, stored: dict | None) -> dict:
