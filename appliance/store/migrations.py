@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from appliance.errors import ServiceError
-from appliance.store.ddl import Column, Index, Table, add_column
+from appliance.store.ddl import Column, Index, Table, add_column, create_index
 
 log = logging.getLogger(__name__)
 
@@ -443,6 +443,26 @@ def _v14_usage_history(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v15_unique_mtproto_secrets(dialect: str) -> list[str]:
+    """MTProto secrets unique, so two clients never share a key: one of each set of
+    clients holding one key keeps it (clients that shared a UUID before version 13 got the
+    same key from it), the others and any empty key get a fresh random one, then a unique
+    index holds it on every backend, also for two requests that save at once."""
+    fresh = {
+        "sqlite": "LOWER(HEX(RANDOMBLOB(16)))",
+        "postgres": "REPLACE(GEN_RANDOM_UUID()::text, '-', '')",
+        "mysql": "LOWER(HEX(RANDOM_BYTES(16)))",
+    }[dialect]
+    kept = "SELECT MIN(id) AS id FROM client GROUP BY mt_secret"
+    if dialect == "mysql":
+        # MySQL reads no table in the subquery of an UPDATE of that table.
+        kept = f"SELECT id FROM ({kept}) AS kept"
+    return [
+        f"UPDATE client SET mt_secret = {fresh} WHERE mt_secret = '' OR id NOT IN ({kept})",
+        create_index("client", Index(("mt_secret",), unique=True), dialect),
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -462,6 +482,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     ),
     (13, "MTProto: client secrets, the last counters of the proxy processes", _v13_mtproto),
     (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
+    (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
 ]
 
 LATEST = MIGRATIONS[-1][0]
