@@ -11,15 +11,20 @@ step is small.)
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 from appliance.errors import ServiceError
 from appliance.store.ddl import Column, Index, Table, add_column, create_index
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[str], list[str]]
+# What a step runs: SQL text, or, for what SQL cannot say the same way on every backend,
+# a function of the open cursor and the dialect's placeholder.
+Statement = str | Callable[[Any, str], None]
+Step = Callable[[str], list[Statement]]
 
 
 def _v1_foundation(dialect: str) -> list[str]:
@@ -443,24 +448,33 @@ def _v14_usage_history(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
-def _v15_unique_mtproto_secrets(dialect: str) -> list[str]:
+def _v15_unique_mtproto_secrets(dialect: str) -> list[Statement]:
     """MTProto secrets unique, so two clients never share a key: one of each set of
     clients holding one key keeps it (clients that shared a UUID before version 13 got the
     same key from it), the others and any empty key get a fresh random one, then a unique
     index holds it on every backend, also for two requests that save at once."""
-    fresh = {
-        "sqlite": "LOWER(HEX(RANDOMBLOB(16)))",
-        "postgres": "REPLACE(GEN_RANDOM_UUID()::text, '-', '')",
-        "mysql": "LOWER(HEX(RANDOM_BYTES(16)))",
-    }[dialect]
-    kept = "SELECT MIN(id) AS id FROM client GROUP BY mt_secret"
-    if dialect == "mysql":
-        # MySQL reads no table in the subquery of an UPDATE of that table.
-        kept = f"SELECT id FROM ({kept}) AS kept"
     return [
-        f"UPDATE client SET mt_secret = {fresh} WHERE mt_secret = '' OR id NOT IN ({kept})",
-        create_index("client", Index(("mt_secret",), unique=True), dialect),
+        _rekey_shared_mtproto_secrets,
+        create_index("client", Index(("mt_secret",), True), dialect),
     ]
+
+
+def _rekey_shared_mtproto_secrets(cur, mark: str) -> None:
+    """Fresh keys from the operating system's CSPRNG: no SQL function gives random bytes
+    on every server version the panel runs on."""
+    cur.execute("SELECT id, mt_secret FROM client ORDER BY id")
+    rows = cur.fetchall()
+    held = {secret for _, secret in rows if secret}
+    kept: set[str] = set()
+    for client_id, secret in rows:
+        if secret and secret not in kept:
+            kept.add(secret)
+            continue
+        fresh = secrets.token_hex(16)
+        while fresh in held:
+            fresh = secrets.token_hex(16)
+        held.add(fresh)
+        cur.execute(f"UPDATE client SET mt_secret = {mark} WHERE id = {mark}", (fresh, client_id))
 
 
 MIGRATIONS: list[tuple[int, str, Step]] = [
@@ -525,8 +539,11 @@ def migrate(conn, dialect: str, target: int = LATEST) -> list[int]:
         log.info("applying schema migration %d: %s", number, name)
         _begin(cur, dialect)
         try:
-            for sql in step(dialect):
-                cur.execute(sql)
+            for statement in step(dialect):
+                if callable(statement):
+                    statement(cur, mark)
+                else:
+                    cur.execute(statement)
             cur.execute(
                 "INSERT INTO schema_version (version, name, applied_at) "
                 f"VALUES ({mark}, {mark}, {mark})",
