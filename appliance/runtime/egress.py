@@ -25,6 +25,12 @@ this machine. They list that setting in `allowPrivateDestinations`; then the hos
 port written in that setting may be internal. Other hosts reached on its behalf (a
 redirect, a download link in a release list) are still checked, and the metadata address
 is never fetched from, opted in or not.
+
+Addresses the panel hands to another program to connect to are judged by the same rule:
+the Telegram data centres its MTProto proxies relay to (a destination here like the
+others, checked when saved and when a proxy starts, and by the proxy with `refusal` when
+it connects), and the servers of an outbound subscription that become core outbounds
+(`screened`).
 """
 
 from __future__ import annotations
