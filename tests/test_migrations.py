@@ -7,9 +7,13 @@ migrations run on PostgreSQL and MariaDB, which run on this machine's loopback.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from uuid import uuid4
 
 import pytest
 from conftest import start_panel
@@ -212,3 +216,57 @@ def test_networked_store_round_trips_an_inbound(kind):
             assert again.get(created["id"])["remark"] == "Grüße 🚀 'quoted'"
         finally:
             reopened.close()
+
+
+# ---- MTProto secrets ----------------------------------------------------------------------
+
+SHARED_UUID = "1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed"
+
+
+@contextlib.contextmanager
+def raw_database(kind: str, tmp_path) -> Iterator[tuple[object, str]]:
+    """A DB-API connection to a new, empty database of `kind`, and its dialect."""
+    if kind == "sqlite":
+        conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+        try:
+            yield conn, "sqlite"
+        finally:
+            conn.close()
+        return
+    with fresh_database(kind) as url:
+        store = Store(url)
+        conn = store.raw_connect()
+        try:
+            yield conn, store.dialect
+        finally:
+            conn.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", *sorted(NETWORKED)])
+def test_shared_and_empty_mtproto_secrets_are_rekeyed_and_then_unique(kind, tmp_path):
+    with raw_database(kind, tmp_path) as (conn, dialect):
+        mark = "?" if dialect == "sqlite" else "%s"
+        migrate(conn, dialect, target=12)
+        cur = conn.cursor()
+        # Two clients of one UUID (as 3x-ui allows): version 13 gives both its bytes.
+        for n, uuid in enumerate([SHARED_UUID, SHARED_UUID, str(uuid4())]):
+            cur.execute(
+                "INSERT INTO client (email, email_key, uuid, password, auth, sub_id, "
+                f"search_key) VALUES ({mark}, {mark}, {mark}, 'p', 'a', {mark}, '')",
+                (f"c{n}", f"c{n}", uuid, f"s{n}"),
+            )
+        conn.commit()
+        migrate(conn, dialect, target=14)
+        cur.execute("UPDATE client SET mt_secret = '' WHERE email = 'c2'")
+        conn.commit()
+        migrate(conn, dialect)
+        cur.execute("SELECT email, mt_secret FROM client ORDER BY id")
+        secrets = dict(cur.fetchall())
+        assert secrets["c0"] == SHARED_UUID.replace("-", "")
+        assert len(set(secrets.values())) == 3
+        assert all(re.fullmatch(r"[0-9a-f]{32}", key) for key in secrets.values())
+        with pytest.raises(Exception, match="mt_secret"):
+            cur.execute(
+                f"UPDATE client SET mt_secret = {mark} WHERE email = 'c1'", (secrets["c0"],)
+            )
+        conn.rollback()

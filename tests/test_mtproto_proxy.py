@@ -50,6 +50,9 @@ class Proxy:
             "port": self.port,
             "domain": domain,
             "dataCenters": [dc.address] * 5,
+            # The stand-in data centre is on loopback, which the panel allows only on the
+            # admin's say-so (test_a_data_centre_on_loopback_needs_the_opt_in).
+            "dataCentersInternal": True,
             "secrets": secrets,
             **extra,
         }
@@ -230,6 +233,25 @@ def test_fake_tls_sends_what_is_not_ours_to_the_real_site(tmp_path, dc):
         assert site_answer(guarded.port, b"GET / HTTP/1.1\r\n\r\n") == b""
     finally:
         guarded.stop()
+
+
+def test_a_data_centre_on_loopback_needs_the_opt_in(tmp_path, dc):
+    secrets = {"alice": {"secret": ALICE, "adTag": ""}}
+    guarded = Proxy(tmp_path, dc, secrets, dataCentersInternal=False)
+    before = len(dc.received)
+    try:
+        with pytest.raises((ConnectionError, OSError, asyncio.TimeoutError)):
+            telethon_exchange(guarded.port, "dd" + ALICE, [b"x" * 16])
+        assert len(dc.received) == before
+        assert guarded.call("GET", "/stats").json()["users"] == {}
+    finally:
+        guarded.stop()
+    opted_in = Proxy(tmp_path, dc, secrets)
+    try:
+        capture, _ = telethon_exchange(opted_in.port, "dd" + ALICE, [b"y" * 16])
+        assert bytes(dc.received[before]) == bytes(capture.sent)
+    finally:
+        opted_in.stop()
 
 
 def test_a_refused_connection_counts_for_nobody(proxy):

@@ -287,3 +287,61 @@ def test_a_disabled_subscription_is_saved_without_a_fetch_but_not_with_an_intern
         refused(api.post(f"{SUBS}/{sub['id']}", data=form), "private", "allowPrivate")
         assert ok(api.get(SUBS))[0]["url"] == "http://no-such-host.invalid/sub"
     assert requested == ["/sub"]
+
+
+# ---- the servers a subscription names ---------------------------------------------------
+
+SERVER_UUID = "b3c7a5f0-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+# Where the share links point: this machine, a private network, the metadata address, this
+# machine in IPv6 form and by name, and one public address.
+SERVER_HOSTS = (
+    "127.0.0.1",
+    "10.0.0.1",
+    "169.254.169.254",
+    "[::ffff:127.0.0.1]",
+    "localhost",
+    "1.1.1.1",
+)
+
+
+def server_links(*hosts: str) -> bytes:
+    return "\n".join(
+        f"vless://{SERVER_UUID}@{host}:443?encryption=none&type=tcp#server-{n}"
+        for n, host in enumerate(hosts)
+    ).encode()
+
+
+def server_addresses(api, prefix: str) -> list[str]:
+    config = ok(api.get("/panel/api/server/getConfigJson"))
+    return [
+        outbound["settings"]["vnext"][0]["address"]
+        for outbound in config["outbounds"]
+        if outbound.get("tag", "").startswith(prefix)
+    ]
+
+
+def test_servers_at_the_metadata_address_never_become_outbounds(clean):
+    """The provider is on loopback, so the subscription sets allowPrivate (a public host
+    cannot be played here): its internal servers are kept, the metadata address is not.
+    Without allowPrivate only the public one is kept (test_outbound_subs)."""
+    api = clean
+    answers = {"/sub": (200, server_links(*SERVER_HOSTS))}
+    with http_server(answers) as (port, _):
+        sub = add(api, port, tagPrefix="screened-")
+        assert server_addresses(api, "screened-") == [
+            "127.0.0.1",
+            "10.0.0.1",
+            "::ffff:127.0.0.1",
+            "localhost",
+            "1.1.1.1",
+        ]
+        assert sub["lastError"] == (
+            "1 server was left out: the first, 169.254.169.254, is the cloud metadata "
+            "address; the panel never lets the core connect to it"
+        )
+        assert ok(api.get(SUBS))[0]["lastError"] == sub["lastError"]
+        # A refresh that finds only the metadata address keeps the last good outbounds.
+        answers["/sub"] = (200, server_links("169.254.169.254", "[::ffff:a9fe:a9fe]"))
+        reply = api.post(f"{SUBS}/{sub['id']}/refresh")
+        refused(reply, "no server the core can use", "2 servers were left out", "metadata")
+        assert len(server_addresses(api, "screened-")) == 5

@@ -7,8 +7,9 @@ idle Telegram apps cost their sockets and ciphers, about 8 KiB each, and no thre
 
 - **Config file** (written by the panel): the listener (`listen`, `port`), the fake-TLS
   `domain` (set: only fake-TLS "ee" secrets are accepted; empty: only padded "dd"
-  ones), the data-centre addresses (`dataCenters`, "host:port" for DC 1, 2, ...) and
-  the first set of secrets. With fake TLS, a connection that is not a hello signed by
+  ones), the data-centre addresses (`dataCenters`, "host:port" for DC 1, 2, ...; an
+  internal address is relayed to only with `dataCentersInternal`, the metadata address
+  never) and the first set of secrets. With fake TLS, a connection that is not a hello signed by
   one of the secrets (a censor's probe, a browser) is relayed to the real site, `front`
   (the domain's port 443), so the port looks like that site; never to an internal
   address.
@@ -66,7 +67,7 @@ from appliance.core.mtproto_wire import (
     server_hello,
     tls_record_length,
 )
-from appliance.runtime.egress import refusal
+from appliance.runtime.egress import METADATA_REASON, refusal
 
 log = logging.getLogger("appliance.mtproto")
 
@@ -169,6 +170,9 @@ class Proxy:
         self.front = _address(config["front"]) if config.get("front") else None
         self.front_internal = bool(config.get("frontInternal"))
         self.data_centres = [_address(text) for text in config.get("dataCenters", [])]
+        # Whether a data centre may be an internal address: the admin listed
+        # mtprotoDataCenters in allowPrivateDestinations (the metadata address never).
+        self.centres_internal = bool(config.get("dataCentersInternal"))
         self.instance = random_tokens.token_hex(8)
         self.secrets: dict[str, tuple[bytes, str]] = {}
         # Tried in this order: an opening names no secret, so each is tried until one
@@ -311,12 +315,24 @@ class Proxy:
         index = abs(dc) - 1
         if not 0 <= index < len(self.data_centres):
             raise Refused(f"no data centre {dc}")
-        dc_sock = socket.create_connection(self.data_centres[index], timeout=CONNECT_SECONDS)
+        dc_sock = socket.create_connection(self._centre(index), timeout=CONNECT_SECONDS)
         dc_sock.settimeout(None)
         dc_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         opening, stream = data_centre_opening(transport, dc)
         dc_sock.sendall(opening)
         return dc_sock, stream
+
+    def _centre(self, index: int) -> tuple[str, int]:
+        """A checked address of data centre `index`: resolved now, each address judged by
+        the egress guard's rule, so a name that moved to an internal address is refused."""
+        host, port = self.data_centres[index]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        for *_, sockaddr in found:
+            internal = refusal(ipaddress.ip_address(sockaddr[0].split("%", 1)[0]))
+            if internal and (not self.centres_internal or internal.startswith(METADATA_REASON)):
+                log.warning("not relaying to data centre %d (%s): %s", index + 1, host, internal)
+                raise Refused(f"data centre {index + 1} is {internal}")
+        return found[0][4][:2]
 
     # ---- management API --------------------------------------------------------------------
 

@@ -7,7 +7,11 @@ checked against the key length of each attached 2022 inbound (replaced by a gene
 when it does not fit, as the spec asks). One key cannot have two lengths, so a client may
 not sit on 2022 inbounds of different key lengths at once. Legacy Shadowsocks ciphers get
 the inbound's method copied onto the client. The MTProto secret is a key of its own (16
-bytes in hex), so re-keying a Telegram proxy user leaves their other links alone.
+bytes in hex), so re-keying a Telegram proxy user leaves their other links alone. It is
+the only thing that tells one proxy user from another, so it must be random: a key with
+few different bytes (all zeros, one byte repeated) or two equal halves is one somebody
+chose and others can guess, and is refused; generated keys always pass. That no two
+clients hold one key is the store's unique index.
 
 Emails are the key in client paths and in the core's traffic counters
 (`user>>>EMAIL>>>traffic>>>uplink`), so they may not contain `>>>`, `/`, control
@@ -45,6 +49,9 @@ VMESS_SECURITY = ("auto", "aes-128-gcm", "chacha20-poly1305", "none", "zero")
 SUB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 AD_TAG = re.compile(r"[0-9a-fA-F]{32}")
 MTPROTO_SECRET = re.compile(r"[0-9a-fA-F]{32}")
+# 16 random bytes have about 15.5 different values; fewer than 8 happens about twice in
+# a billion keys, and then to a key generated here never (it is drawn again).
+SECRET_MIN_DISTINCT = 8
 GROUP_MAX = 64
 COMMENT_MAX = 1024
 EMAIL_MAX = 255
@@ -104,15 +111,35 @@ def check_ad_tag(value: Any) -> str:
 
 
 def check_mtproto_secret(value: Any) -> str:
-    """The MTProto secret key: 32 hexadecimal characters (16 bytes), generated when
-    omitted; a new value re-keys the client on every MTProto inbound."""
+    """The MTProto secret key: 32 hexadecimal characters (16 bytes) that look random,
+    generated when omitted; a new value re-keys the client on every MTProto inbound."""
     if value in (None, ""):
-        return secrets.token_hex(16)
+        return new_mtproto_secret()
     if not isinstance(value, str) or not MTPROTO_SECRET.fullmatch(value):
         raise ServiceError(
             f"secret must be 32 hexadecimal characters, the MTProto key (got {describe(value)})"
         )
+    key = bytes.fromhex(value)
+    if not _looks_random(key):
+        raise ServiceError(
+            f"secret {value.lower()} is not a random key: {len(set(key))} of its 16 bytes "
+            f"differ{' and its two halves are equal' if key[:8] == key[8:] else ''}, while an "
+            f"MTProto key needs at least {SECRET_MIN_DISTINCT} different bytes and two "
+            "different halves; omit secret to have a random one generated"
+        )
     return value.lower()
+
+
+def new_mtproto_secret() -> str:
+    """A random MTProto key that passes `check_mtproto_secret`."""
+    while True:
+        key = secrets.token_bytes(16)
+        if _looks_random(key):
+            return key.hex()
+
+
+def _looks_random(key: bytes) -> bool:
+    return len(set(key)) >= SECRET_MIN_DISTINCT and key[:8] != key[8:]
 
 
 def normalize_client(payload: Any, inbounds: list[dict]) -> dict:

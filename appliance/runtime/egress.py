@@ -25,6 +25,12 @@ this machine. They list that setting in `allowPrivateDestinations`; then the hos
 port written in that setting may be internal. Other hosts reached on its behalf (a
 redirect, a download link in a release list) are still checked, and the metadata address
 is never fetched from, opted in or not.
+
+Addresses the panel hands to another program to connect to are judged by the same rule:
+the Telegram data centres its MTProto proxies relay to (a destination here like the
+others, checked when saved and when a proxy starts, and by the proxy with `refusal` when
+it connects), and the servers of an outbound subscription that become core outbounds
+(`screened`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ DESTINATIONS = (
     "outboundTestUrl",
     "warpApiUrl",
     "vpnApiUrl",
+    "mtprotoDataCenters",
     "getRemoteCertHash",
 )
 MAX_REDIRECTS = 5
@@ -137,6 +144,25 @@ def _carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     if address in NAT64:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address.sixtofour
+
+
+def screened(host: str, resolve: Resolver, private_ok: bool) -> tuple[Address, str] | None:
+    """The first address of `host` (a literal in any spelling, or a name resolved now)
+    that the guard refuses, with the reason; None when every one may be reached. With
+    `private_ok` only the metadata address is refused. For an address the panel hands to
+    another program to connect to (a core outbound's server), so a name that does not
+    resolve now is left to that program."""
+    bare = host.strip().strip("[]")
+    literal = _parse_address(bare)
+    try:
+        found = [literal] if literal else [_parse_address(a) for a in resolve(bare, 0)]
+    except (OSError, UnicodeError):
+        return None
+    for address in found:
+        reason = refusal(address) if address is not None else None
+        if reason and (not private_ok or reason.startswith(METADATA_REASON)):
+            return address, reason
+    return None
 
 
 def parse_allowed(text: str) -> list[str]:

@@ -11,15 +11,20 @@ step is small.)
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 from appliance.errors import ServiceError
-from appliance.store.ddl import Column, Index, Table, add_column
+from appliance.store.ddl import Column, Index, Table, add_column, create_index
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[str], list[str]]
+# What a step runs: SQL text, or, for what SQL cannot say the same way on every backend,
+# a function of the open cursor and the dialect's placeholder.
+Statement = str | Callable[[Any, str], None]
+Step = Callable[[str], list[Statement]]
 
 
 def _v1_foundation(dialect: str) -> list[str]:
@@ -443,6 +448,35 @@ def _v14_usage_history(dialect: str) -> list[str]:
     return [sql for table in tables for sql in table.create(dialect)]
 
 
+def _v15_unique_mtproto_secrets(dialect: str) -> list[Statement]:
+    """MTProto secrets unique, so two clients never share a key: one of each set of
+    clients holding one key keeps it (clients that shared a UUID before version 13 got the
+    same key from it), the others and any empty key get a fresh random one, then a unique
+    index holds it on every backend, also for two requests that save at once."""
+    return [
+        _rekey_shared_mtproto_secrets,
+        create_index("client", Index(("mt_secret",), True), dialect),
+    ]
+
+
+def _rekey_shared_mtproto_secrets(cur, mark: str) -> None:
+    """Fresh keys from the operating system's CSPRNG: no SQL function gives random bytes
+    on every server version the panel runs on."""
+    cur.execute("SELECT id, mt_secret FROM client ORDER BY id")
+    rows = cur.fetchall()
+    held = {secret for _, secret in rows if secret}
+    kept: set[str] = set()
+    for client_id, secret in rows:
+        if secret and secret not in kept:
+            kept.add(secret)
+            continue
+        fresh = secrets.token_hex(16)
+        while fresh in held:
+            fresh = secrets.token_hex(16)
+        held.add(fresh)
+        cur.execute(f"UPDATE client SET mt_secret = {mark} WHERE id = {mark}", (fresh, client_id))
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -462,6 +496,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     ),
     (13, "MTProto: client secrets, the last counters of the proxy processes", _v13_mtproto),
     (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
+    (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -504,8 +539,11 @@ def migrate(conn, dialect: str, target: int = LATEST) -> list[int]:
         log.info("applying schema migration %d: %s", number, name)
         _begin(cur, dialect)
         try:
-            for sql in step(dialect):
-                cur.execute(sql)
+            for statement in step(dialect):
+                if callable(statement):
+                    statement(cur, mark)
+                else:
+                    cur.execute(statement)
             cur.execute(
                 "INSERT INTO schema_version (version, name, applied_at) "
                 f"VALUES ({mark}, {mark}, {mark})",

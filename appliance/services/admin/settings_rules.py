@@ -12,6 +12,7 @@ calls them from its whole-set checks.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -26,7 +27,7 @@ from appliance.domain.parse import load_json
 from appliance.domain.protocols import is_host_name
 from appliance.domain.sub_formats import parse_rules
 from appliance.errors import ServiceError
-from appliance.runtime.egress import parse_allowed
+from appliance.runtime.egress import Egress, Resolver, host_key, parse_allowed, system_resolve
 from appliance.runtime.file_paths import FilePlaces, check_paths
 from appliance.services.admin.tgbot import parse_schedule
 
@@ -67,17 +68,41 @@ class OneOf:
 PORT = Range(1, 65535)
 
 
+DATA_CENTRES = "mtprotoDataCenters"
+
+
 def data_centres(name: str, value: str) -> str:
     """Telegram data-centre addresses for the MTProto proxies: "host:port" for DC 1, 2, ...
     separated by commas."""
     parts = [part.strip() for part in value.split(",")]
-    for n, part in enumerate(parts, 1):
+    data_centre_addresses(",".join(parts), name)
+    return ",".join(parts)
+
+
+def data_centre_addresses(value: str, name: str = DATA_CENTRES) -> list[tuple[str, int]]:
+    """(host, port) of each data centre in `value`, DC 1 first."""
+    found = []
+    for n, part in enumerate((part.strip() for part in value.split(",")), 1):
         host, _, port = part.rpartition(":")
         if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
             raise ServiceError(
                 f"{name} must list host:port addresses separated by commas (entry {n} is {part!r})"
             )
-    return ",".join(parts)
+        found.append((host.strip("[]"), int(port)))
+    return found
+
+
+def check_data_centres(value: str, allowed: str, resolve: Resolver = system_resolve) -> None:
+    """Every data centre is an address the egress guard lets the proxies reach: public, or
+    internal with mtprotoDataCenters listed in allowPrivateDestinations (the metadata
+    address never); raises DestinationRefused naming the address and its kind. A name
+    that does not resolve now passes: each proxy resolves and checks it again when it
+    connects."""
+    private_ok = DATA_CENTRES in parse_allowed(allowed)
+    for host, port in data_centre_addresses(value):
+        guard = Egress(DATA_CENTRES, (host_key(host), port), private_ok, resolve)
+        with contextlib.suppress(OSError, UnicodeError):
+            guard.addresses(host, port)
 
 
 def listen_address(name: str, value: str) -> str:

@@ -28,6 +28,7 @@ from appliance.services.admin.settings_rules import (
     backup_schedule,
     check_cert_pair,
     check_core_template,
+    check_data_centres,
     data_centres,
     host_names,
     listen_address,
@@ -204,7 +205,9 @@ SETTINGS = (
         "149.154.175.50:443,149.154.167.51:443,149.154.175.100:443,149.154.167.91:443,"
         "149.154.171.5:443",
         "Telegram data centres the MTProto proxies relay to: host:port of DC 1, 2, ... "
-        "separated by commas.",
+        "separated by commas. Loopback, private and link-local addresses only with "
+        "mtprotoDataCenters listed in allowPrivateDestinations; the cloud metadata address "
+        "never.",
         "clients",
         data_centres,
     ),
@@ -522,10 +525,15 @@ def core_template_is_usable(values: dict[str, Any], places: FilePlaces) -> None:
     check_core_template(values["coreTemplate"], places)
 
 
+def data_centres_are_allowed(values: dict[str, Any], places: FilePlaces) -> None:
+    check_data_centres(values["mtprotoDataCenters"], values["allowPrivateDestinations"])
+
+
 WHOLE_SET_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(("webPort", "subPort", "webListen", "subListen"), listener_ports_differ),
     *(_certificate_pair(cert_key, key_key) for cert_key, key_key in CERT_PAIRS),
     CrossCheck(("coreTemplate",), core_template_is_usable),
+    CrossCheck(("mtprotoDataCenters", "allowPrivateDestinations"), data_centres_are_allowed),
 )
 
 

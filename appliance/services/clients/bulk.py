@@ -23,7 +23,7 @@ from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace
 from appliance.services.clients.query import QUOTA_USED, USED
-from appliance.services.clients.records import Clients, columns_of, inbound_ids_of
+from appliance.services.clients.records import Clients, columns_of, inbound_ids_of, secret_taken
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
 
@@ -102,6 +102,10 @@ class ClientBulk:
             # Which emails exist, in a query per chunk rather than one per item: on a
             # networked database 20,000 round trips took longer than the inserts.
             taken = self._stored_keys([key for _, _, key in prepared if key], pace=pace)
+            # MTProto secret -> the client holding it, stored or earlier in this call.
+            held = self._secret_holders(
+                [outcome[0]["secret"] for _, outcome, key in prepared if key], pace
+            )
             for label, outcome, key in prepared:
                 pace()
                 if isinstance(outcome, str):
@@ -111,7 +115,12 @@ class ClientBulk:
                     reason = f"email '{outcome[0]['email']}' is already in use"
                     skipped.append({"email": label, "reason": reason})
                     continue
+                secret = outcome[0]["secret"]
+                if secret in held:
+                    skipped.append({"email": label, "reason": secret_taken(secret, held[secret])})
+                    continue
                 taken.add(key)
+                held[secret] = outcome[0]["email"]
                 ready.append(outcome)
             self._insert(ready, pace)
         return {"created": len(ready), "skipped": skipped}
@@ -205,6 +214,19 @@ class ClientBulk:
             ):
                 ids[key] = client_id
         return ids
+
+    def _secret_holders(self, secrets: list[str], pace: Pace) -> dict[str, str]:
+        """MTProto secret -> email of the stored client holding it, for these secrets."""
+        found: dict[str, str] = {}
+        for chunk in chunks(sorted(set(secrets))):
+            pace()
+            marks = ", ".join("?" * len(chunk))
+            found.update(
+                self.store.rows(
+                    f"SELECT mt_secret, email FROM client WHERE mt_secret IN ({marks})", chunk
+                )
+            )
+        return found
 
     def _stored_keys(
         self, keys: list[str], table: str = "client", pace: Pace | None = None

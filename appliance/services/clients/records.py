@@ -138,11 +138,12 @@ class Clients:
         key = email_key(record["email"])
         if self.store.Client.get(email_key=key) is not None:
             raise ServiceError(f"email '{record['email']}' is already in use")
+        self._check_secret_free(record["secret"], None)
         now = self.now_ms()
         row = self.store.Client(email_key=key, created_at=now, updated_at=now, **columns_of(record))
         # Before any other query: Pony flushes the new row ahead of the next SELECT, and
-        # a concurrent insert of the same email must fail here, as a sentence.
-        self._flush_unique(record["email"])
+        # a concurrent insert of the same email or secret must fail here, as a sentence.
+        self._flush_unique(record)
         for inbound in inbounds:
             self.store.ClientInbound(client=row, inbound=inbound)
         traffic = self.store.ClientTraffic.get(email_key=key)
@@ -152,14 +153,23 @@ class Clients:
             traffic.email = record["email"]
         return row
 
-    def _flush_unique(self, email: str) -> None:
-        """Write now, so that a concurrent request that took the same email between our
-        check and our insert (possible on the networked databases, whose drivers yield)
-        gets the same sentence as a sequential one instead of a failed commit."""
+    def _flush_unique(self, record: dict) -> None:
+        """Write now, so that a concurrent request that took the same email or MTProto
+        secret between our check and our write (possible on the networked databases, whose
+        drivers yield) gets the same sentence as a sequential one, not a failed commit."""
         try:
             self.store.db.flush()
-        except TransactionIntegrityError:
-            raise ServiceError(f"email '{email}' is already in use") from None
+        except TransactionIntegrityError as exc:
+            if "mt_secret" in str(exc):
+                raise ServiceError(secret_taken(record["secret"], "")) from None
+            raise ServiceError(f"email '{record['email']}' is already in use") from None
+
+    def _check_secret_free(self, secret: str, own_id: int | None) -> None:
+        """No other client holds `secret`: an MTProto proxy tells its users apart by their
+        keys alone, so a shared key would be one user counted as another."""
+        holder = select(c for c in self.store.Client if c.mt_secret == secret).first()
+        if holder is not None and holder.id != own_id:
+            raise ServiceError(secret_taken(secret, holder.email))
 
     def update(self, email, payload: Any) -> dict:
         """Replace the whole record (not a patch); attachments stay as they are."""
@@ -170,6 +180,7 @@ class Clients:
             before = row.email
             inbounds = [a.inbound for a in row.attachments]
             record = client_rules.normalize_client(payload, [record_of(i) for i in inbounds])
+            self._check_secret_free(record["secret"], row.id)
             new_key = email_key(record["email"])
             if new_key != row.email_key:
                 self._rename(row, record["email"], new_key)
@@ -177,7 +188,7 @@ class Clients:
             traffic = self.store.ClientTraffic.get(email_key=new_key)
             if traffic is not None:
                 traffic.email = record["email"]
-            self._flush_unique(record["email"])
+            self._flush_unique(record)
             view = self.view(row)
         self.touched([before, view["email"]])
         return view
@@ -341,6 +352,15 @@ class Clients:
             sorted(a.inbound.id for a in row.attachments),
             (traffic.up, traffic.down, traffic.enable) if traffic else (0, 0, True),
         )
+
+
+def secret_taken(secret: str, holder: str) -> str:
+    """The refusal of an MTProto secret another client holds (`holder`, when known)."""
+    whose = f"client '{holder}'" if holder else "a client saved at the same moment"
+    return (
+        f"secret {secret} is already the MTProto key of {whose}; every client needs a key "
+        "of its own, or a proxy cannot tell them apart: omit secret to have one generated"
+    )
 
 
 # Column order shared by `client_view` and the raw SQL readers in client_query.

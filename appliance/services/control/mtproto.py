@@ -8,6 +8,13 @@ when omitted, re-keyed by a new value, stored on the client row, so the clients 
 and the links show what the proxy accepts) with the client's advertising tag, or else
 the inbound's. A client that is disabled, expired or out of quota has no secret there.
 
+The data centres pass the egress guard here too, not only when the setting is saved: a
+value stored before the guard covered it (an old database, a restored backup) that points
+at loopback, a private network or the metadata address starts no proxy, and the status
+of each MTProto inbound says why. The proxy checks each address again when it connects
+(a name may resolve elsewhere later), allowing internal ones only when the admin listed
+mtprotoDataCenters in allowPrivateDestinations.
+
 A change of secrets or tags alone goes to the running process through `PUT /secrets`
 (nobody else's connection drops; the config file is rewritten too, so a process started
 again starts with them); a change of the listener restarts that one process. Changes are
@@ -33,6 +40,9 @@ from appliance.core.config import client_in_core
 from appliance.core.mtproto_process import MtprotoProcess
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import load_json
+from appliance.errors import ServiceError
+from appliance.runtime.egress import ALLOW_SETTING, allowed
+from appliance.services.admin.settings_rules import DATA_CENTRES, check_data_centres
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,8 @@ class MtprotoService:
         self.pushed: dict[int, dict] = {}
         self.applied: dict[int, dict] = {}
         self.tags: dict[int, str] = {}
+        # inbound id -> (port, why no proxy runs) while the data centres are refused.
+        self.refused: dict[int, tuple[int, str]] = {}
         self._dirty = Event()
         self._loop: gevent.Greenlet | None = None
 
@@ -105,9 +117,8 @@ class MtprotoService:
         """inbound id -> (tag, listener config, secrets) of every MTProto inbound that
         should run here now."""
         now_ms = int(self.clock() * 1000)
-        centres = [
-            part.strip() for part in self.settings.get("mtprotoDataCenters").split(",") if part
-        ]
+        centres = [part.strip() for part in self.settings.get(DATA_CENTRES).split(",") if part]
+        internal = DATA_CENTRES in allowed(self.settings)
         found = {}
         with db_session:
             rows = self.store.rows(
@@ -124,6 +135,7 @@ class MtprotoService:
                     "domain": domain,
                     "front": f"{domain}:443" if domain else "",
                     "dataCenters": centres,
+                    "dataCentersInternal": internal,
                 }
                 inbound_tag = settings.get("adTag", "")
                 entries = {}
@@ -147,8 +159,21 @@ class MtprotoService:
                 found[inbound_id] = (tag, listener, entries)
         return found
 
+    def centres_refused(self) -> str:
+        """Why the data centres may not be used (the guard's sentence), or empty."""
+        try:
+            check_data_centres(self.settings.get(DATA_CENTRES), self.settings.get(ALLOW_SETTING))
+        except ServiceError as exc:
+            return f"not started: {exc.msg}"
+        return ""
+
     def sync(self) -> None:
         wanted = self.wanted()
+        refused = self.centres_refused() if wanted else ""
+        if refused:
+            self._refuse(wanted, refused)
+            return
+        self.refused.clear()
         for inbound_id in [i for i in self.processes if i not in wanted]:
             self._collect(inbound_id)
             self._stop(inbound_id)
@@ -178,6 +203,18 @@ class MtprotoService:
                     log.warning("MTProto inbound %d: secrets not taken; restarting", inbound_id)
                     process.stop()
                     process.start(config)
+
+    def _refuse(self, wanted: dict, reason: str) -> None:
+        """Run no proxy: stop those that run, and report each inbound's reason once."""
+        for inbound_id in list(self.processes):
+            self._collect(inbound_id)
+            self._stop(inbound_id)
+        before = self.refused
+        self.refused = {i: (listener["port"], reason) for i, (_, listener, _) in wanted.items()}
+        for inbound_id in self.refused:
+            if before.get(inbound_id) != self.refused[inbound_id]:
+                log.warning("MTProto inbound %d: %s", inbound_id, reason)
+                self.on_state({"inboundId": inbound_id, "state": "error", "errorMsg": reason})
 
     def _stop(self, inbound_id: int) -> None:
         self.processes.pop(inbound_id).stop()
@@ -230,7 +267,7 @@ class MtprotoService:
             self.applied[inbound_id] = entries
 
     def info(self) -> list[dict]:
-        return [
+        running = [
             {
                 "inboundId": inbound_id,
                 "port": self.listeners.get(inbound_id, {}).get("port", 0),
@@ -239,8 +276,20 @@ class MtprotoService:
                 "pid": process.pid if process.state == "running" else 0,
                 "secrets": len(self.applied.get(inbound_id, {})),
             }
-            for inbound_id, process in sorted(self.processes.items())
+            for inbound_id, process in self.processes.items()
         ]
+        refused = [
+            {
+                "inboundId": i,
+                "port": port,
+                "state": "error",
+                "errorMsg": why,
+                "pid": 0,
+                "secrets": 0,
+            }
+            for i, (port, why) in self.refused.items()
+        ]
+        return sorted(running + refused, key=lambda entry: entry["inboundId"])
 
     def held_sockets(self) -> list[tuple[str, int, frozenset]]:
         """(listen, port, transports) the running proxies hold: theirs, not a stranger's."""

@@ -13,6 +13,12 @@ good outbounds and records the reason, which the list shows.
 
 A save (create, or update of an enabled record) fetches first: a URL the guard refuses
 or that gives no server is refused and nothing is stored.
+
+The servers a body names are screened as its URL is: the core would connect to them on
+the panel's behalf, so a share link pointing at loopback, a private network or the cloud
+metadata address (a literal in any spelling, or a name resolving to one) must not become
+an outbound. Such servers are left out unless the record sets `allowPrivate` (the
+metadata address always), and the record's `lastError` says how many and why.
 """
 
 from __future__ import annotations
@@ -31,12 +37,15 @@ from pony.orm import db_session, select
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.links.outbound_feed import core_outbound, read_feed, tagged_outbounds
+from appliance.links.plan import LinkPlan
 from appliance.runtime.egress import (
+    METADATA_REASON,
     DestinationRefused,
     Egress,
     FetchFailed,
     Resolver,
     host_key,
+    screened,
     system_resolve,
     url_port,
 )
@@ -52,6 +61,9 @@ MAX_REMARK = 255
 TAG_PREFIX = re.compile(r"[A-Za-z0-9._@-]{0,64}")
 DESTINATION = "outbound subscription url"
 OPT_IN = "a subscription is fetched from such an address only when it sets allowPrivate"
+SERVERS_OPT_IN = (
+    "a subscription's servers may be at internal addresses only when it sets allowPrivate"
+)
 FIELDS = ("remark", "url", "tagPrefix", "updateInterval", "enabled", "allowPrivate", "prepend")
 
 
@@ -114,7 +126,7 @@ class OutboundSubs:
 
     def create(self, form: Any) -> dict:
         record = parse_form(form, None)
-        made = self._read(record["url"], record["allowPrivate"])
+        made, note = self._read(record["url"], record["allowPrivate"])
         with db_session:
             self._check_prefix(record["tagPrefix"], None)
             top = select(s.sort_order for s in self.store.OutboundSub).max() or 0
@@ -128,6 +140,7 @@ class OutboundSubs:
                 self._check_prefix(row.tag_prefix, row.id)
             row.outbounds = json.dumps(tagged_outbounds(made, row.tag_prefix, []))
             row.last_refresh = row.last_attempt = now
+            row.last_error = note[:1024]
             row.flush()
             self._checked()
             view = _view(row)
@@ -141,7 +154,9 @@ class OutboundSubs:
         record = parse_form(form, stored)
         if not record["tagPrefix"]:
             record["tagPrefix"] = f"sub{sub_id}-"
-        made = self._read(record["url"], record["allowPrivate"]) if record["enabled"] else None
+        made, note = (
+            self._read(record["url"], record["allowPrivate"]) if record["enabled"] else (None, "")
+        )
         if made is None:
             # Not fetched while off, but an address the guard refuses is refused now; a
             # name that does not resolve today may tomorrow.
@@ -157,7 +172,7 @@ class OutboundSubs:
             if made is not None:
                 row.outbounds = json.dumps(tagged_outbounds(made, row.tag_prefix, previous))
                 row.last_refresh = row.last_attempt = int(self.clock())
-                row.last_error = ""
+                row.last_error = note[:1024]
                 row.flush()
                 self._checked()
             view = _view(row)
@@ -196,7 +211,7 @@ class OutboundSubs:
         url = _url(form.get("url"))
         allow = _flag(form.get("allowPrivate", False) or False, "allowPrivate")
         prefix = _prefix(form.get("tagPrefix"))
-        made = tagged_outbounds(self._read(url, allow), prefix, [])
+        made = tagged_outbounds(self._read(url, allow)[0], prefix, [])
         return [core_outbound(outbound) for outbound in made]
 
     def refresh(self, sub_id: Any) -> list[dict]:
@@ -207,7 +222,7 @@ class OutboundSubs:
             row = self._row(sub_id)
             url, allow = row.url, row.allow_private
         try:
-            made = self._read(url, allow)
+            made, note = self._read(url, allow)
             with db_session:
                 row = self._row(sub_id)
                 previous = json.loads(row.outbounds)
@@ -219,7 +234,7 @@ class OutboundSubs:
                     row.outbounds = json.dumps(outbounds)
                 changed = differs and row.enabled
                 row.last_refresh = row.last_attempt = int(self.clock())
-                row.last_error = ""
+                row.last_error = note[:1024]
         except ServiceError as exc:
             with db_session:
                 row = self._row(sub_id)
@@ -272,8 +287,9 @@ class OutboundSubs:
             DESTINATION, (host_key(host), port), allow_private, self.resolve, opt_in=OPT_IN
         )
 
-    def _read(self, url: str, allow_private: bool):
-        """The plans of the body at `url`; ServiceError saying why there are none."""
+    def _read(self, url: str, allow_private: bool) -> tuple[list[LinkPlan], str]:
+        """The plans of the body at `url` whose servers pass the screen, and the sentence
+        about those left out (or ""); ServiceError saying why there are none."""
         try:
             with self._guard(url, allow_private).request(
                 url,
@@ -290,13 +306,42 @@ class OutboundSubs:
         except FetchFailed as exc:
             raise ServiceError(f"the subscription could not be fetched: {exc.msg}") from None
         feed = read_feed(body)
-        if not feed.plans:
+        plans, note = screen_servers(feed.plans, allow_private, self.resolve)
+        if not plans and note:
+            raise ServiceError(f"the subscription holds no server the core can use: {note}")
+        if not plans:
             why = f" ({'; '.join(feed.reasons)})" if feed.reasons else ""
             raise ServiceError(
                 "the subscription holds no server the core can use: "
                 f"{feed.skipped} entries could not be read{why}"
             )
-        return feed.plans
+        return plans, note
+
+
+def screen_servers(
+    plans: list[LinkPlan], allow_private: bool, resolve: Resolver = system_resolve
+) -> tuple[list[LinkPlan], str]:
+    """The plans whose server the egress guard lets the core reach (internal ones too with
+    `allow_private`, the metadata address never), and one sentence on those left out,
+    naming the first, or "" when none was."""
+    verdicts: dict[str, Any] = {}
+    kept, left = [], []
+    for plan in plans:
+        if plan.address not in verdicts:
+            verdicts[plan.address] = screened(plan.address, resolve, allow_private)
+        (left if verdicts[plan.address] else kept).append(plan)
+    if not left:
+        return kept, ""
+    first = left[0].address
+    address, reason = verdicts[first]
+    shown = first if host_key(first) == str(address) else f"{first} (resolves to {address})"
+    rule = (
+        "the panel never lets the core connect to it"
+        if reason.startswith(METADATA_REASON)
+        else SERVERS_OPT_IN
+    )
+    count = f"{len(left)} servers were" if len(left) > 1 else "1 server was"
+    return kept, f"{count} left out: the first, {shown}, is {reason}; {rule}"
 
 
 def parse_form(form: Any, stored: dict | None) -> dict:
