@@ -27,6 +27,8 @@ GET_DB = "/panel/api/server/getDb"
 INBOUNDS = "/panel/api/inbounds/list"
 UPDATE_USER = "/panel/api/setting/updateUser"
 TOKENS = "/panel/api/setting/apiTokens"
+SETTINGS = "/panel/api/setting/update"
+AUDIT = "/panel/api/audit/list"
 STRONG = "Correct-Horse-Battery-7"
 MUST_CHANGE = "among the first ones scanners try; change them first"
 
@@ -168,6 +170,29 @@ def test_wrong_prefix_disabled_deleted_expired_and_out_of_scope_tokens_get_the_s
         panel.url + GET_DB, headers={"Authorization": f"Bearer {good}"}, timeout=10
     )
     assert response.status_code == 200 and response.content[:6] == b"SQLite"
+
+
+# ---- case 42: a forwarded hop that is no address -------------------------------------------
+
+
+def test_a_forwarded_hop_that_is_no_address_counts_as_the_proxy_itself(fresh_panel):
+    """Behind a trusted proxy, made-up `X-Forwarded-For` hops are not clients of their
+    own: each failure counts for the proxy's address, which the block, the audit log
+    and the panel log name."""
+    admin = signed_in(fresh_panel)
+    ok(admin.post(SETTINGS, json={"trustedProxies": "127.0.0.1"}))
+    user, password = fresh_panel.username, fresh_panel.password
+    for n in range(5):
+        refused(login(fresh_panel, user, "bad", forwarded_for=f"garbage{n}"), 200, "wrong")
+    for hops in ("garbage6", "203.0.113.9, garbage6", "1.2.3.4:80", None):
+        blocked = login(fresh_panel, user, password, forwarded_for=hops)
+        refused(blocked, 429, "for this username from 127.0.0.1; try again in")
+    # A real address behind the proxy is its own client, written in one spelling.
+    other = login(fresh_panel, user, password, forwarded_for="2001:DB8::1")
+    assert other.json()["success"] is True, other.text
+    sign_ins = ok(admin.get(AUDIT, params={"route": "/login", "pageSize": 50}))["items"]
+    assert {entry["address"] for entry in sign_ins} == {"127.0.0.1", "2001:db8::1"}
+    assert "garbage" not in fresh_panel.output()
 
 
 # ---- case 6: two-factor drift ------------------------------------------------------------
