@@ -481,11 +481,11 @@ def test_update_user_refuses_a_wrong_old_password(fresh_panel):
 @pytest.mark.parametrize(
     "username, password, msg",
     [
-        ("boss", "admin", "at least 8 characters"),
-        ("boss", "Sh0rt!x", "at least 8 characters"),
-        ("boss", "password", "scanners try"),
-        ("boss", "12345678", "scanners try"),
-        ("boss-1234", "boss-1234", "scanners try"),
+        ("boss", "admin", "at least 12 characters"),
+        ("boss", "Sh0rt!x-Pw9", "at least 12 characters"),
+        ("boss", "password1234", "too easy to guess"),
+        ("boss", "123456789012", "too easy to guess"),
+        ("boss-1234-boss", "boss-1234-boss", "too easy to guess"),
         ("", NEW_PASSWORD, "newUsername is required"),
         (" boss", NEW_PASSWORD, "without surrounding spaces"),
         ("bo\u0000ss", NEW_PASSWORD, "control or invisible characters"),

@@ -77,7 +77,7 @@ def test_admin_admin_signs_in_but_must_change_the_credentials_first(panel, store
     # The weak password is still refused as a new one; a strong one is taken.
     weak = {"oldUsername": "admin", "oldPassword": "admin", "newUsername": "admin"}
     reply = client.post(UPDATE_USER, json={**weak, "newPassword": "admin"})
-    assert reply["success"] is False and "at least 8 characters" in reply["msg"]
+    assert reply["success"] is False and "at least 12 characters" in reply["msg"]
     reply = client.post(UPDATE_USER, json={**weak, "newUsername": "owner", "newPassword": STRONG})
     assert reply["success"] is True, reply
     assert stored_hash(panel).startswith("scrypt$")
@@ -193,6 +193,39 @@ def test_a_forwarded_hop_that_is_no_address_counts_as_the_proxy_itself(fresh_pan
     sign_ins = ok(admin.get(AUDIT, params={"route": "/login", "pageSize": 50}))["items"]
     assert {entry["address"] for entry in sign_ins} == {"127.0.0.1", "2001:db8::1"}
     assert "garbage" not in fresh_panel.output()
+
+
+# ---- case 47: a common or short password ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "password, words",
+    [
+        ("admin123", "the password must be at least 12 characters long"),
+        ("admin1234", "the password must be at least 12 characters long"),
+        ("admin1234567", "too easy to guess: This is similar to a commonly used password."),
+        ("password1234", "too easy to guess: This is a very common password."),
+        ("qwertyuiop12", "too easy to guess: "),
+        ("aaaaaaaaaaaaaaaa", 'too easy to guess: Repeats like "aaa" are easy to guess.'),
+        ("owner-of-the-panel", "too easy to guess: "),
+    ],
+    ids=["admin123", "admin1234", "admin1234567", "password1234", "keyboard", "repeats", "name"],
+)
+def test_a_common_or_short_new_password_is_refused_with_advice(fresh_panel, password, words):
+    """zxcvbn judges every new password; its own warning or suggestion is the advice, and
+    the username counts as guessable (`owner-of-the-panel` is the username here)."""
+    client = signed_in(fresh_panel)
+    change = {
+        "oldUsername": fresh_panel.username,
+        "oldPassword": fresh_panel.password,
+        "newUsername": "owner-of-the-panel",
+        "newPassword": password,
+    }
+    reply = client.post(UPDATE_USER, json=change)
+    assert reply["success"] is False and words in reply["msg"], reply
+    assert reply["msg"] != "the password is too easy to guess: ", reply
+    assert db_rows(fresh_panel, "SELECT username FROM admin") == [(fresh_panel.username,)]
+    assert login(fresh_panel, fresh_panel.username, fresh_panel.password).json()["success"]
 
 
 # ---- case 6: two-factor drift ------------------------------------------------------------

@@ -142,7 +142,8 @@ class Auth:
         with db_session:
             if self.store.Admin.select().exists():
                 return None
-            username, password = passwords.random_username(), passwords.random_password()
+            username = passwords.random_username()
+            password = passwords.random_password(username)
             self.store.Admin(
                 username=username,
                 password_hash=passwords.hash_password(password),
@@ -159,7 +160,7 @@ class Auth:
         """Set the given credentials or generate new ones; ends every session."""
         username = username if username is not None else passwords.random_username()
         generated = password is None
-        password = passwords.random_password() if generated else password
+        password = passwords.random_password(username) if generated else password
         check_username(username)
         try:
             passwords.check_new_password(username, password)
