@@ -89,9 +89,16 @@ def enable_two_factor(client: ApiClient, secret: str, code: str) -> dict:
     )
 
 
-def cookie_attributes(response: requests.Response) -> tuple[str, dict[str, str]]:
-    """The session cookie's name=value and its attributes, names lower-cased."""
-    header = response.headers["Set-Cookie"]
+def cookie_attributes(
+    response: requests.Response, name: str = "appliance_session"
+) -> tuple[str, dict[str, str]]:
+    """A cookie's name=value and its attributes, names lower-cased (the session cookie's
+    unless named)."""
+    [header] = [
+        value
+        for value in response.raw.headers.getlist("Set-Cookie")
+        if value.startswith(f"{name}=")
+    ]
     name_value, *attributes = [part.strip() for part in header.split(";")]
     parsed = {}
     for attribute in attributes:
