@@ -1,7 +1,10 @@
 """Sign-in cases of the release checklist (docs/security-cases.md) that no other module
 proves: credentials scanners try force a change, passwords stored as plain text or bcrypt
-still sign in, every kind of bad token gets one answer, two-factor codes are good within
-30 seconds of drift and no further, and an emptied session secret is replaced.
+still sign in, every kind of bad token gets one answer, guesses spread over many
+addresses are throttled per username while the admin's known browser still signs in, a
+forwarded hop that is no address counts as the proxy, common and short new passwords are
+refused, two-factor codes are good within 30 seconds of drift and no further, and an
+emptied session secret is replaced.
 
 Tests that change the admin row put it back afterwards, so they share one panel; the
 ones that restart the panel or turn on two-factor get their own.
