@@ -80,6 +80,25 @@ PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 3000, 4
 _next_port = itertools.count(random.randrange(PORT_BLOCK))
 
 
+class _SourceAddress(requests.adapters.HTTPAdapter):
+    def __init__(self, address: str):
+        self.address = address
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, source_address=(self.address, 0), **kwargs)
+
+
+def leaving_from(http: requests.Session, address: str) -> requests.Session:
+    """`http` with its connections bound to the source `address`: any of 127/8 reaches a
+    panel on loopback, so one test can be many clients, as one host with many addresses
+    can."""
+    adapter = _SourceAddress(address)
+    http.mount("http://", adapter)
+    http.mount("https://", adapter)
+    return http
+
+
 def free_port() -> int:
     """A loopback port nothing is bound to, from this test process's own block."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")

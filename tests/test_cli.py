@@ -14,6 +14,7 @@ from conftest import ApiClient, start_panel
 from helpers import clean_env, db_path, db_rows, setting_rows
 
 from appliance import __version__
+from appliance.services.accounts import passwords
 
 
 def appliance(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -68,6 +69,7 @@ def test_first_run_prints_credentials_once(tmp_path):
         first_output = server.output()
         assert first_output.count("A new admin account was created.") == 1
         assert server.username.startswith("admin-") and len(server.password) >= 16
+        passwords.check_new_password(server.username, server.password)
         mark = len(server.lines)
         restart(server)
         later = "\n".join(server.lines[mark:])
@@ -200,6 +202,7 @@ def test_reset_without_values_generates_and_prints_new_ones(stopped_panel):
     username, password = printed_credentials(result.stdout)
     assert username.startswith("admin-") and username != stopped_panel.username
     assert len(password) >= 16 and password != stopped_panel.password
+    passwords.check_new_password(username, password)  # the rule for typed ones holds
     stopped_panel.start()
     assert client_for(stopped_panel, username, password)[1]["success"] is True
     assert (
@@ -221,12 +224,12 @@ def test_reset_with_only_a_username_generates_the_password(stopped_panel):
 @pytest.mark.parametrize(
     ("username", "password", "message"),
     [
-        ("owner", "short", "the password must be at least 8 characters long"),
-        ("admin", "admin", "the password must be at least 8 characters long"),
-        ("owner", "password", "among the first ones scanners try"),
-        ("owner", "12345678", "among the first ones scanners try"),
-        ("owner", "ChangeMe", "among the first ones scanners try"),
-        ("longusername", "longusername", "among the first ones scanners try"),
+        ("owner", "short", "the password must be at least 12 characters long"),
+        ("admin", "admin", "the password must be at least 12 characters long"),
+        ("owner", "password1234", "the password is too easy to guess"),
+        ("owner", "123456789012", "the password is too easy to guess"),
+        ("owner", "ChangeMe1234", "the password is too easy to guess"),
+        ("longusername", "longusername", "the password is too easy to guess"),
         (" padded", "long enough pw", "the username must be 1-64 characters"),
         ("x" * 65, "long enough pw", "the username must be 1-64 characters"),
     ],
@@ -241,6 +244,22 @@ def test_reset_refuses_weak_values_and_changes_nothing(stopped_panel, username, 
     assert f"username: {stopped_panel.username}" in shown.stdout
     stopped_panel.start()
     assert client_for(stopped_panel, stopped_panel.username, stopped_panel.password)[1]["success"]
+
+
+@pytest.mark.parametrize(
+    ("password", "advice"),
+    [
+        ("admin1234567", "This is similar to a commonly used password."),
+        ("iloveyou2026", "This is similar to a commonly used password."),
+        ("keeper123456", "Add another word or two."),
+    ],
+)
+def test_reset_refuses_a_common_password_with_advice(stopped_panel, password, advice):
+    """The command line judges a password as the API does, the username included."""
+    result = admin(stopped_panel, "reset", "--username", "keeper", "--password", password)
+    assert result.returncode == 1
+    assert f"error: the password is too easy to guess: {advice}" in result.stderr
+    assert f"username: {stopped_panel.username}" in admin(stopped_panel, "show").stdout
 
 
 def test_reset_while_the_panel_runs_takes_effect_at_once(tmp_path):

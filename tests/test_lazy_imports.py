@@ -2,10 +2,11 @@
 
 Each library imported at start stays resident for the life of the process: `requests`
 (with urllib3, charset_normalizer, idna and certifi) is megabytes that only the core
-metrics fetch uses, and segno's QR tables serve only the subscription page a browser
-opens. Both are imported where they are used; this keeps a module-level import from
-bringing them back unnoticed. grpcio (its C core and the C++ runtime, about 12 MiB) is a
-test dependency only: the panel calls the core's API with its own HTTP/2 client.
+metrics fetch uses, segno's QR tables serve only the subscription page a browser opens,
+and zxcvbn's password lists (about 12 MiB) judge only a password being set. They are
+imported where they are used; this keeps a module-level import from bringing them back
+unnoticed. grpcio (its C core and the C++ runtime, about 12 MiB) is a test dependency
+only: the panel calls the core's API with its own HTTP/2 client.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 
 from helpers import clean_env
 
-LAZY = ("requests", "urllib3", "charset_normalizer", "segno", "grpc")
+LAZY = ("requests", "urllib3", "charset_normalizer", "segno", "grpc", "zxcvbn")
 
 
 def test_the_panel_starts_without_the_libraries_only_some_requests_need():

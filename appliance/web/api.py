@@ -5,11 +5,12 @@ cookie or `Authorization: Bearer`, within the token's scope), enforce CSRF for c
 sessions on unsafe methods, turn the handler's result or `ServiceError` into the
 envelope, push `invalidate` after a successful change, add to the message of a client
 change that it is stored but not running while the core is out of step, write the audit
-log entry of every call that may change something, and turn anything unexpected into an
-envelope error with the details in the panel log only. A hook marks every answer of the
-app `nosniff` and, unless the route chose its own caching (the UI's files do), `no-store`:
-answers carry secrets. The plugin also times every call into its route group's histogram
-(the route table's tag), for the metrics page.
+log entry of every call that may change something (after the answer when the database
+failed the call: a locked SQLite file would hold the answer up a second time), and turn
+anything unexpected into an envelope error with the details in the panel log only. A
+hook marks every answer of the app `nosniff` and, unless the route chose its own caching
+(the UI's files do), `no-store`: answers carry secrets. The plugin also times every call
+into its route group's histogram (the route table's tag), for the metrics page.
 
 A bearer token that is unknown, disabled, expired or outside its scope gets one and the
 same refusal after the same single lookup, so the answer tells a caller nothing about
@@ -171,7 +172,9 @@ class ApiPlugin:
                 raise
             except Exception as exc:
                 msg, status = self.failure(exc)
-                self.audit(spec, kwargs, status, msg)
+                # The database failed this call: its entry would wait for the same lock or
+                # server, so it is written once the answer has gone.
+                self.audit(spec, kwargs, status, msg, later=status == 503)
                 return fail(msg, status)
             status = (
                 result.status_code if isinstance(result, HTTPResponse) else response.status_code
@@ -223,10 +226,13 @@ class ApiPlugin:
         log.exception("%s %s failed", request.method, request.path)
         return INTERNAL_ERROR, 500
 
-    def audit(self, spec: Route, params: dict, status: int, refusal: str) -> None:
+    def audit(
+        self, spec: Route, params: dict, status: int, refusal: str, later: bool = False
+    ) -> None:
         """The audit entry of a call that may change something, when the caller is known
         (a session, a token, or the username a sign-in names): a caller who proved
-        nothing is not written down, so nobody can fill the log from outside."""
+        nothing is not written down, so nobody can fill the log from outside. `later`
+        writes it after the answer has gone."""
         actor = request.environ.get(ACTOR_KEY)
         if not spec.acts or actor is None:
             return
@@ -245,7 +251,7 @@ class ApiPlugin:
             message=refusal,
             body=body_read(),
         )
-        if kind == "token" and status == 401:
+        if later or (kind == "token" and status == 401):
             gevent.spawn(self._write, action)  # after the answer, as fast as any refusal
         else:
             self._write(action)

@@ -274,15 +274,24 @@ def raw_header(name: str) -> str:
 
 
 def client_address(trusted: list) -> str:
-    """The caller's address; `X-Forwarded-For` counts only when a trusted proxy sent it."""
+    """The caller's address; `X-Forwarded-For` counts only when a trusted proxy sent it.
+
+    The client is the last hop that is not a trusted proxy. A hop that is no address
+    (`garbage6`, a name, `1.2.3.4:80`) names nobody: the peer's address stands instead,
+    or every such spelling would be a fresh client to the sign-in limiter and a made-up
+    one in the audit log. An address comes back in its one canonical spelling, so
+    `2001:DB8::1` and `2001:db8::1` are one client."""
     remote = request.environ.get("REMOTE_ADDR", "") or ""
     if not trusted or not _in(remote, trusted):
         return remote
     forwarded = raw_header("X-Forwarded-For")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
     for hop in reversed(hops):
-        if not _in(hop, trusted):
-            return hop
+        address = _address(hop)
+        if address is None:
+            return remote
+        if not any(address in network for network in trusted):
+            return str(address)
     return remote
 
 
@@ -381,8 +390,12 @@ def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:
 
 
 def _in(address: str, networks: list) -> bool:
+    ip = _address(address)
+    return ip is not None and any(ip in network for network in networks)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        ip = ipaddress.ip_address(address)
+        return ipaddress.ip_address(text)
     except ValueError:
-        return False
-    return any(ip in network for network in networks)
+        return None

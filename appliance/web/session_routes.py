@@ -1,5 +1,9 @@
 """Sign-in, sign-out, the CSRF token and the WebSocket: the routes outside /panel/api.
 
+A sign-in that succeeds sets two cookies: the session's, and a device cookie that marks
+the browser as one that signed in as that user, which keeps it out of the limit other
+browsers share for that username (`services.accounts.throttle`).
+
 Sign-in takes JSON only, and refuses a browser's request whose Origin is another site:
 a page elsewhere can post a form, or text without a preflight, but not JSON, so it cannot
 sign a visitor's browser into an account of its choosing (login CSRF). Scripts send no
@@ -29,7 +33,7 @@ from appliance.web.http import (
 from appliance.web.routes import READ, RouteTable
 
 if TYPE_CHECKING:
-    from appliance.services.accounts.auth import Auth
+    from appliance.services.accounts.auth import Auth, SignedIn
     from appliance.web.hub import Hub
 
 log = logging.getLogger(__name__)
@@ -67,19 +71,15 @@ def session_routes(needs: SessionRouteNeeds) -> RouteTable:
         if isinstance(data.get("username"), str):
             note_sign_in_attempt(data["username"])
         address = client_address(needs.trusted_proxies())
-        cookie = auth.login(
-            data.get("username"), data.get("password"), data.get("twoFactorCode"), address
+        signed_in = auth.login(
+            data.get("username"),
+            data.get("password"),
+            data.get("twoFactorCode"),
+            address,
+            request.get_cookie(auth.device_cookie_name),
         )
         log.info("admin signed in from %s", address)
-        response.set_cookie(
-            auth.cookie_name,
-            cookie,
-            path=needs.base_path,
-            max_age=auth.session_lifetime(),
-            httponly=True,
-            samesite="lax",
-            secure=is_tls(needs.trusted_proxies()),
-        )
+        _set_cookies(auth, signed_in, needs.base_path, is_tls(needs.trusted_proxies()))
         return Reply("signed in")
 
     @table.post("/logout", "End this session", auth=False)
@@ -138,6 +138,17 @@ def session_routes(needs: SessionRouteNeeds) -> RouteTable:
         return ""
 
     return table
+
+
+def _set_cookies(auth: Auth, signed_in: SignedIn, path: str, secure: bool) -> None:
+    """The session's cookie and the device cookie, both out of reach of scripts."""
+    for name, value, max_age in (
+        (auth.cookie_name, signed_in.session, auth.session_lifetime()),
+        (auth.device_cookie_name, signed_in.device, auth.device_cookie_lifetime),
+    ):
+        response.set_cookie(
+            name, value, path=path, max_age=max_age, httponly=True, samesite="lax", secure=secure
+        )
 
 
 def websocket_refusal(environ: dict, trusted: list, names: frozenset[str]) -> str | None:

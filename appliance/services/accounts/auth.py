@@ -9,13 +9,8 @@ Whoever holds something open under a session (the WebSocket) hears of sessions e
 here through `on_sessions_ended`, and asks `live_sessions` from time to time for the
 ones ended elsewhere (expiry, `admin reset` run offline, another process).
 
-Failed sign-ins are counted per (client address, username) in memory: five within five
-minutes block that pair for fifteen. Other addresses, and the same address with another
-username, are unaffected, so one attacker cannot lock the owner out. Windows and blocks
-run on the monotonic clock, which no change of the system time moves. A block is also
-written to the database with its end in wall-clock time, so restarting the panel does not
-lift it; read back at start, its remainder is capped at the block's length, so a clock set
-back cannot stretch it.
+Failed sign-ins are limited per address and username, per username, and per browser that
+signed in before (`throttle`): a guesser cannot lock the owner's known browser out.
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ import hmac
 import math
 import secrets
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -35,6 +29,19 @@ from pony.orm import db_session, select
 
 from appliance.errors import ServiceError, TooManyRequests
 from appliance.services.accounts import passwords
+from appliance.services.accounts.throttle import (
+    DEVICE,
+    DEVICE_COOKIE,
+    DEVICE_COOKIE_SECONDS,
+    PAIR,
+    USERNAME,
+    LoginThrottle,
+    device_key,
+    device_of,
+    new_device_cookie,
+    pair_key,
+    username_key,
+)
 
 COOKIE_NAME = "appliance_session"
 TOTP_STEP = 30
@@ -51,71 +58,16 @@ class SessionInfo:
     must_change_credentials: bool = False
 
 
-class LoginThrottle:
-    """Counts failures per (address, username); blocks a pair that fails too often.
-
-    Pairs are kept by `pair_key`, a digest of fixed size however long the username sent."""
-
-    def __init__(self, max_failures: int = 5, window: int = 300, block: int = 900):
-        self.max_failures, self.window, self.block = max_failures, window, block
-        self.clock = time.monotonic
-        self._failures: dict[str, deque] = defaultdict(deque)
-        self._blocked_until: dict[str, float] = {}
-
-    def check(self, address: str, username: str) -> None:
-        key = pair_key(address, username)
-        until = self._blocked_until.get(key, 0)
-        now = self.clock()
-        if until > now:
-            minutes = max(1, round((until - now) / 60))
-            raise TooManyRequests(
-                f"too many failed sign-ins for this username from {address}; "
-                f"try again in {minutes} minute{'s' if minutes != 1 else ''}",
-                retry_after=math.ceil(until - now),
-            )
-        if until:
-            del self._blocked_until[key]
-
-    def failed(self, address: str, username: str) -> bool:
-        """Count a failure; True when it starts a block."""
-        key = pair_key(address, username)
-        now = self.clock()
-        failures = self._failures[key]
-        failures.append(now)
-        while failures and failures[0] <= now - self.window:
-            failures.popleft()
-        blocked = len(failures) >= self.max_failures
-        if blocked:
-            self._blocked_until[key] = now + self.block
-            del self._failures[key]
-        self._forget_old(now)
-        return blocked
-
-    def succeeded(self, address: str, username: str) -> None:
-        self._failures.pop(pair_key(address, username), None)
-
-    def restore(self, key: str, seconds_left: float) -> None:
-        """A block read back from the database, never longer than a block is."""
-        if seconds_left > 0:
-            self._blocked_until[key] = self.clock() + min(seconds_left, self.block)
-
-    def _forget_old(self, now: float) -> None:
-        """Keep memory bounded under a spray of usernames: blocks that ran out are
-        dropped too, not only when their pair signs in again."""
-        if len(self._failures) + len(self._blocked_until) < 10_000:
-            return
-        for key in [k for k, v in self._failures.items() if not v or v[-1] <= now - self.window]:
-            del self._failures[key]
-        for key in [k for k, until in self._blocked_until.items() if until <= now]:
-            del self._blocked_until[key]
-
-
-def pair_key(address: str, username: str) -> str:
-    return passwords.digest(f"{address}\0{username}")
+@dataclass(frozen=True)
+class SignedIn:
+    session: str  # the session cookie's value
+    device: str  # the device cookie's value: this browser signed in as this user
 
 
 class Auth:
     cookie_name = COOKIE_NAME
+    device_cookie_name = DEVICE_COOKIE
+    device_cookie_lifetime = DEVICE_COOKIE_SECONDS
 
     def __init__(
         self,
@@ -142,7 +94,8 @@ class Auth:
         with db_session:
             if self.store.Admin.select().exists():
                 return None
-            username, password = passwords.random_username(), passwords.random_password()
+            username = passwords.random_username()
+            password = passwords.random_password(username)
             self.store.Admin(
                 username=username,
                 password_hash=passwords.hash_password(password),
@@ -159,7 +112,7 @@ class Auth:
         """Set the given credentials or generate new ones; ends every session."""
         username = username if username is not None else passwords.random_username()
         generated = password is None
-        password = passwords.random_password() if generated else password
+        password = passwords.random_password(username) if generated else password
         check_username(username)
         try:
             passwords.check_new_password(username, password)
@@ -192,15 +145,20 @@ class Auth:
         with db_session:
             return select(a for a in self.store.Admin if a.totp_enabled).exists()
 
-    def login(self, username, password, code, address: str) -> str:
-        """Check credentials; returns the session cookie value."""
+    def login(
+        self, username, password, code, address: str, device_cookie: str | None = None
+    ) -> SignedIn:
+        """Check credentials; returns the session cookie and the device cookie to set.
+        `device_cookie` is what the browser sent, if anything."""
         if not isinstance(username, str) or not isinstance(password, str):
             raise ServiceError("username and password are required strings")
         if not _is_unicode(username):
             raise ServiceError("the username is not valid Unicode text")
         if code is not None and not isinstance(code, str | int):
             raise ServiceError("twoFactorCode must be a string of digits")
-        self.throttle.check(address, username)
+        secret = self.settings.internal("sessionSecret")
+        device = device_of(secret, device_cookie, username)
+        self._check_throttle(address, username, device)
         with db_session:
             admin = self.store.Admin.get(username=username)
             stored = admin.password_hash if admin else passwords.dummy_hash()
@@ -209,17 +167,44 @@ class Auth:
             # up a good code. Either failure gets the same answer, so the answer never
             # tells whether the password alone was right.
             if ok and (not admin.totp_enabled or self._consume_code(admin, code)):
-                self.throttle.succeeded(address, username)
+                self.throttle.succeeded(
+                    device_key(device) if device else pair_key(address, username)
+                )
                 self._upgrade_stored_password(admin, password)
                 cookie = self._new_session(admin, address)
                 self.on_sign_in(username, address, True)
-                return cookie
+                kept = device_cookie if device else new_device_cookie(secret, username)
+                return SignedIn(cookie, kept)
             two_factor = select(a for a in self.store.Admin if a.totp_enabled).exists()
-        self._record_failure(address, username)
+        self._record_failure(address, username, device)
         self.on_sign_in(username, address, False)
         if two_factor:
             raise ServiceError("wrong username, password or two-factor code")
         raise ServiceError("wrong username or password")
+
+    def _check_throttle(self, address: str, username: str, device: str | None) -> None:
+        """Refuse an attempt whose budget is spent: a known browser's own, else its
+        address's with this username and the username's."""
+        if device:
+            checks = [(device_key(device), "from this browser", "")]
+        else:
+            checks = [
+                (pair_key(address, username), f"from {address}", ""),
+                (
+                    username_key(username),
+                    "from browsers that have not signed in to it before",
+                    ", or sign in from a browser that has",
+                ),
+            ]
+        for key, where, otherwise in checks:
+            left = self.throttle.seconds_left(key)
+            if left:
+                minutes = max(1, round(left / 60))
+                raise TooManyRequests(
+                    f"too many failed sign-ins for this username {where}; try again in "
+                    f"{minutes} minute{'s' if minutes != 1 else ''}{otherwise}",
+                    retry_after=math.ceil(left),
+                )
 
     def _upgrade_stored_password(self, admin, password: str) -> None:
         """A password kept as plain text or bcrypt is stored as scrypt from now on, unless
@@ -230,19 +215,24 @@ class Auth:
         ):
             admin.password_hash = passwords.hash_password(password)
 
-    def _record_failure(self, address: str, username: str) -> None:
-        if not self.throttle.failed(address, username):
+    def _record_failure(self, address: str, username: str, device: str | None) -> None:
+        if device:
+            spent = [(device_key(device), DEVICE)]
+        else:
+            spent = [(pair_key(address, username), PAIR), (username_key(username), USERNAME)]
+        blocked = [key for key, budget in spent if self.throttle.failed(key, budget)]
+        if not blocked:
             return
         now = int(self.clock())
-        key = pair_key(address, username)
         with db_session:
             LoginBlock = self.store.LoginBlock
             select(b for b in LoginBlock if b.blocked_until <= now).delete(bulk=True)
-            row = LoginBlock.get(pair_hash=key)
-            if row is None:
-                LoginBlock(pair_hash=key, blocked_until=now + self.throttle.block)
-            else:
-                row.blocked_until = now + self.throttle.block
+            for key in blocked:
+                row = LoginBlock.get(pair_hash=key)
+                if row is None:
+                    LoginBlock(pair_hash=key, blocked_until=now + self.throttle.block)
+                else:
+                    row.blocked_until = now + self.throttle.block
 
     def restore_blocks(self) -> None:
         """At start: the sign-in blocks a previous run left that have not run out."""

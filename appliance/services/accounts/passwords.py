@@ -11,6 +11,15 @@ plain text or as a bcrypt hash (`$2b$...`, what panels of this kind and `htpassw
 write). Both still sign in, so nobody is locked out; the sign-in replaces them with scrypt
 unless they are credentials scanners try first, which stay as they are so that
 `must_change_credentials` keeps seeing them until the admin changes them.
+
+A new password (the admin's, the command line's, a generated one) must be at least
+`MIN_LENGTH` characters, the length OWASP's verification standard asks of passwords
+(ASVS 2.1.1), and hard to guess as zxcvbn judges it: a score of 3 or more (about 10^8
+guesses), and not one of the passwords on its frequency lists. zxcvbn knows tens of
+thousands of leaked passwords, names and words, keyboard walks, dates, repeats and
+l33t spellings, which a list kept here would not; the username and the panel's own
+names count as guessable too. It is imported only when a password is set: its lists
+take about 12 MiB that an idle panel has no use for.
 """
 
 from __future__ import annotations
@@ -24,8 +33,16 @@ import secrets
 import string
 
 N, R, P = 1 << 14, 8, 1
+# What scanners try first: how a password stored before new ones were checked is found.
 WEAK = frozenset({"admin", "password", "123456", "12345678", "root", "changeme", "qwerty"})
-MIN_LENGTH = 8
+SCANNED_LENGTH = 8  # a stored plain-text password shorter than this counts as weak too
+MIN_LENGTH = 12
+MIN_SCORE = 3
+# zxcvbn refuses longer input (its matching grows fast with length): a password is judged
+# by its first this many characters.
+JUDGED_LENGTH = 72
+# Words an attacker of this panel tries besides the username.
+PANEL_WORDS = ("appliance", "admin", "panel", "xray", "proxy")
 BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 
 
@@ -92,19 +109,40 @@ def dummy_hash() -> str:
 
 
 def check_new_password(username: str, password: str) -> None:
-    """Refuse passwords a scanner tries first. Raises ValueError with the reason."""
+    """Refuse a password that is short or easy to guess. Raises ValueError with the
+    reason, in zxcvbn's words when it is the judge."""
     try:
         password.encode()
     except UnicodeEncodeError:
         raise ValueError("the password is not valid Unicode text (unpaired surrogate)") from None
     if len(password) < MIN_LENGTH:
         raise ValueError(f"the password must be at least {MIN_LENGTH} characters long")
-    if _is_weak(username, password):
-        raise ValueError("that password is among the first ones scanners try; choose another")
+    from zxcvbn import zxcvbn  # only here: see the module's docstring
+
+    judged = password[:JUDGED_LENGTH]
+    result = zxcvbn(judged, user_inputs=[username, *PANEL_WORDS], max_length=JUDGED_LENGTH)
+    if result["score"] >= MIN_SCORE and not _is_listed(result, len(judged)):
+        return
+    feedback = result["feedback"]
+    advice = " ".join(filter(None, [feedback["warning"], *feedback["suggestions"]]))
+    raise ValueError(
+        "the password is too easy to guess: "
+        + (advice or "it is on a list of common passwords. Choose another one.")
+    )
+
+
+def _is_listed(result: dict, length: int) -> bool:
+    """Whether zxcvbn found the whole password in its list of common passwords."""
+    return any(
+        match["pattern"] == "dictionary"
+        and match["dictionary_name"] == "passwords"
+        and (match["i"], match["j"]) == (0, length - 1)
+        for match in result["sequence"]
+    )
 
 
 def _is_weak(username: str, password: str) -> bool:
-    return len(password) < MIN_LENGTH or password.lower() in WEAK or password == username
+    return len(password) < SCANNED_LENGTH or password.lower() in WEAK or password == username
 
 
 def _verify_bcrypt(password: str, stored: str) -> bool:
@@ -122,8 +160,16 @@ def random_username() -> str:
     )
 
 
-def random_password() -> str:
-    return secrets.token_urlsafe(15)
+def random_password(username: str) -> str:
+    """20 random characters (120 bits), drawn again should the rule for new passwords
+    ever refuse them."""
+    while True:
+        password = secrets.token_urlsafe(15)
+        try:
+            check_new_password(username, password)
+        except ValueError:
+            continue
+        return password
 
 
 def _b64(raw: bytes) -> str:
