@@ -17,8 +17,9 @@ Nothing is ever downgraded: a wrong pin, an expired certificate or a failed hand
 ends the call with a sentence that says which.
 
 Every call carries this panel's guid (`X-Panel-Guid`), so a node can tell which panel
-manages it. Answers are the panel envelope; a node's own failure message is passed on
-(bounded), anything that is not an envelope is reported as such, never echoed.
+manages it. Answers are the panel envelope, read by the bounded reader
+(`runtime/reader.py`); a node's own failure message is passed on (bounded), anything that
+is not an envelope is reported as such with the reader's reason, never echoed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from appliance.runtime.egress import (
     TlsRefused,
     host_key,
 )
+from appliance.runtime.reader import Unreadable, parse_json
 from appliance.services.nodes.sealing import NODE_KEY_ENV, is_sealed
 
 GUID_HEADER = "X-Panel-Guid"
@@ -61,6 +63,14 @@ class NodeError(ServiceError):
     def __init__(self, msg: str, reached: bool = False):
         super().__init__(msg)
         self.reached = reached
+
+
+class NodeAnswerUnreadable(NodeError):
+    """A node answered with something that is not the panel API's answer: whatever is
+    at that address, it is not a panel this one can manage."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, reached=True)
 
 
 @dataclass(frozen=True)
@@ -305,14 +315,17 @@ class NodeLink:
                 reached=True,
             )
         try:
-            answer = json.loads(text)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or not isinstance(answer.get("success"), bool):
-            raise NodeError(
+            answer = parse_json(text, MAX_ANSWER, dict)
+        except Unreadable as exc:
+            raise NodeAnswerUnreadable(
                 f"{label} answered {path} with HTTP {status} and something that is not the "
-                "panel API's answer: check the address, port and basePath",
-                reached=True,
+                f"panel API's answer ({exc.msg}): check the address, port and basePath"
+            ) from None
+        if not isinstance(answer.get("success"), bool):
+            raise NodeAnswerUnreadable(
+                f"{label} answered {path} with HTTP {status} and something that is not the "
+                "panel API's answer (an object without success): check the address, port "
+                "and basePath"
             )
         if not answer["success"]:
             message = answer.get("msg")
@@ -349,10 +362,10 @@ def _bundle() -> str:
 def _envelope_message(text: bytes) -> str:
     """The `msg` of an envelope answer, bounded; "" when there is none."""
     try:
-        answer = json.loads(text)
-    except ValueError:
+        answer = parse_json(text, MAX_ANSWER, dict)
+    except Unreadable:
         return ""
-    message = answer.get("msg") if isinstance(answer, dict) else None
+    message = answer.get("msg")
     return _bounded(message) if isinstance(message, str) else ""
 
 
