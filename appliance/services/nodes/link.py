@@ -41,6 +41,7 @@ from appliance.runtime.egress import (
     DestinationRefused,
     Egress,
     FetchFailed,
+    Reply,
     TlsRefused,
     host_key,
 )
@@ -175,7 +176,7 @@ class NodeLink:
                 total_timeout=max(timeout * 4, 60),
                 **self._tls(),
             ) as reply:
-                status, text = reply.status, reply.read(limit)
+                status, text = reply.status, self._body(reply, path, limit)
         except DestinationRefused as exc:
             raise NodeError(exc.msg) from None
         except TlsRefused as exc:
@@ -296,6 +297,17 @@ class NodeLink:
                 f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M} UTC; nothing was sent",
                 reached=True,
             )
+
+    def _body(self, reply: Reply, path: str, limit: int) -> bytes:
+        """The body of an answer that arrived: one too large or too slow to read whole is
+        the node's doing, not a failure to reach it."""
+        try:
+            return reply.read(limit)
+        except FetchFailed as exc:
+            raise NodeAnswerUnreadable(
+                f"{self.details.label} answered {path} with HTTP {reply.status}, but the "
+                f"answer could not be read: {exc.msg}"
+            ) from None
 
     def _answer(self, path: str, status: int, text: bytes) -> Any:
         label = self.details.label
