@@ -195,3 +195,50 @@ def test_a_node_that_turns_hostile_shows_why_and_its_heartbeat_goes_on(panel, ap
         assert len([line for line in logged if "-> error" in line]) == 1, logged
     finally:
         ok(api.post(f"{NODES}/del/{added['id']}"))
+
+
+# ---- outbound subscriptions (Clash YAML) -------------------------------------------------------
+
+SUBS = "/panel/api/core/outbound-subs"
+GOOD_LINK = "vless://0a1b2c3d-1111-2222-3333-444455556666@93.184.215.14:443?type=tcp#one"
+# A profile nested 100,000 levels deep: composing it recursed in libyaml's C code until the
+# whole panel process died.
+DEEP_PROFILE = b"proxies: " + b"[" * 100_000 + b"]" * 100_000
+ALIAS_BOMB = (
+    b'a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    + b"".join(f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]\n".encode() for n in range(1, 9))
+    + b"proxies: [*a8]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("profile", "words"),
+    [(DEEP_PROFILE, "nested more than 64 levels"), (ALIAS_BOMB, "aliases are expanded")],
+)
+def test_a_hostile_clash_profile_is_refused_and_its_refresh_records_why(
+    panel, api, upstream, profile, words
+):
+    upstream.answers.clear()
+    upstream.answers[("GET", "/sub")] = (200, GOOD_LINK.encode())
+    form = {
+        "url": f"http://127.0.0.1:{upstream.port}/sub",
+        "allowPrivate": "true",
+        "updateInterval": "10",
+    }
+    sub = ok(api.post(SUBS, data=form))
+    try:
+        assert sub["tags"] == [f"sub{sub['id']}-one"]
+        upstream.answers[("GET", "/sub")] = (200, profile)
+        refused(api.post(f"{SUBS}/parse", data=form), "Clash profile", words)
+        refused(api.post(f"{SUBS}/{sub['id']}/refresh"), "Clash profile", words)
+        asked = len(upstream.requests)
+        # The background refresh meets the same profile and keeps running.
+        wait_until(lambda: len(upstream.requests) > asked, "the background refresh", 30)
+        row = ok(api.get(SUBS))[0]
+        assert words in row["lastError"] and row["tags"] == sub["tags"]
+        upstream.answers[("GET", "/sub")] = (200, GOOD_LINK.encode())
+        ok(api.post(f"{SUBS}/{sub['id']}/refresh"))
+        assert ok(api.get(SUBS))[0]["lastError"] == ""
+        assert "Traceback" not in panel.output()
+    finally:
+        ok(api.raw("DELETE", f"{SUBS}/{sub['id']}").json())
