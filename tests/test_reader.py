@@ -3,14 +3,13 @@ hostile shape a server can send: nesting a hundred thousand levels deep, bytes t
 not UTF-8, NaN and Infinity, numbers of thousands of digits, text that is not JSON, a
 top level of the wrong type, a body that never ends, and YAML that is nested too deeply
 or swollen by aliases. Each is refused with a sentence of the reader's own words (never
-the sender's bytes), and nothing recurses: the same document given to the plain parsers
-raises RecursionError, or in libyaml's case ends the process.
+the sender's bytes), and nothing recurses: given to the plain parsers, the deep
+documents raise RecursionError, or in libyaml's case end the process.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 
 import pytest
 
@@ -43,13 +42,6 @@ def test_every_hostile_shape_is_refused_with_the_readers_words(shape):
     assert words in refused.value.msg
     assert "internal-secret" not in refused.value.msg
     assert refused.value.msg.startswith("the answer ")
-
-
-def test_the_plain_parser_is_what_these_shapes_break():
-    with pytest.raises(RecursionError):
-        json.loads(HOSTILE["deep"][0])
-    with pytest.raises(ValueError, match="4300"):
-        json.loads(b"9" * 5000)
 
 
 def test_a_top_level_of_another_type_is_named():
