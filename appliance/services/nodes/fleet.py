@@ -62,7 +62,8 @@ class Fleet:
     def add(self, payload: Any) -> dict:
         """Save a node once its details are valid and it did not answer with something
         other than the panel API (an offline node is saved: it may come up later). The
-        heartbeat comes first, so a refusal or a failure anywhere leaves nothing saved."""
+        heartbeat comes before the one transaction that inserts the record, so a node
+        refused by it, or a heartbeat that fails, leaves nothing saved."""
         record = parse_node(payload, None)
         self.nodes.check_name(record["name"], None)
         snapshot = self.health.look(record, strict=True)
