@@ -1,11 +1,13 @@
 """Small HTTP servers shaped like the public APIs the tunnel and VPN providers call.
 
 `ProviderApi` answers on loopback with whatever the test put in `answers[(method, path)]`
-(a status and a JSON-able body, or raw bytes), and keeps every request it got (method,
-path with query, headers, parsed JSON body), so a test asserts what the panel sent as well
-as what it made of the answer. The bodies in `warp_registration` and `nord_*` follow the
-shapes those services document: field names and nesting, with values of the test's
-making.
+(a status and a JSON-able body, raw bytes, or `ENDLESS`: a body that never ends), and
+keeps every request it got (method, path with query, headers, parsed JSON body), so a test
+asserts what the panel sent as well as what it made of the answer. `HOSTILE` holds the
+shapes of answer a server can send to hurt its reader, for any of the upstreams the panel
+calls (providers, release lists, the Bot API, nodes). The bodies in `warp_registration`
+and `nord_*` follow the shapes those services document: field names and nesting, with
+values of the test's making.
 """
 
 from __future__ import annotations
@@ -14,6 +16,20 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ENDLESS = object()
+# Each hostile body with the words the reader's refusal holds.
+HOSTILE = {
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    "deep-object": (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    "not-utf8": (b'{"ok": "\xff\xfe\xfd"}', "not UTF-8"),
+    "nan": (b'{"ok": NaN, "success": true}', "NaN is not a JSON number"),
+    "infinity": (b'{"ok": -Infinity, "success": true}', "Infinity is not a JSON number"),
+    "digits": (b'{"ok": ' + b"9" * 5000 + b', "success": true}', "5000 digits is too large"),
+    "not-json": (b"<html>internal-secret-7f3a</html>", "not valid JSON"),
+    "wrong-top": (b'"a string"', "is a string, not"),
+    "empty": (b"", "is empty"),
+}
 
 
 @dataclass
@@ -49,12 +65,26 @@ class ProviderApi:
                     )
                 )
                 status, reply = owner.answers.get((self.command, self.path), (404, {"error": "no"}))
+                if reply is ENDLESS:
+                    return self._endless(status)
                 data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _endless(self, status: int) -> None:
+                """A JSON array whose elements keep coming until the reader hangs up."""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                try:
+                    self.wfile.write(b"[")
+                    while True:
+                        self.wfile.write(b"1," * 4096)
+                except OSError:
+                    pass
 
             do_GET = do_POST = do_PUT = do_DELETE = _answer
 

@@ -3,7 +3,13 @@
 `load_json` is the one way JSON text from a client is read, whether it is a request body or
 a document sent inside a field (inbound settings, the core template, imports): its size
 and nesting are checked before the parser runs, so a document nested ten thousand levels
-deep is refused in one linear pass instead of exhausting the parser's recursion.
+deep is refused in one linear pass instead of exhausting the parser's recursion. What
+other machines send (nodes, providers, release lists, the Bot API) is read by the same
+function through `runtime/reader.py`. `load_yaml` does the same for YAML (the Clash
+profiles of outbound subscriptions): libyaml's composer recurses in C, so a document
+nested a hundred thousand levels deep ends the whole process, and aliases can make a
+small document stand for billions of nodes; both are measured on the parser's events,
+which come without recursion, before anything is composed.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import math
 import re
 from itertools import accumulate
 from typing import Any
+
+import yaml
 
 from appliance.errors import ServiceError
 
@@ -100,6 +108,71 @@ def json_depth(text: str) -> int:
     brackets = JSON_BRACKETS.findall(JSON_STRING.sub("", text))
     steps = (1 if bracket in "[{" else -1 for bracket in brackets)
     return max(accumulate(steps), default=0)
+
+
+MAX_YAML_NODES = 200_000
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_YAML_CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def load_yaml(text: str, what: str, max_chars: int = MAX_JSON_CHARS) -> Any:
+    """The value of the YAML document `text` (safe tags only), which came as `what`.
+    Refused with a sentence: text longer than `max_chars`, nesting deeper than
+    MAX_JSON_DEPTH, more than MAX_YAML_NODES nodes once every alias is expanded, and
+    anything that is not YAML."""
+    if len(text) > max_chars:
+        raise ServiceError(
+            f"{what} is {len(text)} characters long; at most {max_chars} are read here"
+        )
+    try:
+        _check_yaml_events(text, what)
+        return yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ServiceError(f"{what} is not valid YAML: {problem}") from None
+
+
+def _check_yaml_events(text: str, what: str) -> None:
+    """Counts nodes and levels as the composer would build them, an alias standing for
+    the whole node it names (its size and height were noted when the node closed), so
+    alias bombs and deep nesting are found in one pass that stops at the first excess."""
+    nodes = depth = 0
+    opened: list[tuple[str | None, int, int]] = []
+    # anchor -> (nodes, levels) of the node it names, aliases inside already expanded.
+    named: dict[str, tuple[int, int]] = {}
+    deepest = 0
+    for event in yaml.parse(text, Loader=_YAML_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            size, height = named.get(event.anchor, (1, 0))
+            nodes += size
+            deepest = max(deepest, depth + height)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            if event.anchor:
+                named[event.anchor] = (1, 0)
+        elif isinstance(event, _YAML_OPEN):
+            nodes += 1
+            depth += 1
+            deepest = max(deepest, depth)
+            opened.append((event.anchor, nodes, deepest))
+            deepest = depth
+        elif isinstance(event, _YAML_CLOSE):
+            anchor, start, outer = opened.pop()
+            if anchor:
+                named[anchor] = (nodes - start + 1, deepest - depth + 1)
+            depth -= 1
+            deepest = max(deepest, outer)
+        if deepest > MAX_JSON_DEPTH:
+            raise ServiceError(
+                f"{what} is not valid YAML here: it is nested more than {MAX_JSON_DEPTH} "
+                "levels deep"
+            )
+        if nodes > MAX_YAML_NODES:
+            raise ServiceError(
+                f"{what} is not valid YAML here: it stands for more than {MAX_YAML_NODES} "
+                "values once its aliases are expanded"
+            )
 
 
 def _reject_constant(name: str) -> Any:

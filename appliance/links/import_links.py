@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from urllib.parse import unquote, urlsplit
 
+from appliance.domain.parse import load_json
+from appliance.errors import ServiceError
 from appliance.links.plan import LinkPlan, Security
 from appliance.links.share import bandwidth_mbps
 
@@ -171,9 +172,9 @@ def standard_transport(params: dict[str, str]) -> tuple[str, dict]:
         }
         if params.get("extra"):
             try:
-                extra = json.loads(params["extra"])
-            except ValueError:
-                raise LinkError("the xhttp extra field is not JSON") from None
+                extra = load_json(params["extra"], "the xhttp extra field")
+            except ServiceError as exc:
+                raise LinkError(exc.msg) from None
             if isinstance(extra, dict):
                 transport["extra"] = extra
         return "xhttp", transport
@@ -218,8 +219,8 @@ def standard_security(params: dict[str, str]) -> Security:
 
 def _vmess(payload: str) -> LinkPlan:
     try:
-        data = json.loads(decode_base64(payload.strip()))
-    except (ValueError, UnicodeDecodeError):
+        data = load_json(decode_base64(payload.strip()), "the vmess link's JSON")
+    except (ValueError, UnicodeDecodeError, ServiceError):
         raise LinkError("the vmess link is not base64 of a JSON object") from None
     if not isinstance(data, dict):
         raise LinkError("the vmess link is not base64 of a JSON object")

@@ -8,9 +8,11 @@ server (same protocol, address, port and secret) the tag it had, whatever its re
 became. New servers get new names; a name is never reused within one subscription.
 
 A body is read as a Clash/Mihomo YAML profile when it has a `proxies:` list, else as
-base64 of share-link lines, else as the lines themselves. Entries that cannot be read
-(or that the core cannot run: Hysteria 1) are counted with the first reasons, never
-echoed: a body is a stranger's text.
+base64 of share-link lines, else as the lines themselves. YAML is read by the bounded
+`load_yaml` (`domain/parse.py`): a profile nested too deeply or swollen by aliases is
+refused with the reason, since composing it would take the process down. Entries that
+cannot be read (or that the core cannot run: Hysteria 1) are counted with the first
+reasons, never echoed: a body is a stranger's text.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import yaml
-
+from appliance.domain.parse import load_yaml
+from appliance.errors import ServiceError
 from appliance.links.import_links import (
     SCHEMES,
     LinkError,
@@ -35,7 +37,8 @@ NAME_LENGTH = 48
 _NAME_SPOILERS = re.compile(r"[^\w.@-]+")
 # The scheme a nameless server's tag starts with: ss, not shadowsocks.
 SCHEME_NAMES = {protocol: scheme for scheme, protocol in SCHEMES.items()}
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A top-level `proxies:` key: the body is meant as a Clash profile, readable or not.
+CLASH_KEY = re.compile(r"^proxies\s*:", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class Feed:
 
 
 def read_feed(body: bytes) -> Feed:
-    """The plans of a subscription body (see the module docstring for the formats)."""
+    """The plans of a subscription body (see the module docstring for the formats);
+    ServiceError for a Clash profile that cannot be read safely."""
     text = body.decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     entries: list = []
     clash = _clash_proxies(text)
@@ -84,8 +88,10 @@ def _clash_proxies(text: str) -> list | None:
     if "proxies" not in text:
         return None
     try:
-        document = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
+        document = load_yaml(text, "the subscription's Clash profile", len(text))
+    except ServiceError:
+        if CLASH_KEY.search(text):
+            raise
         return None
     if isinstance(document, dict) and isinstance(document.get("proxies"), list):
         return document["proxies"]

@@ -9,7 +9,7 @@ http.client, which logs no URLs: the URL holds the token, and the token must nev
 a log line or an error message). Messages are built from the method name, the HTTP status
 and the fields of a Bot API reply (its `description`, the bot's and chats' names), never
 from whatever else a server sends: an answer that is not a Bot API reply is named as
-such, not quoted.
+such (with the bounded reader's reason: `runtime/reader.py`), not quoted.
 
 Scheduled backups (`tgBotEnable` and `tgBotBackup`, at `tgRunTime`) run as a job that
 checks every second whether the next run is due; the first run comes one period after the
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from appliance.errors import ServiceError
 from appliance.runtime.egress import Egress, FetchFailed, for_url
+from appliance.runtime.reader import Unreadable, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -290,10 +291,13 @@ class BotApi:
                 f"cannot reach the chat-bot API at {self.server}: {self._clean(exc.msg)}"
             ) from None
         try:
-            reply = json.loads(raw)
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            reply = parse_json(raw, REPLY_LIMIT, dict)
+        except Unreadable as exc:
+            raise ServiceError(
+                f"{method} answered HTTP {status} with something that is not a Bot API reply "
+                f"({exc.msg}); is tgBotAPIServer a Bot API server?"
+            ) from None
+        if not isinstance(reply.get("ok"), bool):
             raise ServiceError(
                 f"{method} answered HTTP {status} with something that is not a Bot API reply "
                 '(a JSON object with "ok"); is tgBotAPIServer a Bot API server?'

@@ -26,6 +26,7 @@ from collections import deque
 
 from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api
 from appliance.errors import ServiceError
+from appliance.runtime.reader import Unreadable, parse_json
 from appliance.services.admin.status import STEP_SECONDS, WINDOW_SECONDS, parse_bucket
 
 METRICS = {
@@ -36,6 +37,7 @@ METRICS = {
     "xrPauseNs": "PauseNs",
 }
 FETCH_TIMEOUT = 2.0
+METRICS_LIMIT = 16 << 20
 MAX_OBSERVED_TAGS = 200
 TAG_LIMIT = 255
 OBSERVATORY_SECTIONS = ("observatory", "burstObservatory")
@@ -112,13 +114,11 @@ class CoreMetrics:
         try:
             reply = requests.get(url, timeout=FETCH_TIMEOUT)
             reply.raise_for_status()
-            document = reply.json()
+            document = parse_json(reply.content, METRICS_LIMIT, dict)
         except requests.RequestException as exc:
             return None, f"cannot read the core's metrics at {url}: {_short(exc)}" + self._lacks()
-        except ValueError:
-            return None, f"the core's metrics at {url} are not JSON"
-        if not isinstance(document, dict):
-            return None, f"the core's metrics at {url} are not a JSON object"
+        except Unreadable as exc:
+            return None, f"the core's metrics at {url} are not a JSON object: {exc.msg}"
         return document, ""
 
     def _lacks(self) -> str:

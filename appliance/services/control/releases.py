@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import platform
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 from appliance.core.process import DETECT_TIMEOUT, VERSION_LINE, version_output
 from appliance.errors import ServiceError
 from appliance.runtime.egress import Egress, FetchFailed, Reply, for_url
+from appliance.runtime.reader import Unreadable, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -415,9 +415,9 @@ def published_releases(raw: bytes, url: str, what: str) -> list[tuple[str, dict,
     newest first). Drafts and prereleases are left out: what the list offers is what
     GitHub calls a release. `what` names the list in errors ("the core release list")."""
     try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ServiceError(f"{what} at {url} is not JSON") from None
+        data = parse_json(raw, LIST_LIMIT)
+    except Unreadable as exc:
+        raise ServiceError(f"{what} at {url} is not JSON the panel can read: {exc.msg}") from None
     items = [data] if isinstance(data, dict) and "tag_name" in data else data
     if not isinstance(items, list):
         raise ServiceError(f"{what} at {url} is not a release or a list of them")

@@ -60,9 +60,16 @@ class Fleet:
     # ---- writes ----------------------------------------------------------------------
 
     def add(self, payload: Any) -> dict:
-        record = self.nodes.add(payload)
-        self.health.beat(record)
-        return self.get(record["id"])
+        """Save a node once its details are valid and it did not answer with something
+        other than the panel API (an offline node is saved: it may come up later). The
+        heartbeat comes before the one transaction that inserts the record, so a node
+        refused by it, or a heartbeat that fails, leaves nothing saved."""
+        record = parse_node(payload, None)
+        self.nodes.check_name(record["name"], None)
+        snapshot = self.health.look(record, strict=True)
+        saved = self.nodes.add(payload)
+        self.health.keep(saved, snapshot)
+        return self.get(saved["id"])
 
     def update(self, node_id, payload: Any) -> dict:
         _, record = self.nodes.update(node_id, payload)

@@ -10,6 +10,12 @@ panel's own charts.
 
 A node whose status names another managing panel (`parentGuid` not this panel's guid) is
 reported as such: two panels pushing inbounds to one node would undo each other.
+
+Whatever a node answers, a beat ends in a snapshot: a node that answers with something
+that is not the panel API's answer (refused by the bounded reader) is shown as `error`
+with the reason in `lastError`, logged once when its status changes, and the next good
+answer clears it. Only a probe of unsaved details (`nodes/test`, and `nodes/add` before
+it saves) refuses such a node outright: there is nothing to keep a status on.
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ import gevent
 from gevent.pool import Pool
 
 from appliance.services.admin.status import History
-from appliance.services.nodes.link import Details, Identity, NodeError, NodeLink
+from appliance.services.nodes.link import (
+    Details,
+    Identity,
+    NodeAnswerUnreadable,
+    NodeError,
+    NodeLink,
+)
 from appliance.services.nodes.records import Nodes, details
 
 log = logging.getLogger(__name__)
@@ -66,17 +78,22 @@ class NodeHealth:
     # ---- beats -----------------------------------------------------------------------
 
     def probe(self, connection: Details) -> dict:
-        """A heartbeat of unsaved details: what `nodes/test` answers; nothing is kept."""
-        return self._beat(connection)
+        """A heartbeat of unsaved details: what `nodes/test` answers; nothing is kept.
+        A node whose answer is not the panel API's is refused (`NodeAnswerUnreadable`)."""
+        return self._beat(connection, strict=True)
 
     def beat(self, record: dict) -> dict:
         """A heartbeat of one stored node; the answer is kept and returned."""
-        if not record["enable"]:
-            snapshot = {"status": "disabled", "latency": 0, "lastError": ""}
-        else:
-            snapshot = self._beat(details(record))
+        snapshot = self.look(record)
         self._keep(record, snapshot)
         return snapshot
+
+    def look(self, record: dict, strict: bool = False) -> dict:
+        """A heartbeat of `record`, saved or not, that keeps nothing; `strict` refuses a
+        node whose answer is not the panel API's, as `probe` does."""
+        if not record["enable"]:
+            return {"status": "disabled", "latency": 0, "lastError": ""}
+        return self._beat(details(record), strict)
 
     def beat_all(self) -> None:
         """The job: every enabled node at once, at most CONCURRENCY in flight."""
@@ -91,26 +108,30 @@ class NodeHealth:
     def forget(self, node_id: int) -> None:
         self._forget(node_id)
 
+    def keep(self, record: dict, snapshot: dict) -> None:
+        """Keep a snapshot taken before `record` was saved (`probe`)."""
+        self._keep(record, snapshot)
+
     # ---- the pieces ------------------------------------------------------------------
 
-    def _beat(self, connection: Details) -> dict:
+    def _beat(self, connection: Details, strict: bool = False) -> dict:
         link = NodeLink(connection, self.identity())
         started = time.monotonic()
         try:
             status = link.call("GET", STATUS_PATH, timeout=BEAT_TIMEOUT)
+            if not isinstance(status, dict):
+                raise NodeAnswerUnreadable(
+                    f"{connection.label} sent a status that is not an object"
+                )
         except NodeError as exc:
+            if strict and isinstance(exc, NodeAnswerUnreadable):
+                raise
             return {
                 "status": "error" if exc.reached else "offline",
                 "latency": 0,
                 "lastError": exc.msg,
             }
         latency = int((time.monotonic() - started) * 1000)
-        if not isinstance(status, dict):
-            return {
-                "status": "error",
-                "latency": latency,
-                "lastError": f"{connection.label} sent a status that is not an object",
-            }
         return _summary(status, latency)
 
     def _keep(self, record: dict, snapshot: dict) -> None:
@@ -158,14 +179,14 @@ class NodeHealth:
 def _summary(status: dict, latency: int) -> dict[str, Any]:
     """The heartbeat fields out of a node's `server/status`."""
     memory = status.get("mem") if isinstance(status.get("mem"), dict) else {}
-    total = memory.get("total") or 0
+    total = _number(memory.get("total"))
     core = status.get("core") if isinstance(status.get("core"), dict) else {}
     return {
         "status": "online",
         "latency": latency,
         "lastError": "",
         "cpu": _number(status.get("cpu")),
-        "mem": _number(memory.get("current")) * 100.0 / total if _number(total) else 0.0,
+        "mem": min(100.0, _number(memory.get("current")) * 100.0 / total) if total > 0 else 0.0,
         "coreState": _text(core.get("state")),
         "coreVersion": _text(core.get("version")),
         "panelVersion": _text(status.get("panelVersion")),

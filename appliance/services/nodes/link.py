@@ -17,8 +17,9 @@ Nothing is ever downgraded: a wrong pin, an expired certificate or a failed hand
 ends the call with a sentence that says which.
 
 Every call carries this panel's guid (`X-Panel-Guid`), so a node can tell which panel
-manages it. Answers are the panel envelope; a node's own failure message is passed on
-(bounded), anything that is not an envelope is reported as such, never echoed.
+manages it. Answers are the panel envelope, read by the bounded reader
+(`runtime/reader.py`); a node's own failure message is passed on (bounded), anything that
+is not an envelope is reported as such with the reader's reason, never echoed.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ from appliance.runtime.egress import (
     DestinationRefused,
     Egress,
     FetchFailed,
+    Reply,
     TlsRefused,
     host_key,
 )
+from appliance.runtime.reader import Unreadable, parse_json
 from appliance.services.nodes.sealing import NODE_KEY_ENV, is_sealed
 
 GUID_HEADER = "X-Panel-Guid"
@@ -61,6 +64,14 @@ class NodeError(ServiceError):
     def __init__(self, msg: str, reached: bool = False):
         super().__init__(msg)
         self.reached = reached
+
+
+class NodeAnswerUnreadable(NodeError):
+    """A node answered with something that is not the panel API's answer: whatever is
+    at that address, it is not a panel this one can manage."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, reached=True)
 
 
 @dataclass(frozen=True)
@@ -165,7 +176,7 @@ class NodeLink:
                 total_timeout=max(timeout * 4, 60),
                 **self._tls(),
             ) as reply:
-                status, text = reply.status, reply.read(limit)
+                status, text = reply.status, self._body(reply, path, limit)
         except DestinationRefused as exc:
             raise NodeError(exc.msg) from None
         except TlsRefused as exc:
@@ -287,6 +298,17 @@ class NodeLink:
                 reached=True,
             )
 
+    def _body(self, reply: Reply, path: str, limit: int) -> bytes:
+        """The body of an answer that arrived: one too large or too slow to read whole is
+        the node's doing, not a failure to reach it."""
+        try:
+            return reply.read(limit)
+        except FetchFailed as exc:
+            raise NodeAnswerUnreadable(
+                f"{self.details.label} answered {path} with HTTP {reply.status}, but the "
+                f"answer could not be read: {exc.msg}"
+            ) from None
+
     def _answer(self, path: str, status: int, text: bytes) -> Any:
         label = self.details.label
         if status == 401:
@@ -305,14 +327,17 @@ class NodeLink:
                 reached=True,
             )
         try:
-            answer = json.loads(text)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or not isinstance(answer.get("success"), bool):
-            raise NodeError(
+            answer = parse_json(text, MAX_ANSWER, dict)
+        except Unreadable as exc:
+            raise NodeAnswerUnreadable(
                 f"{label} answered {path} with HTTP {status} and something that is not the "
-                "panel API's answer: check the address, port and basePath",
-                reached=True,
+                f"panel API's answer ({exc.msg}): check the address, port and basePath"
+            ) from None
+        if not isinstance(answer.get("success"), bool):
+            raise NodeAnswerUnreadable(
+                f"{label} answered {path} with HTTP {status} and something that is not the "
+                "panel API's answer (an object without success): check the address, port "
+                "and basePath"
             )
         if not answer["success"]:
             message = answer.get("msg")
@@ -349,10 +374,10 @@ def _bundle() -> str:
 def _envelope_message(text: bytes) -> str:
     """The `msg` of an envelope answer, bounded; "" when there is none."""
     try:
-        answer = json.loads(text)
-    except ValueError:
+        answer = parse_json(text, MAX_ANSWER, dict)
+    except Unreadable:
         return ""
-    message = answer.get("msg") if isinstance(answer, dict) else None
+    message = answer.get("msg")
     return _bounded(message) if isinstance(message, str) else ""
 
 

@@ -151,6 +151,11 @@ class Nodes:
                 row.api_token = self.seal.seal(row.api_token)
             return len(rows)
 
+    def check_name(self, name: str, own_id: int | None) -> None:
+        """Refuse a name another node already has."""
+        with db_session:
+            self._check_name(name, own_id)
+
     # ---- helpers ---------------------------------------------------------------------
 
     def _record(self, row) -> dict:

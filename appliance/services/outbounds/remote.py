@@ -5,7 +5,8 @@ Why this module exists: both providers are remote services the panel calls on th
 admin's behalf, at a base URL that is a setting (so tests and mirrors can stand in for
 them). Their failures — no connection, an error status, an answer that is not the JSON
 expected — are the admin's to read, never a 500, and what the service sent is never
-echoed: the status and the kind of failure are.
+echoed: the status and the kind of failure are. Answers are read by the bounded reader
+(`runtime/reader.py`): size, time, nesting and the shape of a JSON object or array.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from appliance.errors import ServiceError
 from appliance.runtime.egress import DestinationRefused, FetchFailed, for_url
+from appliance.runtime.reader import Unreadable, parse_json
 
 MAX_ANSWER = 4 << 20
 
@@ -59,10 +61,14 @@ def call_json(
         raise
     except FetchFailed as exc:
         raise ServiceError(f"{service} could not be reached: {exc.msg}") from None
+    if not raw.strip():
+        return None
     try:
-        return json.loads(raw) if raw.strip() else None
-    except ValueError:
-        raise ServiceError(f"{service} answered with something that is not JSON") from None
+        return parse_json(raw, MAX_ANSWER, (dict, list))
+    except Unreadable as exc:
+        raise ServiceError(
+            f"{service} answered with something that is not JSON it can use ({exc.msg})"
+        ) from None
 
 
 def basic_auth(user: str, password: str) -> dict[str, str]:
