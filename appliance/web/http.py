@@ -276,12 +276,12 @@ def raw_header(name: str) -> str:
 def client_address(trusted: list) -> str:
     """The caller's address; `X-Forwarded-For` counts only when a trusted proxy sent it."""
     remote = request.environ.get("REMOTE_ADDR", "") or ""
-    if not trusted or not _in(remote, trusted):
+    if not trusted or not address_in(remote, trusted):
         return remote
     forwarded = raw_header("X-Forwarded-For")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
     for hop in reversed(hops):
-        if not _in(hop, trusted):
+        if not address_in(hop, trusted):
             return hop
     return remote
 
@@ -296,7 +296,7 @@ def _scheme(environ: dict, trusted: list) -> str:
         return "https"
     remote = environ.get("REMOTE_ADDR", "")
     forwarded = environ.get("HTTP_X_FORWARDED_PROTO", "").lower()
-    return "https" if trusted and _in(remote, trusted) and forwarded == "https" else "http"
+    return "https" if trusted and address_in(remote, trusted) and forwarded == "https" else "http"
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -380,7 +380,8 @@ def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:
     return address.is_loopback or str(address) in names
 
 
-def _in(address: str, networks: list) -> bool:
+def address_in(address: str, networks: list) -> bool:
+    """Whether `address` (text) is in one of `networks`; False when it is no address."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
