@@ -16,7 +16,7 @@ import sys  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
-from appliance.config import DB_FILE, ENV, resolve  # noqa: E402
+from appliance.config import DB_FILE, ENV, SUB_CONNECTIONS_PER_ADDRESS, resolve  # noqa: E402
 from appliance.errors import ServiceError  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.services.admin.settings_table import BY_NAME  # noqa: E402
@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes serving the subscription port, always: 1 for the panel's own "
         "process; auto for the panel, and a worker per core while the demand lasts "
         f"(env {ENV['sub_workers']}; default auto)",
+    )
+    run.add_argument(
+        "--sub-connections-per-address",
+        help="connections one client address may hold at once on the subscription port, "
+        "in each process serving it; 0 for no cap "
+        f"(env {ENV['sub_connections_per_address']}; default {SUB_CONNECTIONS_PER_ADDRESS})",
     )
     run.add_argument(
         "--log-level",

@@ -21,9 +21,21 @@ ENV = {
     "core": "APPLIANCE_CORE",
     "cert_dirs": "APPLIANCE_CERT_DIRS",
     "sub_workers": "APPLIANCE_SUB_WORKERS",
+    "header_timeout": "APPLIANCE_HEADER_TIMEOUT",
+    "body_timeout": "APPLIANCE_BODY_TIMEOUT",
+    "sub_connections_per_address": "APPLIANCE_SUB_CONNECTIONS_PER_ADDRESS",
 }
 DB_FILE = "appliance.db"
 MAX_SUB_WORKERS = 64
+# How long a connection may make either port wait (web.connections): for a request's
+# line and headers (and, between requests, idle), and for each byte of its body.
+HEADER_TIMEOUT_SECONDS = 15.0
+BODY_TIMEOUT_SECONDS = 30.0
+MAX_TIMEOUT_SECONDS = 3600.0
+# Connections one client address may hold at once on the subscription port, per process:
+# client apps open one or two; a few hundred are an attack or a proxy (trustedProxies).
+SUB_CONNECTIONS_PER_ADDRESS = 64
+MAX_SUB_CONNECTIONS_PER_ADDRESS = 100_000
 # (option, its flag, the setting it overrides for the run): the Settings page says so.
 SETTING_OVERRIDES = (
     ("listen", "--listen", "webListen"),
@@ -47,6 +59,9 @@ class Options:
     # Processes serving the subscription port, always; None (`auto`): the panel, and up
     # to one worker per core while the demand lasts. One: the panel itself.
     sub_workers: int | None = None
+    header_timeout: float = HEADER_TIMEOUT_SECONDS
+    body_timeout: float = BODY_TIMEOUT_SECONDS
+    sub_connections_per_address: int = SUB_CONNECTIONS_PER_ADDRESS
 
     @property
     def log_file(self) -> str:
@@ -84,6 +99,9 @@ def resolve(args) -> Options:
         core=pick("core"),
         cert_dirs=_cert_dirs(getattr(args, "cert_dirs", None)),
         sub_workers=_workers(pick("sub_workers")),
+        header_timeout=_seconds(pick("header_timeout"), "header_timeout", HEADER_TIMEOUT_SECONDS),
+        body_timeout=_seconds(pick("body_timeout"), "body_timeout", BODY_TIMEOUT_SECONDS),
+        sub_connections_per_address=_per_address(pick("sub_connections_per_address")),
     )
 
 
@@ -105,6 +123,36 @@ def _workers(value) -> int | None:
         raise SystemExit(
             f"--sub-workers must be auto or a number of processes from 1 to {MAX_SUB_WORKERS} "
             f"(got {value!r})"
+        )
+    return count
+
+
+def _seconds(value, name: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+        raise SystemExit(
+            f"{ENV[name]} must be a number of seconds above 0 and at most "
+            f"{MAX_TIMEOUT_SECONDS:g} (got {value!r})"
+        )
+    return seconds
+
+
+def _per_address(value) -> int:
+    if value is None:
+        return SUB_CONNECTIONS_PER_ADDRESS
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = -1
+    if not 0 <= count <= MAX_SUB_CONNECTIONS_PER_ADDRESS:
+        raise SystemExit(
+            "--sub-connections-per-address must be a number of connections from 0 (no cap) "
+            f"to {MAX_SUB_CONNECTIONS_PER_ADDRESS} (got {value!r})"
         )
     return count
 

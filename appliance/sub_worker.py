@@ -19,7 +19,10 @@ It serves with the panel's own gevent server rather than waitress's threads, whi
 blocking reads: measured on 10,000 subscriptions, one process each, waitress took as much
 CPU per request or more (0.17 to 0.22 ms cached, 0.50 to 1.04 ms uncached, with 4 or 8
 threads, against gevent's 0.15 and 0.47 ms), and its threads would need the database
-connections to be shared between threads.
+connections to be shared between threads. Its connections wait no longer than the
+panel's, and one address may hold as many of them as on the panel's own server: the
+panel hands its limits over (`web.connections`); the count per address is this
+process's own.
 
 Started as `python -m appliance sub-worker` (or the one-file binary with `sub-worker`),
 never by hand: it reads what to serve from its stdin.
@@ -44,9 +47,11 @@ from appliance.runtime.logbuffer import parse_level  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.runtime.workers import IDLE_EXIT, IDLE_RATE, ChangeCounter  # noqa: E402
 from appliance.services.admin.settings import Settings  # noqa: E402
+from appliance.services.admin.settings_rules import parse_trusted_proxies  # noqa: E402
 from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
 from appliance.store import RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS, Store  # noqa: E402
 from appliance.sub.app import SubscriptionApp  # noqa: E402
+from appliance.web.connections import ConnectionLimits  # noqa: E402
 from appliance.web.server import make_server, tls_context  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -147,7 +152,12 @@ def main() -> int:
     tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
     app = SubscriptionApp(settings, subscriptions, refresh=follow)
     leave = LeaveWhenIdle(app, spec["idleSeconds"]) if spec.get("idleSeconds") else None
-    server = make_server(sock, leave or app, tls=tls)
+    limits = ConnectionLimits(**spec["limits"])  # the panel's, so every process has the same
+
+    def trusted() -> list:
+        return parse_trusted_proxies(settings.get("trustedProxies"))
+
+    server = make_server(sock, leave or app, limits, tls=tls, cap_exempt=trusted)
     server.max_accept = ACCEPT_AT_ONCE
     server.start()
     log.info("serving the subscription port")

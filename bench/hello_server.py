@@ -1,9 +1,10 @@
 """The ceiling: a one-route Bottle app served exactly the way the panel serves its own.
 
 Same monkey-patching, same listening socket (`listen()`, TCP_NODELAY), same gevent
-WSGIServer and handler class (`make_server()`), same `BasePath` wrapper; only the panel's
-plugin, store and services are missing. What the panel's figures cost above this one is
-the panel's own work. Run by the bench as a child process; prints the port it bound.
+WSGIServer, handler class and time limits (`make_server()`), same `BasePath` wrapper;
+only the panel's plugin, store and services are missing. What the panel's figures cost
+above this one is the panel's own work. Run by the bench as a child process; prints the
+port it bound.
 
 `--processes N` serves the one socket from N processes, as the subscription workers do
 (the first process and N - 1 started again with the socket's descriptor): the ceiling
@@ -24,7 +25,12 @@ import bottle  # noqa: E402
 import gevent  # noqa: E402
 from gevent.fileobject import FileObject  # noqa: E402
 
+from appliance.config import BODY_TIMEOUT_SECONDS, HEADER_TIMEOUT_SECONDS  # noqa: E402
+from appliance.web.connections import ConnectionLimits  # noqa: E402
 from appliance.web.server import BasePath, listen, make_server  # noqa: E402
+
+# The panel's port as it runs by default: its time limits, and no cap per address.
+LIMITS = ConnectionLimits(HEADER_TIMEOUT_SECONDS, BODY_TIMEOUT_SECONDS)
 
 
 def hello_app() -> bottle.Bottle:
@@ -43,7 +49,9 @@ def main() -> None:
     parser.add_argument("--fd", type=int, help="serve this inherited listening socket")
     args = parser.parse_args()
     sock = socket.socket(fileno=args.fd) if args.fd is not None else listen("127.0.0.1", 0)
-    server = make_server(sock, BasePath(hello_app(), "/"), upgrade_allowed=lambda environ: False)
+    server = make_server(
+        sock, BasePath(hello_app(), "/"), LIMITS, upgrade_allowed=lambda environ: False
+    )
     if args.processes > 1 or args.fd is not None:
         server.max_accept = 1  # as a subscription worker takes connections (sub_worker.py)
     others = [

@@ -9,6 +9,7 @@ the process.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -38,6 +39,7 @@ from appliance.runtime.workers import (
     ChangeCounter,
     DemandMeter,
     WorkerPool,
+    accept_unless,
     idle_seconds,
     worker_count,
 )
@@ -87,6 +89,7 @@ from appliance.services.outbounds.subscriptions import OutboundSubs
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
+from appliance.web.connections import ConnectionLimits
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
 from appliance.web.server import (
@@ -252,6 +255,9 @@ class Panel:
             __version__, self.core_info, lambda: len(self.presence.online())
         )
         self.base_path = "/"
+        self.connection_limits = ConnectionLimits(
+            options.header_timeout, options.body_timeout, options.sub_connections_per_address
+        )
         self.bound: dict[str, tuple[str, int]] = {}
         self._status: tuple[float, dict | None] = (0.0, None)
         self._servers: list = []
@@ -332,8 +338,11 @@ class Panel:
         if tls is not None and trusted_ca:
             self._ask_client_certificates(tls, trusted_ca)
         sub_tls = self._tls("sub")
+        limits = self.connection_limits
         self._servers = [
-            make_server(web_sock, panel_app, tls=tls, upgrade_allowed=self._websocket_allowed)
+            make_server(
+                web_sock, panel_app, limits, tls=tls, upgrade_allowed=self._websocket_allowed
+            )
         ]
         workers = worker_count(self.options.sub_workers)
         on_demand = self.options.sub_workers is None and workers > 1
@@ -342,7 +351,9 @@ class Panel:
             sub_app = SubscriptionApp(self.settings, self.subscriptions)
             if on_demand:
                 sub_app = DemandMeter(sub_app, self._more_sub_workers)
-            sub_server = make_server(sub_sock, sub_app, tls=sub_tls)
+            sub_server = make_server(
+                sub_sock, sub_app, limits, tls=sub_tls, cap_exempt=self.trusted_proxies
+            )
             self._servers.append(sub_server)
         if workers > 1:
             self._start_sub_workers(sub_sock, sub_tls is not None, workers, sub_server)
@@ -362,6 +373,7 @@ class Panel:
             else "in the panel process",
             YAML_EMITTER,
         )
+        log.info("connections: %s", limits.describe())
         if on_listening is not None:
             on_listening(
                 f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
@@ -429,6 +441,7 @@ class Panel:
             "certFile": self.settings.get("subCertFile") if tls else "",
             "keyFile": self.settings.get("subKeyFile") if tls else "",
             "idleSeconds": idle_seconds() if on_demand else 0,
+            "limits": dataclasses.asdict(self.connection_limits),
         }
         self.sub_workers = WorkerPool(
             self_command("sub-worker"),
@@ -437,7 +450,7 @@ class Panel:
             count,
             describe="subscription worker",
             on_demand=on_demand,
-            on_full=_accept_unless(own) if on_demand else None,
+            on_full=accept_unless(own) if on_demand else None,
         )
         self.sub_workers.start()
 
@@ -760,19 +773,6 @@ class Panel:
             changed.append("twoFactorEnable")
         self.settings.write(changes)
         return changed
-
-
-def _accept_unless(server: WSGIServer) -> Callable[[bool], None]:
-    """What tells the panel's own subscription server to leave the shared socket to the
-    workers while they all run, and to take it up again when one has left."""
-
-    def full(running: bool) -> None:
-        if running:
-            server.stop_accepting()
-        else:
-            server.start_accepting()
-
-    return full
 
 
 def _listen_or_explain(host: str, port: int, what: str):

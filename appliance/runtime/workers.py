@@ -70,10 +70,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gevent
 
 from appliance.runtime.environment import self_environment
+
+if TYPE_CHECKING:
+    from gevent.baseserver import BaseServer
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +338,20 @@ class WorkerPool:
             if worker.process is not None:
                 gevent.killall(worker.readers)
                 _close_pipes(worker.process)
+
+
+def accept_unless(server: BaseServer) -> Callable[[bool], None]:
+    """`on_full` for a pool beside a server of the panel's own on the shared socket: the
+    server leaves the socket to the workers while they all run, and takes it up again
+    when one has left."""
+
+    def full(running: bool) -> None:
+        if running:
+            server.stop_accepting()
+        else:
+            server.start_accepting()
+
+    return full
 
 
 def _close_pipes(process: subprocess.Popen) -> None:

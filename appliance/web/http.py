@@ -282,7 +282,7 @@ def client_address(trusted: list) -> str:
     one in the audit log. An address comes back in its one canonical spelling, so
     `2001:DB8::1` and `2001:db8::1` are one client."""
     remote = request.environ.get("REMOTE_ADDR", "") or ""
-    if not trusted or not _in(remote, trusted):
+    if not trusted or not address_in(remote, trusted):
         return remote
     forwarded = raw_header("X-Forwarded-For")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
@@ -305,7 +305,7 @@ def _scheme(environ: dict, trusted: list) -> str:
         return "https"
     remote = environ.get("REMOTE_ADDR", "")
     forwarded = environ.get("HTTP_X_FORWARDED_PROTO", "").lower()
-    return "https" if trusted and _in(remote, trusted) and forwarded == "https" else "http"
+    return "https" if trusted and address_in(remote, trusted) and forwarded == "https" else "http"
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -389,7 +389,8 @@ def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:
     return address.is_loopback or str(address) in names
 
 
-def _in(address: str, networks: list) -> bool:
+def address_in(address: str, networks: list) -> bool:
+    """Whether `address` (text) is in one of `networks`; False when it is no address."""
     ip = _address(address)
     return ip is not None and any(ip in network for network in networks)
 

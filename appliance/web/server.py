@@ -8,7 +8,8 @@ for a host name the panel does not answer to (see `host_allowed`) are refused be
 any route sees them: a page of another site that resolves its own name to the panel's
 address (DNS rebinding) gets nothing. When the panel trusts its managing panel's CA, the
 TLS context asks clients for a certificate, and each request's environ says whether a
-verified one came (`CLIENT_CERTIFICATE`).
+verified one came (`CLIENT_CERTIFICATE`). How long a connection may make the server wait,
+and how many one address may hold, is `connections.py`'s business.
 """
 
 from __future__ import annotations
@@ -17,13 +18,23 @@ import http.client
 import json
 import logging
 import socket
+import time
 from collections.abc import Callable
 
+import gevent
 from gevent import socket as gsocket
 from gevent import ssl as gssl
 from gevent.pywsgi import WSGIHandler, WSGIServer
 from geventwebsocket.handler import WebSocketHandler
 
+from appliance.web.connections import (
+    AddressCap,
+    ConnectionLimits,
+    ReadLimits,
+    ReadTimedOut,
+    UnlimitedWebSocket,
+    reset,
+)
 from appliance.web.http import host_allowed
 
 log = logging.getLogger(__name__)
@@ -68,12 +79,17 @@ def ask_client_certificates(context: gssl.SSLContext, ca_pem: str) -> None:
 def make_server(
     sock,
     app,
+    limits: ConnectionLimits,
     *,
     tls: gssl.SSLContext | None = None,
     upgrade_allowed: Callable[[dict], bool] | None = None,
+    cap_exempt: Callable[[], list] | None = None,
 ):
-    """A server for `app`; with `upgrade_allowed`, WebSocket upgrades for which it says yes
-    are accepted, and every other upgrade request is served as plain HTTP."""
+    """A server for `app` whose connections wait no longer than `limits` allow; with
+    `upgrade_allowed`, WebSocket upgrades for which it says yes are accepted, and every
+    other upgrade request is served as plain HTTP. With `cap_exempt` (the networks of
+    the trusted proxies), connections per address are capped at `limits.per_address`,
+    except from those networks."""
     options = {"handler_class": PanelHandler}
     if tls is not None:
         options["ssl_context"] = tls
@@ -86,6 +102,9 @@ def make_server(
         error_log=logging.getLogger("appliance.wsgi"),
         **options,
     )
+    server.limits = limits
+    if cap_exempt is not None and limits.per_address:
+        server.cap = AddressCap(limits.per_address, cap_exempt)
     if upgrade_allowed is not None:
         # gevent-websocket answers 101 before the app runs; this hook is asked first, and
         # a true result sends the request down the plain HTTP path, where the app can
@@ -95,16 +114,43 @@ def make_server(
 
 
 class PanelWSGIServer(WSGIServer):
-    """gevent's server, minus the traceback a failed TLS handshake prints.
+    """gevent's server, with the limits of `connections.py`, minus the traceback a failed
+    TLS handshake prints.
 
     Plain HTTP sent to the HTTPS port, a browser refusing a self-signed certificate, a
     scanner hanging up mid-handshake: all are the client's doing and end the connection,
-    and none may put a traceback in the panel's output."""
+    and none may put a traceback in the panel's output. A handshake counts against the
+    time the request's head has, from the moment the connection was accepted."""
+
+    limits: ConnectionLimits
+    cap: AddressCap | None = None
+
+    def do_handle(self, sock, address):
+        if self.cap is not None and not self.cap.admit(address[0]):
+            reset(sock)
+            return
+        super().do_handle(sock, address)
+
+    def do_close(self, sock, address):
+        super().do_close(sock, address)
+        if self.cap is not None:
+            self.cap.release(address[0])
+
+    def handle(self, sock, address, accepted: float | None = None):
+        handler = self.handler_class(sock, address, self)
+        if accepted is not None:
+            handler.reads.deadline = accepted + self.limits.header_seconds
+        handler.handle()
 
     def wrap_socket_and_handle(self, client_socket, address):
+        accepted = time.monotonic()
+        late = ReadTimedOut("the TLS handshake did not end in time")
         try:
-            return super().wrap_socket_and_handle(client_socket, address)
-        except OSError as exc:  # ssl.SSLError is an OSError
+            with gevent.Timeout(self.limits.header_seconds, late):
+                tls_socket = self.wrap_socket(client_socket, **self.ssl_args)
+            with tls_socket:
+                return self.handle(tls_socket, address, accepted)
+        except OSError as exc:  # ssl.SSLError is an OSError, and so is ReadTimedOut
             log.debug("TLS connection from %s ended: %s", address[0], exc)
             return None
 
@@ -146,11 +192,13 @@ class ClientCertificate:
         return environ
 
 
-class PanelHandler(HeaderLimits, ClientCertificate, WSGIHandler):
+class PanelHandler(ReadLimits, HeaderLimits, ClientCertificate, WSGIHandler):
     pass
 
 
-class PanelWebSocketHandler(HeaderLimits, ClientCertificate, WebSocketHandler):
+class PanelWebSocketHandler(
+    UnlimitedWebSocket, ReadLimits, HeaderLimits, ClientCertificate, WebSocketHandler
+):
     pass
 
 
