@@ -297,6 +297,20 @@ def mutate(link: str, old: str, new: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
+def certificate_of(certificate: dict) -> dict:
+    """sing-box's certificate and key fields for one stored certificate: inline, or the
+    files an admin named."""
+    if certificate.get("certificateFile"):
+        return {
+            "certificate_path": certificate["certificateFile"],
+            "key_path": certificate["keyFile"],
+        }
+    return {
+        "certificate": "\n".join(certificate["certificate"]),
+        "key": "\n".join(certificate["key"]),
+    }
+
+
 def server_inbound(record: dict) -> dict:
     """The sing-box inbound serving what the panel stored in `record` (from inbounds/get):
     its port, users, keys, certificate and transport."""
@@ -327,8 +341,7 @@ def server_inbound(record: dict) -> dict:
         inbound["tls"] = {
             "enabled": True,
             "server_name": stream_settings["tlsSettings"]["serverName"],
-            "certificate": "\n".join(certificate["certificate"]),
-            "key": "\n".join(certificate["key"]),
+            **certificate_of(certificate),
         }
         alpn = stream_settings["tlsSettings"].get("alpn")
         if alpn or protocol == "hysteria2":

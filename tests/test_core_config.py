@@ -324,7 +324,16 @@ CASES = {
             "protocol": "wireguard",
             "settings": {
                 "secretKey": WG_SECRET,
-                "peers": [{"publicKey": WG_PEER, "allowedIPs": ["10.0.0.2/32"], "keepAlive": 25}],
+                # The keys the panel shows a peer; the core config has neither.
+                "pubKey": WG_PEER,
+                "peers": [
+                    {
+                        "publicKey": WG_PEER,
+                        "privateKey": WG_SECRET,
+                        "allowedIPs": ["10.0.0.2/32"],
+                        "keepAlive": 25,
+                    }
+                ],
                 "mtu": 1420,
             },
         }

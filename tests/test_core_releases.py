@@ -17,6 +17,7 @@ import io
 import os
 import platform
 import stat
+import time
 import zipfile
 
 import pytest
@@ -326,6 +327,24 @@ def test_update_geofiles_replaces_both_files(panel, api, host):
     assert installed(panel, "geoip.dat") == b"new geoip"
     assert installed(panel, "geosite.dat") == b"new geosite"
     assert core_status(api)["state"] == "running"
+
+
+def test_geofile_list_says_which_are_missing_and_when_each_was_replaced(fresh_panel, host):
+    api = fresh_panel.client()
+    missing = ok(api.get(SERVER + "/getGeofiles"))
+    assert [(f["name"], f["installed"], f["updatedAt"]) for f in missing] == [
+        ("geoip.dat", False, 0),
+        ("geosite.dat", False, 0),
+    ]
+    configure(api, **publish_geofiles(host, "geo-list", b"listed geoip", b"listed"))
+    before = time.time() * 1000 - 2000
+
+    ok(api.post(SERVER + "/updateGeofile/geoip.dat"))
+
+    geoip, geosite = ok(api.get(SERVER + "/getGeofiles"))
+    assert (geoip["name"], geoip["installed"], geoip["size"]) == ("geoip.dat", True, 12)
+    assert geoip["updatedAt"] >= before
+    assert (geosite["installed"], geosite["updatedAt"]) == (False, 0)
 
 
 def test_update_one_geofile_by_path_and_by_form(panel, api, host):

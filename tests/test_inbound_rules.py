@@ -503,6 +503,11 @@ INVALID = [
     (base("wireguard", settings={"peers": ["k"]}), "settings.peers[0]"),
     (base("wireguard", settings={"peers": [{}]}), "settings.peers[0].publicKey"),
     (base("wireguard", settings={"peers": [{"publicKey": "abc="}]}), "settings.peers[0].publicKey"),
+    (base("wireguard", settings={"secretKey": WG_KEY, "pubKey": "abc="}), "settings.pubKey"),
+    (
+        base("wireguard", settings={"peers": [{"publicKey": WG_KEY, "privateKey": "abc="}]}),
+        "settings.peers[0].privateKey",
+    ),
     (
         base(
             "wireguard", settings={"peers": [{"publicKey": WG_KEY, "allowedIPs": ["10.0.0.300"]}]}

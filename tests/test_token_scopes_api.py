@@ -35,6 +35,9 @@ REALITY_KEY = REALITY["realitySettings"]["privateKey"]
 NODE_TOKEN = "apl_planted-node-token-0003"
 BOT_TOKEN = "123456:planted-bot-token-0004"
 SMTP_PASSWORD = "planted-smtp-password-0005"
+# A WireGuard inbound's key, and the private key it keeps to show a peer its config.
+WG_SERVER_KEY = base64.b64encode(b"wg-server-key-planted-000000006!").decode()
+WG_PEER_KEY = base64.b64encode(b"wg-peer-private-planted-0000007!").decode()
 SECRETS = (
     CLIENT_UUID,
     CLIENT_PASSWORD,
@@ -44,6 +47,8 @@ SECRETS = (
     NODE_TOKEN,
     BOT_TOKEN,
     SMTP_PASSWORD,
+    WG_SERVER_KEY,
+    WG_PEER_KEY,
 )
 EMAIL = "watched@example.com"
 # Every address the panel fetches from is the internal service, and every one may be
@@ -131,6 +136,21 @@ def world(panel, internal):
                     "password": SS_SERVER_PASSWORD,
                     "network": "tcp,udp",
                 },
+            },
+        )
+    )
+    peer = {
+        "publicKey": base64.b64encode(b"wg-peer-public-key-0000000000008").decode(),
+        "privateKey": WG_PEER_KEY,
+        "allowedIPs": ["10.0.0.2/32"],
+    }
+    ok(
+        api.post(
+            "/panel/api/inbounds/add",
+            json={
+                "protocol": "wireguard",
+                "port": free_port(),
+                "settings": {"secretKey": WG_SERVER_KEY, "peers": [peer]},
             },
         )
     )

@@ -8,13 +8,22 @@ Same rules as tests/test_ui.py, whose helpers these tests share.
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+import sing_box
+import xray_core
+from core_helpers import LOOPBACK
+from core_panel import wait_until
 from helpers import free_port, ok
+from sing_box_links import CERTS, SERVER_NAME, mutate, server_inbound
+from test_links_proven import carries, prove
 from test_ui import (
     DESKTOP,
     client_row,
     expect,
+    field,
     go,
     open_inbound_form,
     signed_in_page,
@@ -25,11 +34,15 @@ from test_ui import (
 from test_ui import browser as browser
 from test_ui import watches as watches
 
+from appliance.links.import_links import read_link
+from appliance.services.outbounds.wireguard import public_key_of
+
 pytestmark = pytest.mark.ui
 
 PERSIAN_PHONE = {"width": 390, "height": 844}
 GB = 1 << 30
 SHORT_ID = re.compile(r"(?:[0-9a-f]{2}){1,8}")
+WG_KEY = re.compile(r"^[A-Za-z0-9+/]{43}=$")
 
 
 def add_inbound(api, remark: str, protocol: str = "vless") -> dict:
@@ -267,3 +280,154 @@ def test_clients_table_rows_bulk_reset_and_paging(browser, panel, watches):
         "() => { const top = document.querySelector('.table-wrap').getBoundingClientRect().top;"
         " return Math.abs(top) < 100; }"
     )
+
+
+def stored_inbound(api, remark: str) -> dict:
+    listed = next(i for i in ok(api.get("/panel/api/inbounds/list")) if i["remark"] == remark)
+    return ok(api.get(f"/panel/api/inbounds/get/{listed['id']}"))
+
+
+def test_hysteria2_inbound_and_client_from_the_forms_give_a_link_that_carries_bytes(
+    browser, panel, watches, tmp_path, echo
+):
+    certs = Path(panel.data_dir) / "certs"
+    certs.mkdir(exist_ok=True)
+    (certs / "hy2.pem").write_text(CERTS.cert_pem)
+    (certs / "hy2.key").write_text(CERTS.key_pem)
+    api = panel.client()
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    go(page, "inbounds")
+    form = open_inbound_form(page, "ui-hy2", free_port())
+    form.locator("select[name=protocol]").select_option("hysteria2")
+    # QUIC always speaks TLS: the section asks for the certificate straight away.
+    expect(form.locator("select[name=security]")).to_have_count(0)
+    field(form, "Listen address").fill(LOOPBACK)
+    form.locator("input[name=serverName]").fill(SERVER_NAME)
+    form.locator("input[name=certificateFile]").fill(str(certs / "hy2.pem"))
+    form.locator("input[name=keyFile]").fill(str(certs / "hy2.key"))
+    page.click("button[form=inbound-form]")
+    page.wait_for_selector("text=ui-hy2")
+    inbound = stored_inbound(api, "ui-hy2")
+    assert inbound["protocol"] == "hysteria2"
+    stream = inbound["streamSettings"]
+    assert (stream["network"], stream["security"]) == ("hysteria", "tls")
+
+    # The client form asks for the Hysteria password once a Hysteria inbound is ticked.
+    go(page, "clients")
+    page.click("[data-testid=add-client]")
+    client_form = page.locator("#client-form")
+    client_form.locator("input[name=email]").fill("ui-hy2@example.com")
+    inbound_box(client_form, inbound).uncheck()
+    expect(client_form.locator("input[name=auth]")).to_have_count(0)
+    inbound_box(client_form, inbound).check()
+    client_form.locator("[data-testid=new-auth]").click()
+    expect(client_form.locator("input[name=auth]")).to_have_value(re.compile(r"^[A-Za-z0-9]{16}$"))
+    client_form.locator("input[name=auth]").fill("hy2-form-auth")
+    page.click("button[form=client-form]")
+    client_row(page, "ui-hy2@example.com").wait_for()
+    assert ok(api.get("/panel/api/clients/get/ui-hy2@example.com"))["client"]["auth"] == (
+        "hy2-form-auth"
+    )
+
+    # The inbound's link, read by a sing-box client app, reaches a server built from the
+    # stored inbound; the same link with another password does not.
+    record = stored_inbound(api, "ui-hy2")
+    (item,) = ok(api.get(f"/panel/api/inbounds/{record['id']}/links"))["items"]
+    (link,) = item["links"]
+    assert link.startswith(("hy2://hy2-form-auth@", "hysteria2://hy2-form-auth@")), link
+    server = sing_box.server_config(server_inbound(record))
+    with sing_box.running(tmp_path, "ui-hy2-server", server):
+        prove(tmp_path, "ui-hy2", read_link(link), echo, works=True, trusts_ca=True)
+        wrong = read_link(mutate(link, "hy2-form-auth", "hy2-wrong-auth"))
+        prove(tmp_path, "ui-hy2-wrong", wrong, echo, works=False, trusts_ca=True)
+
+
+def config_lines(text: str) -> dict[tuple[str, str], str]:
+    """A wg-quick config as {(section, key): value}."""
+    values, section = {}, ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif " = " in line:
+            key, value = line.split(" = ", 1)
+            values[(section, key)] = value
+    return values
+
+
+def test_wireguard_inbound_from_the_form_gives_peer_configs_that_match_its_keys(
+    browser, panel, watches, tmp_path, echo
+):
+    api = panel.client()
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    go(page, "inbounds")
+    port = free_port()
+    form = open_inbound_form(page, "ui-wg", port)
+    form.locator("select[name=protocol]").select_option("wireguard")
+    # A new WireGuard inbound starts with a server key pair from the panel's key route.
+    expect(form.locator("input[name=wgPublicKey]")).to_have_value(WG_KEY)
+    expect(form.locator("input[name=secretKey]")).to_have_value(WG_KEY)
+    form.locator("[data-testid=wg-add-peer]").click()
+    form.locator("[data-testid=wg-add-peer]").click()
+    peers = form.locator("[data-testid=wg-peer]")
+    expect(peers).to_have_count(2)
+    expect(peers.nth(1).locator("input[name=allowedIPs]")).to_have_value("10.0.0.3/32")
+    config = peers.first.locator("textarea[name=peerConfig]").input_value()
+    link = peers.first.locator("input[name=peerLink]").input_value()
+    peers.nth(1).get_by_role("button", name="Remove peer").click()
+    expect(peers).to_have_count(1)
+    page.click("button[form=inbound-form]")
+    page.wait_for_selector("text=ui-wg")
+
+    settings = stored_inbound(api, "ui-wg")["settings"]
+    (peer,) = settings["peers"]
+    server_public = public_key_of(settings["secretKey"])
+    assert settings["pubKey"] == server_public
+    values = config_lines(config)
+    assert public_key_of(values[("Interface", "PrivateKey")]) == peer["publicKey"]
+    assert values[("Interface", "PrivateKey")] == peer["privateKey"]
+    assert values[("Interface", "Address")] == "10.0.0.2/32" == ", ".join(peer["allowedIPs"])
+    assert values[("Peer", "PublicKey")] == server_public
+    assert values[("Peer", "Endpoint")] == f"{LOOPBACK}:{port}"
+    parts = urlsplit(link)
+    query = parse_qs(parts.query)
+    assert (parts.scheme, parts.hostname, parts.port) == ("wireguard", LOOPBACK, port)
+    assert unquote(parts.username) == peer["privateKey"]
+    assert query["publickey"] == [server_public]
+    assert query["address"] == ["10.0.0.2/32"]
+
+    # The real Xray runs the inbound as the panel's core config has it, and an Xray client
+    # built from the peer's config alone completes the WireGuard handshake with it: each
+    # side holds the other's public key. (Bytes stop there: the server's network stack
+    # drops packets for loopback, where the test's echo server is.)
+    core = ok(api.get("/panel/api/server/getConfigJson"))
+    (served,) = [i for i in core["inbounds"] if i.get("protocol") == "wireguard"]
+    ready = free_port()
+    marker = {"tag": "ready", "listen": LOOPBACK, "port": ready, "protocol": "socks"}
+    server = {**xray_core.server_config(served, marker), "log": {"loglevel": "debug"}}
+    with xray_core.running(tmp_path, "ui-wg-server", server, ready):
+        outbound = {
+            "protocol": "wireguard",
+            "settings": {
+                "secretKey": values[("Interface", "PrivateKey")],
+                "address": [values[("Interface", "Address")]],
+                "peers": [
+                    {
+                        "publicKey": values[("Peer", "PublicKey")],
+                        "endpoint": values[("Peer", "Endpoint")],
+                        "allowedIPs": ["0.0.0.0/0", "::/0"],
+                    }
+                ],
+                "mtu": int(values[("Interface", "MTU")]),
+                "noKernelTun": True,
+            },
+        }
+        socks = free_port()
+        client = {**xray_core.client_config(outbound, socks), "log": {"loglevel": "debug"}}
+        with xray_core.running(tmp_path, "ui-wg-client", client, socks):
+
+            def shook_hands() -> bool:
+                carries(socks, echo)
+                return "Received handshake response" in xray_core.log_text(tmp_path, "ui-wg-client")
+
+            wait_until(shook_hands, "a WireGuard handshake with the inbound", 15)
+    assert "Sending handshake response" in xray_core.log_text(tmp_path, "ui-wg-server")

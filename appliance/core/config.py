@@ -48,9 +48,10 @@ Rules:
   multi-user 2022 form.
 - Client lists are written as `clients`: every Xray release and v2fly read that name;
   newer Xray documents `users` and still reads `clients` as its older spelling.
-- Panel-only data stays out: `externalProxy`, and the transport and security objects of
-  the networks and securities not in use (the panel keeps them so switching back restores
-  them). The Hysteria transport gets `version: 2`, which the core requires.
+- Panel-only data stays out: `externalProxy`, WireGuard's `pubKey` and its peers'
+  `privateKey` (what the panel shows a peer in its config), and the transport and
+  security objects of the networks and securities not in use (the panel keeps them so
+  switching back restores them). The Hysteria transport gets `version: 2`, which the core requires.
 - Protocol names: dokodemo -> dokodemo-door (classic settings names address, port,
   network), tunnel -> tunnel (Xray's newer name, with rewriteAddress, rewritePort,
   allowedNetwork), hysteria and hysteria2 -> hysteria (the core's only Hysteria inbound,
@@ -309,6 +310,8 @@ def _settings(inbound: dict, flavor: str, now_ms: int) -> dict:
     }
     if protocol in ("hysteria", "hysteria2"):
         settings.setdefault("version", 2)
+    if protocol == "wireguard":
+        _drop_peer_keys(settings)
     if protocol in ("dokodemo", "tunnel"):
         settings = _forward_settings(settings, modern=protocol == "tunnel" and flavor == "xray")
     if protocol not in CLIENT_PROTOCOLS:
@@ -323,6 +326,15 @@ def _settings(inbound: dict, flavor: str, now_ms: int) -> dict:
         return _single_user(settings, clients[0])
     settings["clients"] = clients
     return settings
+
+
+def _drop_peer_keys(settings: dict) -> None:
+    """The keys the panel keeps to show peers their configs (the server's public key and
+    each peer's private key) are no business of the core's."""
+    settings.pop("pubKey", None)
+    for peer in settings.get("peers") or []:
+        if isinstance(peer, dict):
+            peer.pop("privateKey", None)
 
 
 def _client_entries(inbound: dict, now_ms: int) -> list[dict]:

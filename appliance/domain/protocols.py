@@ -452,12 +452,18 @@ def new_wireguard_secret() -> str:
 
 def _wireguard(settings: dict, path: str) -> None:
     """`secretKey` is generated when left out (like `xray wg`); a given one must be a
-    base64 32-byte key, because a typo would otherwise surface only as a core crash."""
+    base64 32-byte key, because a typo would otherwise surface only as a core crash.
+    `pubKey` (the server's public key) and a peer's `privateKey` are what the panel shows
+    a peer in its config; the core never gets them (see `core.config`)."""
     secret = take_str(settings, "secretKey", path)
     if not secret:
         settings["secretKey"] = new_wireguard_secret()
+        settings.pop("pubKey", None)
     elif not _wireguard_key(secret):
         fail(join(path, "secretKey"), "a base64 32-byte X25519 private key", secret)
+    public = take_str(settings, "pubKey", path)
+    if public and not _wireguard_key(public):
+        fail(join(path, "pubKey"), "a base64 32-byte public key", public)
     peers = take_list(settings, "peers", path, default=[])
     for index, peer in enumerate(peers):
         peer_path = item(join(path, "peers"), index)
@@ -466,9 +472,10 @@ def _wireguard(settings: dict, path: str) -> None:
         public_key = take_str(peer, "publicKey", peer_path, required=True)
         if not _wireguard_key(public_key):
             fail(join(peer_path, "publicKey"), "a base64 32-byte public key", public_key)
-        pre_shared = take_str(peer, "preSharedKey", peer_path)
-        if pre_shared and not _wireguard_key(pre_shared):
-            fail(join(peer_path, "preSharedKey"), "a base64 32-byte key", pre_shared)
+        for key in ("preSharedKey", "privateKey"):
+            value = take_str(peer, key, peer_path)
+            if value and not _wireguard_key(value):
+                fail(join(peer_path, key), "a base64 32-byte key", value)
         take_str_list(peer, "allowedIPs", peer_path, check=is_cidr, expectation="an IP or CIDR")
         take_int(peer, "keepAlive", peer_path, 0, 65535)
         take_int(peer, "level", peer_path, 0)

@@ -39,6 +39,10 @@ def release_routes(needs: ReleaseRouteNeeds) -> RouteTable:
     def install_core(version):
         return Reply(releases.install(version))
 
+    @table.get("/getGeofiles", "The geo files in the core's folder, with their sizes and dates")
+    def geofiles():
+        return releases.geofiles()
+
     @table.post(
         "/updateGeofile",
         "Download and verify geo files (form fileName; none: all), restart the core",

@@ -77,6 +77,12 @@ export function selectInput(model, key, choices, attrs = {}) {
     )}</select>`;
 }
 
+// A list of strings typed as one comma-separated line.
+export function listText(model, key, attrs = {}) {
+  return html`<input type="text" value=${(model[key] || []).join(", ")} ...${attrs}
+    onInput=${(event) => (model[key] = event.target.value.split(",").map((s) => s.trim()).filter(Boolean))} />`;
+}
+
 export function checkbox(model, key, label, attrs = {}) {
   return html`<label class="check"><input type="checkbox" checked=${!!model[key]}
     onChange=${(event) => (model[key] = event.target.checked)} ...${attrs} /><span>${label}</span></label>`;

@@ -237,6 +237,23 @@ class CoreReleases:
                 ) from None
         return f"{updated} updated; the core restarted to load them"
 
+    def geofiles(self) -> list[dict]:
+        """Each geo file the panel keeps: whether the core's folder holds it, its size and
+        when it was last replaced (ms since the epoch), so a routing rule that needs a
+        missing one can say so before the core refuses it."""
+        files = []
+        for name in GEOFILES:
+            try:
+                found = os.stat(os.path.join(self.bin_dir, name))
+            except OSError:
+                files.append({"name": name, "installed": False, "size": 0, "updatedAt": 0})
+                continue
+            updated = int(found.st_mtime * 1000)
+            files.append(
+                {"name": name, "installed": True, "size": found.st_size, "updatedAt": updated}
+            )
+        return files
+
     def _geofile(self, name: str) -> str:
         if name not in GEOFILES:
             raise ServiceError(

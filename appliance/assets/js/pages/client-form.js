@@ -51,7 +51,7 @@ export const ClientForm = {
     const model = Vue.reactive({
       email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
-      presetFrom: "now", secret: "", adTag: "",
+      presetFrom: "now", secret: "", adTag: "", auth: "",
     });
     const selected = Vue.ref(new Set());
     const subUrl = Vue.ref("");
@@ -77,7 +77,7 @@ export const ClientForm = {
           comment: original.comment || "", group: original.group || "", limitIp: original.limitIp || 0,
           tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
           totalGB: original.totalGB ? +(original.totalGB / GB).toFixed(2) : 0,
-          secret: original.secret || "", adTag: original.adTag || "",
+          secret: original.secret || "", adTag: original.adTag || "", auth: original.auth || "",
         });
         if (original.expiryTime > 0) {
           model.expiryMode = "date";
@@ -95,11 +95,19 @@ export const ClientForm = {
 
     const flowCapable = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.tlsFlowCapable));
     const onMtproto = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.protocol === "mtproto"));
+    const onHysteria = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && ["hysteria", "hysteria2"].includes(i.protocol)));
 
     // A new MTProto key: 16 random bytes in hex, like the one the panel generates.
     function rekey() {
       const bytes = crypto.getRandomValues(new Uint8Array(16));
       model.secret = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+    }
+
+    // A new Hysteria password: 16 letters and digits, like the one the panel generates.
+    function newAuth() {
+      const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+      const bytes = crypto.getRandomValues(new Uint32Array(16));
+      model.auth = Array.from(bytes, (b) => alphabet[b % alphabet.length]).join("");
     }
 
     function expiryTime() {
@@ -136,7 +144,7 @@ export const ClientForm = {
         group: model.group, limitIp: Number(model.limitIp) || 0, tgId: Number(model.tgId) || 0,
         reset: Number(model.reset) || 0, flow: flowCapable.value ? model.flow : "",
         totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
-        secret: model.secret.trim(), adTag: model.adTag.trim(),
+        secret: model.secret.trim(), adTag: model.adTag.trim(), auth: model.auth.trim(),
       };
       delete client.inboundIds;
       delete client.traffic;
@@ -205,6 +213,8 @@ export const ClientForm = {
         ${onMtproto.value ? field(t("clients.mtSecret"), html`<div class="copy-row">${textInput(model, "secret", { name: "secret", placeholder: t("clients.secretPlaceholder"), autocomplete: "off" })}
           <button type="button" data-testid="rekey" onClick=${rekey}>${t("clients.newKey")}</button></div>`, t("clients.mtSecretHint")) : null}
         ${onMtproto.value ? field(t("clients.adTag"), textInput(model, "adTag", { name: "adTag", autocomplete: "off" }), t("clients.adTagHint")) : null}
+        ${onHysteria.value ? field(t("clients.hyAuth"), html`<div class="copy-row">${textInput(model, "auth", { name: "auth", placeholder: t("clients.secretPlaceholder"), autocomplete: "off" })}
+          <button type="button" data-testid="new-auth" onClick=${newAuth}>${t("clients.newAuth")}</button></div>`, t("clients.hyAuthHint")) : null}
         ${field(t("clients.group"), textInput(model, "group", { list: "group-names" }))}
         ${field(t("clients.tgId"), numberInput(model, "tgId", { min: 0 }))}
         ${field(t("clients.comment"), textInput(model, "comment"))}

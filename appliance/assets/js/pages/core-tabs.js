@@ -8,6 +8,7 @@
 import { html, Vue } from "../lib.js";
 import { t } from "../i18n.js";
 import { field, selectInput } from "../components.js";
+import { missingGeoFiles } from "./core-files.js";
 
 // Countries for the "block or direct a country" preset. geoip.dat has every country code;
 // geosite.dat has lists for only some, named here.
@@ -99,13 +100,22 @@ export const RoutingTab = {
         if (on) insertRules(template, [{ type: "field", outboundTag: tagFor(template, "blackhole", "blocked"), ...structuredClone(preset.condition) }]);
       });
     }
+    function countryRules(outboundTag) {
+      const rules = [{ type: "field", outboundTag, ip: [`geoip:${country.code}`] }];
+      if (GEOSITE[country.code]) rules.push({ type: "field", outboundTag, domain: [`geosite:${GEOSITE[country.code]}`] });
+      return rules;
+    }
     function addCountry() {
       editTemplate(props.model, (template) => {
         const outboundTag = country.action === "block" ? tagFor(template, "blackhole", "blocked") : tagFor(template, "freedom", "direct");
-        const rules = [{ type: "field", outboundTag, ip: [`geoip:${country.code}`] }];
-        if (GEOSITE[country.code]) rules.push({ type: "field", outboundTag, domain: [`geosite:${GEOSITE[country.code]}`] });
-        insertRules(template, rules);
+        insertRules(template, countryRules(outboundTag));
       });
+    }
+    // Said beside a preset whose rules name a geo file the core's folder lacks.
+    function geoWarning(id, rules) {
+      const missing = missingGeoFiles(rules);
+      return missing.length ? html`<p class="warning-text" role="alert" data-testid=${`geo-warning-${id}`}>${
+        t("core.presetNeedsGeo", { files: missing.join(", ") })}</p>` : null;
     }
     function move(index, by) {
       editTemplate(props.model, (template) => {
@@ -127,13 +137,15 @@ export const RoutingTab = {
       const rules = Array.isArray(routing.rules) ? routing.rules : [];
       return html`<div data-testid="routing-tab">
         <h3>${t("core.presets")}</h3>
-        <div class="form-grid">${PRESETS.map((preset) => html`<label class="check" key=${preset.id}>
+        <div class="form-grid">${PRESETS.map((preset) => html`<div key=${preset.id}><label class="check">
           <input type="checkbox" name=${`preset-${preset.id}`} checked=${presetOn(preset)}
-            onChange=${(event) => setPreset(preset, event.target.checked)} /><span>${t(`core.preset.${preset.id}`)}</span></label>`)}</div>
+            onChange=${(event) => setPreset(preset, event.target.checked)} /><span>${t(`core.preset.${preset.id}`)}</span></label>
+          ${geoWarning(preset.id, [preset.condition])}</div>`)}</div>
         <div class="toolbar">
           ${field(t("core.country"), selectInput(country, "code", COUNTRIES.map((code) => [code, code.toUpperCase()]), { name: "country" }))}
           ${field(t("core.countryAction"), selectInput(country, "action", [["block", t("core.block")], ["direct", t("core.direct")]], { name: "countryAction" }))}
           <button type="button" onClick=${addCountry}>${t("core.addCountryRule")}</button></div>
+        ${geoWarning("country", countryRules(""))}
         <p class="muted small">${t("core.geoFilesHint")}</p>
         <label class="field"><span class="field-label">${t("core.domainStrategy")}</span>
           <select name="domainStrategy" onChange=${(event) => setStrategy(event.target.value)}>

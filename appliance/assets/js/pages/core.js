@@ -10,6 +10,7 @@ import { askConfirm, state, toast } from "../state.js";
 import { field, formatBytes, formatDate, selectInput, textInput } from "../components.js";
 import { DnsTab, OutboundsTab, parseTemplate, RoutingTab } from "./core-tabs.js";
 import { OutboundSourcesCard, sourceOf } from "./core-sources.js";
+import { CoreFilesCard } from "./core-files.js";
 
 const NETWORKS = [["tcp", "TCP"], ["udp", "UDP"]];
 const BATCH_LIMIT = 50;
@@ -323,6 +324,7 @@ export const CorePage = {
       ${loaded.value ? html`
         <${TemplateCard} model=${model} template=${template.value} onSaved=${() => load().catch(() => {})} />
         <${ProcessCard} />
+        <${CoreFilesCard} />
         <${OutboundsCard} template=${template.value} subs=${subs.value} />
         <${OutboundSourcesCard} model=${model} subs=${subs.value} onChanged=${() => loadSubs().catch(() => {})} />
         <${BalancersCard} template=${template.value} />

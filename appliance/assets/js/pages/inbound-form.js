@@ -8,9 +8,10 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
-import { checkbox, checkedField, copyText, field, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { checkbox, checkedField, copyText, field, listText, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { hysteriaStream, tlsFields, WireguardFields } from "./inbound-udp.js";
 
-export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "socks", "http", "mixed", "dokodemo", "mtproto"];
+export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "hysteria2", "wireguard", "socks", "http", "mixed", "dokodemo", "mtproto"];
 const STREAM_PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks"];
 // Protocols that run only on this host (NODE_PROTOCOLS of appliance/services/inbounds/records.py).
 const HOST_ONLY = ["mtproto"];
@@ -58,6 +59,8 @@ function defaults(protocol) {
     case "http": return { accounts: [], allowTransparent: false };
     case "dokodemo": return { address: "", port: 0, network: "tcp", followRedirect: false };
     case "mtproto": return { domain: "", adTag: "" };
+    case "hysteria2": return { version: 2 };
+    case "wireguard": return { secretKey: "", mtu: 1420, peers: [] };
     default: return {};
   }
 }
@@ -74,11 +77,6 @@ function blank() {
 function child(parent, key) {
   if (!parent[key] || typeof parent[key] !== "object") parent[key] = {};
   return parent[key];
-}
-
-function listText(model, key, attrs = {}) {
-  return html`<input type="text" value=${(model[key] || []).join(", ")} ...${attrs}
-    onInput=${(event) => (model[key] = event.target.value.split(",").map((s) => s.trim()).filter(Boolean))} />`;
 }
 
 export const InboundForm = {
@@ -136,7 +134,8 @@ export const InboundForm = {
     function setProtocol(protocol) {
       model.protocol = protocol;
       model.settings = defaults(protocol);
-      if (!STREAM_PROTOCOLS.includes(protocol)) model.streamSettings = {};
+      if (protocol === "hysteria2") model.streamSettings = hysteriaStream();
+      else if (!STREAM_PROTOCOLS.includes(protocol)) model.streamSettings = {};
       else model.streamSettings = { network: "tcp", security: "none" };
     }
 
@@ -222,6 +221,10 @@ export const InboundForm = {
             ${pathField("settings.port", t("inbound.targetPort"), numberInput(s, "port", { min: 0, max: 65535 }))}
             ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
             ${checkbox(s, "followRedirect", t("inbound.followRedirect"))}`;
+        case "hysteria2":
+          return html`<fieldset class="span-2"><legend>${t("inbound.hysteria")}</legend>${tlsFields(model.streamSettings, pathField)}</fieldset>`;
+        case "wireguard":
+          return html`<${WireguardFields} settings=${s} port=${model.port} remark=${model.remark} pathField=${pathField} />`;
         case "mtproto":
           return html`
             ${pathField("settings.domain", t("inbound.fakeTlsDomain"), textInput(s, "domain", { name: "domain" }), t("inbound.fakeTlsHint"))}
@@ -247,14 +250,7 @@ export const InboundForm = {
       if (REALITY_PROTOCOLS.includes(model.protocol)) securities.push(["reality", "REALITY"]);
       let security = null;
       if (stream.security === "tls") {
-        const tls = child(stream, "tlsSettings");
-        if (!tls.certificates || !tls.certificates.length) tls.certificates = [{ certificateFile: "", keyFile: "" }];
-        const certificate = tls.certificates[0];
-        const at = "streamSettings.tlsSettings";
-        security = html`${pathField(`${at}.serverName`, t("inbound.sni"), textInput(tls, "serverName"))}
-          ${pathField(`${at}.certificates[0].certificateFile`, t("inbound.certFile"), textInput(certificate, "certificateFile", { placeholder: "/etc/ssl/cert.pem" }))}
-          ${pathField(`${at}.certificates[0].keyFile`, t("inbound.keyFile"), textInput(certificate, "keyFile", { placeholder: "/etc/ssl/key.pem" }))}
-          ${pathField(`${at}.alpn`, t("inbound.alpn"), listText(tls, "alpn", { placeholder: "h2, http/1.1" }))}`;
+        security = tlsFields(stream, pathField);
       } else if (stream.security === "reality") {
         const reality = child(stream, "realitySettings");
         if (!reality.shortIds) reality.shortIds = [""];
