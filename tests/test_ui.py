@@ -176,6 +176,27 @@ def test_pages_render_on_origin_with_csp(browser, panel, watches, artifacts):
     page.wait_for_selector("a[data-page=logs][aria-current=page]")
 
 
+def test_every_page_of_the_navigation_survives_a_reload(browser, panel, watches):
+    """Each address the navigation shows is one the server answers with the UI: reloaded
+    or opened from a bookmark, it shows that page, never an API error. The pages are read
+    from the navigation itself, so a page added later is covered too."""
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    links = page.locator("nav a[data-page]")
+    entries = [
+        (links.nth(i).get_attribute("data-page"), links.nth(i).evaluate("a => a.href"))
+        for i in range(links.count())
+    ]
+    assert len(entries) >= len(PAGES)
+    for name, address in entries:
+        response = page.goto(address)
+        assert response.status == 200, (address, response.status)
+        assert response.headers["content-type"].startswith("text/html"), address
+        page.wait_for_selector(f"a[data-page={name}][aria-current=page]")
+        page.reload()
+        page.wait_for_selector(f"a[data-page={name}][aria-current=page]")
+        assert page.url == address
+
+
 def test_static_files_are_cached_by_kind(panel):
     api = panel.client(login=False)
     vendor = api.raw("GET", "/assets/vendor/htm-3.1.1.mjs")
