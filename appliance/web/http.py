@@ -27,17 +27,22 @@ from appliance.runtime.wsgi import split_host
 
 @dataclass
 class Reply:
-    """What a handler returns when it has a message to say besides the payload."""
+    """What a handler returns when it has a message to say besides the payload; `extra`
+    fields go into the envelope beside msg and obj, for answers that say more than their
+    payload (a settings save that waits for a restart)."""
 
     msg: str = ""
     obj: Any = None
+    extra: dict | None = None
 
 
-def envelope(success: bool, msg: str = "", obj: Any = None, status: int = 200) -> str:
+def envelope(
+    success: bool, msg: str = "", obj: Any = None, status: int = 200, extra: dict | None = None
+) -> str:
     """The envelope as the body of the current response (whose cookies stay intact)."""
     response.status = status
     response.content_type = "application/json; charset=utf-8"
-    return encode(success, msg, obj)
+    return encode(success, msg, obj, extra)
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,13 @@ class JsonStream:
         yield b"}"
 
 
-def encode(success: bool, msg: str = "", obj: Any = None) -> str:
+def encode(success: bool, msg: str = "", obj: Any = None, extra: dict | None = None) -> str:
     if isinstance(obj, JsonText):
-        head = json.dumps({"success": success, "msg": msg}, ensure_ascii=False)
+        head = json.dumps({"success": success, "msg": msg, **(extra or {})}, ensure_ascii=False)
         return f'{head[:-1]}, "obj": {obj.text}}}'
-    return json.dumps({"success": success, "msg": msg, "obj": obj}, ensure_ascii=False)
+    return json.dumps(
+        {"success": success, "msg": msg, "obj": obj, **(extra or {})}, ensure_ascii=False
+    )
 
 
 def fail(msg: str, status: int = 200) -> str:
