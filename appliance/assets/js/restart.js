@@ -23,6 +23,12 @@ function addressAfterRestart(target) {
   return url;
 }
 
+// Whether the restart moves the panel away from this page's address.
+export function restartMoves(target) {
+  const here = new URL(document.baseURI);
+  return here.origin !== addressAfterRestart(target).origin || here.pathname !== target.basePath;
+}
+
 export async function followRestart(target) {
   const url = addressAfterRestart(target);
   toast(t("settings.movingTo", { url: url.href }), "warning");

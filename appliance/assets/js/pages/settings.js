@@ -10,7 +10,7 @@ import { askConfirm, state, toast } from "../state.js";
 import { checkbox, copyText, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
-import { followRestart } from "../restart.js";
+import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
@@ -270,7 +270,8 @@ export const SettingsPage = {
       if (!(await askConfirm(t("settings.confirmRestart")))) return;
       try {
         await api.post("panel/api/setting/restartPanel");
-        if (state.panelAfterRestart) followRestart(state.panelAfterRestart);
+        const target = state.panelAfterRestart;
+        if (target && restartMoves(target)) followRestart(target);
         else toast(t("settings.restarting"), "warning");
       } catch (error) {
         // shown as a toast
