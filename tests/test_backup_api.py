@@ -24,7 +24,7 @@ import uuid
 
 import psutil
 import pytest
-from conftest import backend, start_panel
+from conftest import backend, start_panel, stop_and_drop
 from core_helpers import V2RAY
 from core_panel import wait_until as poll_until
 from helpers import (
@@ -369,6 +369,38 @@ def test_an_oversized_upload_is_refused_before_it_is_read(panel, filled):
     assert b'"success": false' in body
     assert b"a database upload may be at most 512.0 MiB" in body
     assert emails(api) >= added
+
+
+def test_an_upload_framed_as_a_browser_frames_it_restores(tmp_path):
+    """Chromium's boundary is mixed case (----WebKitFormBoundary...) and its part headers
+    name a Content-Type after the file name; the restore reads it as sent."""
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        kept = emails(api)
+        backup = download(api, "getDb").content
+        add_client(api, add_inbound(api)["id"], "after-backup")
+        boundary = "----WebKitFormBoundaryZx81QbVrTa5LmNoP"
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="db"; '
+                f'filename="x-ui.db"\r\nContent-Type: application/octet-stream\r\n\r\n'
+            ).encode()
+            + backup
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        mark = len(server.lines)
+        reply = api.raw(
+            "POST",
+            f"{SERVER}/importDB",
+            data=body,
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        ).json()
+        assert reply["success"] is True, reply
+        server.wait_listening(mark, timeout=RESTART_WAIT)
+        assert emails(server.client()) == kept
+    finally:
+        stop_and_drop(server)
 
 
 def test_the_upload_reader_stops_at_the_limit_without_a_declared_length(tmp_path):

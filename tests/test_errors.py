@@ -207,6 +207,23 @@ def test_forms_work_both_ways(api):
     assert multipart["success"] is True and multipart["obj"]["port"] == 32153
 
 
+def test_a_form_framed_as_a_browser_frames_it_is_read(api):
+    """Browsers write the boundary in mixed case; it must be matched as sent."""
+    boundary = "----WebKitFormBoundaryQx7TmZ2aBcDeFgHi"
+    inbound = json.dumps({"protocol": "socks", "settings": {"auth": "noauth"}, "port": 32154})
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="data"\r\n\r\n'
+        f"{inbound}\r\n--{boundary}--\r\n"
+    ).encode()
+    reply = api.raw(
+        "POST",
+        "/panel/api/inbounds/import",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    ).json()
+    assert reply["success"] is True and reply["obj"]["port"] == 32154, reply
+
+
 def test_malformed_chunked_framing(panel, api):
     host, port = panel.url.split("//")[1].split("/")[0].split(":")
     request = (

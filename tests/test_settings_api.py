@@ -209,6 +209,26 @@ def test_update_saves_only_what_changed_and_reports_it(panel, api):
     assert "pageSize" not in rows and "subTitle" not in rows
 
 
+def test_a_save_names_what_waits_for_a_restart_and_where_the_panel_will_be(panel, api):
+    """The running panel keeps its listener until it restarts: the answer says which saved
+    settings wait for that, and the address it will answer at (a --port flag keeps its
+    port, as it does over the restart)."""
+    port = int(panel.url.rsplit(":", 1)[1].split("/")[0])
+    reply = api.post(UPDATE, {"webBasePath": "/moved/", "subTitle": "Moved"})
+    assert reply == {
+        "success": True,
+        "msg": "settings saved; restart the panel to apply webBasePath",
+        "obj": ["webBasePath", "subTitle"],
+        "restartNeeded": ["webBasePath"],
+        "panelAfterRestart": {"scheme": "http", "port": port, "basePath": "/moved/"},
+    }
+    # Nothing moved yet: the panel still answers where it was.
+    assert api.post(ALL)["obj"]["webBasePath"] == "/moved/"
+    back = api.post(UPDATE, {"webBasePath": "/", "subTitle": ""})
+    assert back["restartNeeded"] == ["webBasePath"]
+    assert back["panelAfterRestart"]["basePath"] == "/"
+
+
 def test_the_whole_object_from_all_can_be_sent_back_unchanged(panel, api):
     saved(api, {"tgBotToken": "123:round-trip", "smtpPassword": "smtp secret"})
     before = setting_rows(panel)

@@ -190,11 +190,13 @@ class ApiPlugin:
                 result = _redacted(result)
             if isinstance(result, JsonStream):
                 return result.envelope()
-            msg, obj = (result.msg, result.obj) if isinstance(result, Reply) else ("", result)
+            if not isinstance(result, Reply):
+                result = Reply("", result)
+            msg = result.msg
             note = self.lag_note(spec)
             if note:
                 msg = f"{msg}; {note}" if msg else note
-            return envelope(True, msg, obj)
+            return envelope(True, msg, result.obj, extra=result.extra)
 
         return wrapper
 
@@ -325,7 +327,7 @@ class ApiPlugin:
 def _redacted(result):
     """A handler's result as a `read` token may see it (see `redaction`)."""
     if isinstance(result, Reply):
-        return Reply(result.msg, _redacted(result.obj))
+        return Reply(result.msg, _redacted(result.obj), result.extra)
     if isinstance(result, JsonText):
         return JsonText(redact_text(result.text))
     if isinstance(result, JsonStream):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from bottle import HTTPResponse, request
 
 from appliance.services.admin.backups import MAX_UPLOAD_BYTES, BackupFile
-from appliance.web.http import Reply
+from appliance.web.http import Reply, raw_content_type
 from appliance.web.routes import EGRESS, RouteTable
 from appliance.web.upload import save_file_field
 
@@ -57,7 +57,7 @@ def backup_routes(needs: BackupRouteNeeds) -> RouteTable:
         path = needs.backups.scratch_path(".upload")
         save_file_field(
             request.environ.get("wsgi.input"),
-            request.content_type,
+            raw_content_type(),
             request.content_length,
             "db",
             path,

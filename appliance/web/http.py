@@ -13,13 +13,12 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from email.parser import BytesParser
-from email.policy import HTTP
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import gevent
 from bottle import request, response
+from multipart import MultipartError, MultipartSegment, PushMultipartParser, parse_options_header
 
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
@@ -28,17 +27,22 @@ from appliance.runtime.wsgi import split_host
 
 @dataclass
 class Reply:
-    """What a handler returns when it has a message to say besides the payload."""
+    """What a handler returns when it has a message to say besides the payload; `extra`
+    fields go into the envelope beside msg and obj, for answers that say more than their
+    payload (a settings save that waits for a restart)."""
 
     msg: str = ""
     obj: Any = None
+    extra: dict | None = None
 
 
-def envelope(success: bool, msg: str = "", obj: Any = None, status: int = 200) -> str:
+def envelope(
+    success: bool, msg: str = "", obj: Any = None, status: int = 200, extra: dict | None = None
+) -> str:
     """The envelope as the body of the current response (whose cookies stay intact)."""
     response.status = status
     response.content_type = "application/json; charset=utf-8"
-    return encode(success, msg, obj)
+    return encode(success, msg, obj, extra)
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,13 @@ class JsonStream:
         yield b"}"
 
 
-def encode(success: bool, msg: str = "", obj: Any = None) -> str:
+def encode(success: bool, msg: str = "", obj: Any = None, extra: dict | None = None) -> str:
     if isinstance(obj, JsonText):
-        head = json.dumps({"success": success, "msg": msg}, ensure_ascii=False)
+        head = json.dumps({"success": success, "msg": msg, **(extra or {})}, ensure_ascii=False)
         return f'{head[:-1]}, "obj": {obj.text}}}'
-    return json.dumps({"success": success, "msg": msg, "obj": obj}, ensure_ascii=False)
+    return json.dumps(
+        {"success": success, "msg": msg, "obj": obj, **(extra or {})}, ensure_ascii=False
+    )
 
 
 def fail(msg: str, status: int = 200) -> str:
@@ -247,23 +253,46 @@ def _urlencoded_form(raw: bytes) -> dict:
 def _multipart_form(raw: bytes) -> dict:
     """The text fields of a multipart form; file parts count as fields only when their
     content is UTF-8 text, since every field here is a string."""
-    header = f"Content-Type: {request.content_type}\r\n\r\n".encode("latin-1", "replace")
-    message = BytesParser(policy=HTTP).parsebytes(header + raw)
-    if not message.get_boundary() or not message.is_multipart():
+    boundary = parse_options_header(raw_content_type())[1].get("boundary", "")
+    if not boundary:
         raise ServiceError(
             "the multipart body does not match its Content-Type: a boundary parameter "
             "and parts separated by it are needed"
         )
+    parts: dict[str, bytearray] = {}
+    current = bytearray()
+    try:
+        with PushMultipartParser(boundary, len(raw)) as parser:
+            for event in parser.parse(raw):
+                if isinstance(event, MultipartSegment):
+                    if not event.name:
+                        raise ServiceError(
+                            "a part of the multipart body has no Content-Disposition name"
+                        )
+                    current = parts.setdefault(event.name, bytearray())
+                    current.clear()
+                elif event is not None:
+                    current += event
+    except MultipartError as exc:
+        raise ServiceError(
+            f"the multipart body is not well formed ({str(exc).rstrip('.')}); "
+            "parts separated by the boundary of its Content-Type are needed"
+        ) from None
     fields = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if not name:
-            raise ServiceError("a part of the multipart body has no Content-Disposition name")
+    for name, content in parts.items():
         try:
-            fields[str(name)] = (part.get_payload(decode=True) or b"").decode("utf-8")
+            fields[name] = bytes(content).decode("utf-8")
         except UnicodeDecodeError:
             raise ServiceError(f"the form field {name} is not UTF-8 text") from None
     return fields
+
+
+def raw_content_type() -> str:
+    """The Content-Type header as sent. Bottle's `request.content_type` lowercases all of
+    it, the multipart boundary included, and browsers write boundaries in mixed case
+    (`----WebKitFormBoundaryAbC...`): parsed with the lowercased one, their forms seemed
+    to have no parts at all."""
+    return request.environ.get("CONTENT_TYPE", "") or ""
 
 
 def raw_header(name: str) -> str:

@@ -69,7 +69,9 @@ def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
 
     @table.post(
         "/update",
-        "Validate and save settings; web listener changes apply on restart",
+        "Validate and save settings (obj: the keys that changed); web listener changes "
+        "apply on restart: restartNeeded names them and panelAfterRestart gives the "
+        "scheme, port and basePath the panel answers at once restarted",
         resource="settings",
         body={"<setting>": "value"},
     )
@@ -77,7 +79,11 @@ def setting_routes(needs: SettingRouteNeeds) -> RouteTable:
         changed = needs.update_settings(json_object(1 << 20), current_session())
         if not changed:
             return Reply("nothing changed")
-        return Reply("settings saved", changed)
+        notice = needs.settings.restart_notice(changed, needs.overrides())
+        if notice is None:
+            return Reply("settings saved", changed)
+        waiting = ", ".join(notice["restartNeeded"])
+        return Reply(f"settings saved; restart the panel to apply {waiting}", changed, notice)
 
     @table.post(
         "/updateUser",

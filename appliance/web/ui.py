@@ -30,7 +30,12 @@ from bottle import HTTPResponse, request, static_file
 from appliance.web.api import current_session
 from appliance.web.routes import RouteTable
 
-PAGE_NAMES = "dashboard|inbounds|clients|hosts|core|logs|settings"
+# The pages are the ones the script's router declares (`const PAGES = {...}` in main.js,
+# one `name: {` line each): read from there, a page added to the UI is an address the
+# server answers at once, so reloading or bookmarking it never lands on an API error.
+ROUTER_SCRIPT = os.path.join("js", "main.js")
+ROUTER_PAGES = re.compile(r"^const PAGES = \{\n(.*?)^\};", re.MULTILINE | re.DOTALL)
+ROUTER_PAGE = re.compile(r"^\s+([a-z][a-z0-9-]*): \{", re.MULTILINE)
 HOST_PATTERN = re.compile(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
 MIME_TYPES = {
     ".js": "text/javascript",
@@ -48,6 +53,15 @@ REVALIDATE = "no-cache"
 def assets_dir() -> str:
     """Where the UI's files are: the package's `assets` folder."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
+
+
+def page_names(root: str) -> list[str]:
+    """The names of the UI's pages, as its router declares them."""
+    with open(os.path.join(root, ROUTER_SCRIPT), encoding="utf-8") as fh:
+        declared = ROUTER_PAGES.search(fh.read())
+    if declared is None:
+        raise RuntimeError(f"{ROUTER_SCRIPT} declares no PAGES: the UI's pages are unknown")
+    return ROUTER_PAGE.findall(declared.group(1))
 
 
 def module_preloads(root: str) -> str:
@@ -126,9 +140,8 @@ def ui_routes(needs: UiRouteNeeds) -> RouteTable:
     table.get("/", "The sign-in page", **options)(page)
     table.get("/panel", "The dashboard page", **options)(page)
     table.get("/panel/", "The dashboard page", **options)(page)
-    table.get(f"/panel/<name:re:{PAGE_NAMES}>", "A page of the panel", **options)(
-        lambda name: page()
-    )
+    names = "|".join(page_names(root))
+    table.get(f"/panel/<name:re:{names}>", "A page of the panel", **options)(lambda name: page())
 
     @table.get("/assets/<path:path>", "A static file of the UI", **options)
     def asset(path):

@@ -5,21 +5,28 @@ kilobytes; a database upload can be hundreds of megabytes. Here the body is read
 chunks, the named field's bytes go straight into a file, and the size limit is checked
 before anything is read (declared length) and again as bytes arrive (chunked uploads), so
 an oversized upload is refused without being held anywhere.
+
+The multipart framing itself is parsed by `multipart` (the Bottle author's streaming
+parser, pure Python): browsers, curl and HTTP libraries each frame a form their own way
+(boundaries of any length, preambles, part headers in any order), and a maintained parser
+that the wider Python web world feeds every day reads them all, where a hand-written one
+refused the uploads of the panel's own page.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from email.message import Message
 from typing import BinaryIO
+
+from multipart import MultipartError, MultipartSegment, PushMultipartParser, parse_options_header
 
 from appliance.errors import ServiceError
 from appliance.web.http import BodyTooLarge
 
 CHUNK_BYTES = 256 * 1024
 MAX_HEADER_BYTES = 16 * 1024
-MAX_PREAMBLE_BYTES = 64 * 1024
+MAX_PARTS = 16
 # Room for the boundaries and part headers around the file itself.
 MULTIPART_SLACK_BYTES = 64 * 1024
 
@@ -41,120 +48,98 @@ def save_file_field(
     boundary = _boundary(content_type, field)
     if stream is None:
         raise ServiceError(f"the request has no body; send the file as the form field {field}")
-    reader = _Parts(stream, b"--" + boundary, limit)
     try:
-        while reader.next_part():
-            name = reader.part_name()
-            if name != field:
-                reader.copy_part(None, 0)
-                continue
-            with open(dest_path, "wb") as out:
-                size = reader.copy_part(out, limit)
-            if size == 0:
-                raise ServiceError(f"the form field {field} is empty")
-            return size
+        size = _copy_field(_Counted(stream, limit), boundary, content_length, field, dest_path)
+        if size is None:
+            raise ServiceError(
+                f"the form has no field {field}; send the file as the form field {field}"
+            )
+        if size == 0:
+            raise ServiceError(f"the form field {field} is empty")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(dest_path)
         raise
-    raise ServiceError(f"the form has no field {field}; send the file as the form field {field}")
+    return size
 
 
-def _boundary(content_type: str, field: str) -> bytes:
-    header = Message()
-    header["Content-Type"] = content_type or ""
-    if header.get_content_type() != "multipart/form-data":
+def _boundary(content_type: str, field: str) -> str:
+    kind, options = parse_options_header(content_type or "")
+    if kind != "multipart/form-data":
         raise ServiceError(
             f"send the file as multipart/form-data with the field {field} "
-            f"(got {header.get_content_type() if content_type else 'no Content-Type'})"
+            f"(got {kind if content_type else 'no Content-Type'})"
         )
-    boundary = header.get_param("boundary")
-    if not isinstance(boundary, str) or not boundary or len(boundary) > 200:
+    boundary = options.get("boundary", "")
+    if not boundary or len(boundary) > 200:
         raise ServiceError("the multipart Content-Type has no usable boundary parameter")
-    return boundary.encode("latin-1", "replace")
+    return boundary
 
 
-class _Parts:
-    """Walks the parts of a multipart body with a bounded buffer."""
+def _copy_field(
+    reader: _Counted, boundary: str, content_length: int, field: str, dest_path: str
+) -> int | None:
+    """The size of `field` written to `dest_path`, or None when the form has no such
+    field; the other parts are read past and dropped."""
+    size = None
+    out = None
+    parser = PushMultipartParser(
+        boundary,
+        content_length,
+        max_header_size=MAX_HEADER_BYTES,
+        max_segment_count=MAX_PARTS,
+    )
+    try:
+        with parser:
+            for event in parser.parse_blocking(reader.read, CHUNK_BYTES):
+                if isinstance(event, MultipartSegment):
+                    if event.name == field and size is None:
+                        out = open(dest_path, "wb")  # noqa: SIM115 - closed at the part's end
+                        size = 0
+                elif event is None:
+                    if out is not None:
+                        out.close()
+                        out = None
+                elif out is not None:
+                    size += len(event)
+                    if size > reader.limit:
+                        raise BodyTooLarge(
+                            f"the uploaded file is larger than allowed; {_limit_text(reader.limit)}"
+                        )
+                    out.write(event)
+    except MultipartError as exc:
+        raise ServiceError(_parser_message(exc)) from None
+    finally:
+        if out is not None:
+            out.close()
+    return size
 
-    def __init__(self, stream: BinaryIO, delimiter: bytes, limit: int):
+
+def _parser_message(exc: MultipartError) -> str:
+    text = str(exc).rstrip(".")
+    if "Unexpected end" in text or "incomplete" in text.lower():
+        return "the upload ended before its closing boundary: it was cut off"
+    return f"the upload is not a well-formed multipart form ({text}); send the file again"
+
+
+class _Counted:
+    """The request stream, read in chunks that are counted against the limit: a chunked
+    upload announces no length, so only counting stops it."""
+
+    def __init__(self, stream: BinaryIO, limit: int):
         self.stream = stream
-        self.delimiter = delimiter
         self.limit = limit
         self.received = 0
-        self.buffer = bytearray()
-        self.headers = b""
-        self.started = False
 
-    def _fill(self) -> bool:
+    def read(self, size: int) -> bytes:
         try:
-            chunk = self.stream.read(CHUNK_BYTES)
+            chunk = self.stream.read(size)
         except (OSError, ValueError) as exc:
             raise ServiceError(f"the upload could not be read: {exc}") from None
         self.received += len(chunk)
         if self.received > self.limit + MULTIPART_SLACK_BYTES:
             raise BodyTooLarge(f"the upload is larger than allowed; {_limit_text(self.limit)}")
-        self.buffer += chunk
-        return bool(chunk)
-
-    def _find(self, needle: bytes, limit: int, what: str) -> int:
-        start = 0
-        while (index := self.buffer.find(needle, start)) < 0:
-            if len(self.buffer) > limit:
-                raise ServiceError(f"the multipart body has {what} longer than {limit} bytes")
-            start = max(0, len(self.buffer) - len(needle) + 1)
-            if not self._fill():
-                raise ServiceError(f"the upload ended inside {what}: it was cut off")
-        return index
-
-    def next_part(self) -> bool:
-        """Move past the next delimiter; False at the closing one."""
-        if not self.started:
-            index = self._find(self.delimiter, MAX_PREAMBLE_BYTES, "the preamble")
-            del self.buffer[: index + len(self.delimiter)]
-            self.started = True
-        while len(self.buffer) < 2 and self._fill():
-            pass
-        if self.buffer[:2] == b"--":
-            return False
-        end = self._find(b"\r\n\r\n", MAX_HEADER_BYTES, "a part's headers")
-        self.headers = bytes(self.buffer[:end])
-        del self.buffer[: end + 4]
-        return True
-
-    def part_name(self) -> str | None:
-        header = Message()
-        for line in self.headers.decode("latin-1").split("\r\n"):
-            key, sep, value = line.partition(":")
-            if sep and key.strip().lower() == "content-disposition":
-                header["Content-Disposition"] = value.strip()
-        name = header.get_param("name", header="content-disposition")
-        return name if isinstance(name, str) else None
-
-    def copy_part(self, out: BinaryIO | None, limit: int) -> int:
-        """Copy the part's content to `out` (or skip it); returns its size."""
-        separator = b"\r\n" + self.delimiter
-        size = 0
-        while True:
-            index = self.buffer.find(separator)
-            if index >= 0:
-                size += self._emit(out, index, size, limit)
-                del self.buffer[: index + len(separator)]
-                return size
-            keep = len(separator) - 1
-            if len(self.buffer) > keep:
-                size += self._emit(out, len(self.buffer) - keep, size, limit)
-                del self.buffer[: len(self.buffer) - keep]
-            if not self._fill():
-                raise ServiceError("the upload ended before its closing boundary: it was cut off")
-
-    def _emit(self, out: BinaryIO | None, count: int, written: int, limit: int) -> int:
-        if out is None:
-            return count
-        if written + count > limit:
-            raise BodyTooLarge(f"the uploaded file is larger than allowed; {_limit_text(limit)}")
-        out.write(self.buffer[:count])
-        return count
+        return chunk
 
 
 def _limit_text(limit: int) -> str:

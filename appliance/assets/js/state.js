@@ -1,6 +1,6 @@
 // State shared by every page: sign-in, live status from the WebSocket, the resource
-// versions that invalidation bumps, the traffic ticks, toasts, the confirm dialog and the
-// theme.
+// versions that invalidation bumps, the traffic ticks, toasts, the confirm dialog, the
+// theme and the panel's address after a pending restart.
 import { Vue } from "./lib.js";
 
 export const state = Vue.reactive({
@@ -13,6 +13,9 @@ export const state = Vue.reactive({
   trafficTicks: 0,
   toasts: [],
   confirm: null,
+  // Where the panel answers after its next restart, when a saved setting moves it
+  // (the settings save answer's panelAfterRestart): the page follows it there.
+  panelAfterRestart: null,
   theme: localStorage.getItem("panel.theme") || "auto",
 });
 

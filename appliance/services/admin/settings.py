@@ -94,6 +94,26 @@ class Settings:
             check_listener_ports_free(changed, port_owner)
         return changed
 
+    def restart_notice(self, changed: list[str], overrides: dict[str, dict]) -> dict | None:
+        """What a save of `changed` leaves for the next panel restart, or None: the saved
+        settings the running panel does not use yet (`restartNeeded`) and where the panel
+        answers once restarted (`panelAfterRestart`: scheme, port, base path), so a page
+        can follow it there. `overrides` are the settings a flag of this run overrides,
+        whose values the restarted process keeps."""
+        # Two-factor keys change the admin account, not a setting of the table.
+        pending = [key for key in changed if key in BY_NAME and BY_NAME[key].restart]
+        if not pending:
+            return None
+        port = overrides.get("webPort", {}).get("value") or self.get("webPort")
+        return {
+            "restartNeeded": pending,
+            "panelAfterRestart": {
+                "scheme": "https" if self.get("webCertFile") else "http",
+                "port": port,
+                "basePath": self.get("webBasePath"),
+            },
+        }
+
     def set_internal(self, key: str, value: str) -> None:
         if key not in INTERNAL_KEYS:
             raise KeyError(key)

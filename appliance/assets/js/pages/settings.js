@@ -4,12 +4,13 @@
 // and expiry (whose value is shown once, right after creation), the audit log, backups and
 // the key and certificate tools.
 import { html, Vue } from "../lib.js";
-import { api } from "../api.js";
+import { api, request } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
 import { checkbox, copyText, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
+import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
@@ -240,8 +241,14 @@ export const SettingsPage = {
       }
       if (!Object.keys(changes).length) return toast(t("settings.nothingChanged"), "info");
       try {
-        await api.post("panel/api/setting/update", changes);
-        toast(t("settings.saved"), "success");
+        const reply = await request("POST", "panel/api/setting/update", { json: changes });
+        if (reply.restartNeeded) {
+          state.panelAfterRestart = reply.panelAfterRestart;
+          const keys = reply.restartNeeded.map((key) => t(`settings.key.${key}`)).join(", ");
+          toast(t("settings.savedRestart", { keys }), "warning");
+        } else {
+          toast(t("settings.saved"), "success");
+        }
         await load();
       } catch (error) {
         // the toast names the setting that was refused
@@ -263,7 +270,9 @@ export const SettingsPage = {
       if (!(await askConfirm(t("settings.confirmRestart")))) return;
       try {
         await api.post("panel/api/setting/restartPanel");
-        toast(t("settings.restarting"), "warning");
+        const target = state.panelAfterRestart;
+        if (target && restartMoves(target)) followRestart(target);
+        else toast(t("settings.restarting"), "warning");
       } catch (error) {
         // shown as a toast
       }
