@@ -156,8 +156,7 @@ class CoreService:
         self.error = ""  # why the core does not run what is stored; "" while it does
         # Ids of the inbounds the core does not run as stored, while it is out of step.
         self.stale: list[int] = []
-        # Inbound id -> why the core's capabilities leave it out (see `_fit`).
-        self.unfit: dict[int, str] = {}
+        self.unfit: dict[int, str] = {}  # inbound id -> why the core lacks what it asks (_fit)
         # The config the core refused at start, so none runs: the next config that
         # differs from it is tried (a core the user stopped stays stopped).
         self._refused: Running | None = None
@@ -315,9 +314,8 @@ class CoreService:
         return self._config(self._fit(self.inbounds.for_core(self.core_clients)), template)
 
     def _fit(self, views: list[dict], record: bool = True) -> list[dict]:
-        """The views the detected core can run; what it cannot is left out and (`record`,
-        all but the tests of a save) kept in `unfit`, told to the subscription servers and
-        said in the panel log once."""
+        """The views the detected core can run; the rest is left out and (`record`: not a
+        save's test) kept in `unfit`, for the subscription servers, and logged once."""
         views, unfit = capabilities.runnable(views, self.process.info)
         ids = ",".join(map(str, sorted(unfit)))
         if record and (unfit != self.unfit or ids != self.settings.internal(UNFIT)):
