@@ -163,11 +163,14 @@ def test_without_a_core_nothing_is_refused_on_capability_grounds(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_reality_inbound_stored_under_xray_is_left_out_once_the_core_is_v2fly(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_reality_inbound_stored_under_xray_is_left_out_once_the_core_is_v2fly(tmp_path, workers):
     """A core change that loses a feature: the inbound asking for it is out of step
-    (status, log), the core runs without it, and no link advertises it."""
+    (status, log), the core runs without it, and no link advertises it, whether the panel
+    serves subscriptions itself or its worker processes do."""
     binary = xray_cli.install(tmp_path)
-    server = start_panel(tmp_path, env={"APPLIANCE_CORE": str(binary)})
+    env = {"APPLIANCE_CORE": str(binary), "APPLIANCE_SUB_WORKERS": workers}
+    server = start_panel(tmp_path, env=env)
     try:
         api = server.client()
         reality = ok(api.post(f"{INBOUNDS}/add", {**LACKING["REALITY"], "port": free_port()}))
@@ -207,12 +210,20 @@ def test_a_reality_inbound_stored_under_xray_is_left_out_once_the_core_is_v2fly(
         running = ok(api.get("/panel/api/server/getConfigJson"))
         tags = {inbound.get("tag") for inbound in running["inbounds"]}
         assert plain["tag"] in tags and reality["tag"] not in tags
-        links = subscription(server, sub_id).splitlines()
-        assert len(links) == 1 and "reality" not in links[0], links
+        assert len(status_workers(api)) == (0 if workers == "1" else 2)
+        for _ in range(4):  # consecutive fetches land on either worker
+            links = subscription(server, sub_id).splitlines()
+            assert len(links) == 1 and "reality" not in links[0], links
+        handed_out = ok(api.get(f"{CLIENTS}/links/both@cap"))
+        assert len(handed_out) == 1 and "reality" not in handed_out[0], handed_out
         said = [line for line in server.lines if "out of step" in line and reality["tag"] in line]
         assert len(said) == 1, said
     finally:
         stop_and_drop(server)
+
+
+def status_workers(api) -> list[int]:
+    return ok(api.get("/panel/api/server/status"))["subWorkers"]
 
 
 def subscription(server, sub_id: str) -> str:
