@@ -26,7 +26,14 @@ import psutil
 import pytest
 import websocket
 from conftest import PanelServer, start_panel
-from core_helpers import LOOPBACK, V2RAY, client_config, running_core, socks_echo
+from core_helpers import (
+    LOOPBACK,
+    REFUSED_STREAM,
+    V2RAY,
+    client_config,
+    running_core,
+    socks_echo,
+)
 from core_panel import CORE_ENV, WAIT, loopback_template, wait_until
 from helpers import db_rows, free_port, ok
 
@@ -163,8 +170,8 @@ def add_inbound(api, protocol: str) -> dict:
 
 
 def add_refused_inbound(api, panel: PanelServer) -> dict:
-    """An inbound V2Ray 4.34 refuses, XHTTP (Xray runs it), stored as a database restored
-    from a panel on Xray holds it: the API refuses to save what the core refuses."""
+    """An inbound V2Ray 4.34 refuses, on v2fly 5's meek transport, stored as a database restored
+    from a panel on a newer V2Ray holds it: the API refuses to save what the core refuses."""
     payload = {
         "protocol": "vless",
         "listen": LOOPBACK,
@@ -173,8 +180,8 @@ def add_refused_inbound(api, panel: PanelServer) -> dict:
     }
     inbound = ok(api.post(f"{INBOUNDS}/add", payload))
     in_core(api, panel, inbound)
-    xhttp = json.dumps({"network": "xhttp", "security": "none"})
-    db_rows(panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, inbound["id"]))
+    stream = json.dumps(REFUSED_STREAM)
+    db_rows(panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (stream, inbound["id"]))
     return inbound
 
 
@@ -594,7 +601,7 @@ def test_a_restart_into_a_config_the_core_refuses_keeps_the_core_running(api, pa
         reply = api.post("/panel/api/server/restartCoreService")
         assert reply["success"] is False
         assert "the core refused the config" in reply["msg"]
-        assert "xhttp" in reply["msg"]
+        assert "meek" in reply["msg"]
         assert core_state(api) == "running"
         assert core_pid(panel) == pid
     finally:
@@ -615,7 +622,7 @@ def test_a_core_refused_at_start_starts_once_a_change_fixes_its_config(tmp_path)
             "the core refuses its config at start",
         )
         assert status["state"] == "stop"
-        assert "xhttp" in status["errorMsg"]
+        assert "meek" in status["errorMsg"]
         assert core_processes(server) == []
 
         ok(api.post(f"{INBOUNDS}/del/{refused['id']}"))

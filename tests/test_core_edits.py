@@ -17,6 +17,7 @@ import time
 import uuid
 
 import pytest
+from core_helpers import REFUSED_STREAM
 from core_panel import wait_until
 from helpers import db_rows, ok
 from test_core_e2e import (
@@ -190,7 +191,7 @@ def test_config_json_holds_an_edit_once_the_panel_stopped(tmp_path):
 
 def test_config_json_keeps_what_the_core_ran_when_the_store_moved_away_from_it(tmp_path):
     """A live edit, then the stored inbound changed behind the panel's back into one the
-    core cannot run (a database restored from an Xray panel), then the panel stops before
+    core cannot run (a database restored from a newer V2Ray's panel), then the panel stops before
     config.json was rewritten: the file holds the edit on the inbound the core ran."""
     panel = core_panel(tmp_path)
     try:
@@ -200,9 +201,9 @@ def test_config_json_keeps_what_the_core_ran_when_the_store_moved_away_from_it(t
         in_core(api, panel, inbound)
         new = edited(api, client, "vless")
         time.sleep(1)  # the live change is made; config.json waits for the changes to pause
-        xhttp = json.dumps({"network": "xhttp", "security": "none"})
+        stream = json.dumps(REFUSED_STREAM)
         db_rows(
-            panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, inbound["id"])
+            panel, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (stream, inbound["id"])
         )
     finally:
         panel.stop()

@@ -104,6 +104,7 @@ def test_outbounds_the_core_refuses_are_refused_with_its_words(panel):
         form = {"url": f"http://{LOOPBACK}:{port}/sub", "allowPrivate": "true"}
         reply = api.post(SUBS, data=form)
         assert reply["success"] is False and "the core refuses these outbounds" in reply["msg"]
+        assert "the running core (v2fly 4.34.0) cannot run Hysteria 2" in reply["msg"]
         assert ok(api.get(SUBS)) == []
         answers["/sub"] = (200, vmess.encode())
         sub = ok(api.post(SUBS, data=form))

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from conftest import start_panel
+from core_helpers import REFUSED_STREAM
 from core_panel import CORE_ENV, wait_until
 from helpers import db_rows, free_port, ok
 from test_core_e2e import in_core
@@ -47,7 +48,7 @@ def add_client(api, email: str, inbound: dict) -> None:
 
 @pytest.fixture(scope="module")
 def out_of_step(tmp_path_factory):
-    """A panel on the real core whose inbound `restored` the core refuses (xhttp written into
+    """A panel on the real core whose inbound `restored` the core refuses (meek written into
     the database) and whose inbound `fine` it runs; a client is on each. Yields (server,
     restored, fine, email on restored, email on fine)."""
     server = start_panel(tmp_path_factory.mktemp("out-of-step"), env=CORE_ENV)
@@ -58,9 +59,9 @@ def out_of_step(tmp_path_factory):
         # The client of `fine` runs before the core is made to refuse anything.
         add_client(api, emails[1], fine)
         in_core(api, server, restored, fine)
-        xhttp = json.dumps({"network": "xhttp", "security": "none"})
+        stream = json.dumps(REFUSED_STREAM)
         db_rows(
-            server, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (xhttp, restored["id"])
+            server, "UPDATE inbound SET stream_settings = ? WHERE id = ?", (stream, restored["id"])
         )
         add_client(api, emails[0], restored)
         wait_until(
@@ -77,7 +78,7 @@ def test_the_header_and_the_inbound_row_say_the_core_is_out_of_step(browser, out
     page = signed_in_page(browser, server, watches)
     badge = page.locator("[data-testid=core-badge]")
     expect(badge).to_contain_text("Core: running, out of step: the core refused the config")
-    expect(badge).to_contain_text("unknown transport protocol: xhttp")
+    expect(badge).to_contain_text("unknown transport protocol: meek")
     go(page, "inbounds")
     mark = page.locator(f"tr[data-inbound='{restored['id']}'] [data-testid=stale-inbound]")
     expect(mark).to_have_text("Not running as saved: the core refused the config")

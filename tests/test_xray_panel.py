@@ -31,7 +31,7 @@ import xray_cli
 import xray_core
 from conftest import PanelServer, start_panel
 from core_panel import loopback_template, wait_until
-from helpers import free_port, ok
+from helpers import REALITY, certs_dir, free_port, ok, write_self_signed
 from sing_box_links import SERVER_NAME, make_certificates, tls_site
 from test_core_e2e import (
     CLIENTS,
@@ -212,6 +212,56 @@ def test_a_config_xray_refuses_is_refused_and_nothing_is_stored(api):
     assert reply["success"] is False, reply
     assert "the core refused the config" in reply["msg"], reply
     assert ok(api.get(f"{INBOUNDS}/list")) == before
+
+
+def test_xray_runs_what_v2fly_lacks_and_says_so(api, panel):
+    """The saves a panel on V2Ray refuses (tests/test_core_capabilities.py) are stored and
+    run on Xray, and its capability table says it runs them all."""
+    table = ok(api.get("/panel/api/server/coreCapabilities"))
+    assert (table["kind"], table["installed"]) == ("xray", True)
+    assert all(feature["runs"] for feature in table["features"].values()), table
+    cert, key = write_self_signed(certs_dir(panel), SERVER_NAME)
+    tls = {
+        "security": "tls",
+        "tlsSettings": {"certificates": [{"certificateFile": cert, "keyFile": key}]},
+    }
+    lacking_on_v2fly = [
+        {"protocol": "vless", "settings": {"decryption": "none"}, "streamSettings": REALITY},
+        {
+            "protocol": "vless",
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "xhttp", "security": "none"},
+        },
+        {"protocol": "hysteria2", "streamSettings": {"network": "hysteria", **tls}},
+        {"protocol": "shadowsocks", "settings": {"method": "2022-blake3-aes-128-gcm"}},
+    ]
+    saved = []
+    try:
+        for payload in lacking_on_v2fly:
+            inbound = ok(api.post(f"{INBOUNDS}/add", {**payload, "port": free_port()}))
+            saved.append(inbound)
+        saved.append(
+            ok(
+                api.post(
+                    f"{INBOUNDS}/add",
+                    {
+                        "protocol": "vless",
+                        "port": free_port(),
+                        "settings": {"decryption": "none"},
+                        "streamSettings": {"network": "tcp", **tls},
+                    },
+                )
+            )
+        )
+        vision = add_client(api, saved[-1]["id"], flow="xtls-rprx-vision")
+        assert vision["flow"] == "xtls-rprx-vision"
+        serving(api, panel, saved[-1])
+        running = {i.get("tag") for i in ok(api.get("/panel/api/server/getConfigJson"))["inbounds"]}
+        assert {inbound["tag"] for inbound in saved} <= running
+        assert ok(api.get("/panel/api/server/status"))["core"]["inStep"] is True
+    finally:
+        for inbound in saved:
+            ok(api.post(f"{INBOUNDS}/del/{inbound['id']}"))
 
 
 def test_the_routing_test_and_balancers_use_xrays_router(api):

@@ -138,7 +138,11 @@ class Panel:
         self.store.client_writes.watch(self.counter_journal.note)
         self.counter_feed = CounterFeed(self.store, self.counter_journal)
         self.touched_clients = TouchedClients()
-        self.clients = Clients(self.store, touched=self.touched_clients.note)
+        self.clients = Clients(
+            self.store,
+            touched=self.touched_clients.note,
+            check_core=lambda features: self.core.check_features(features),
+        )
         self.client_query = ClientQuery(self.store, self.settings, self.presence)
         self.managing_panel = ManagingPanel(self.settings)
         self.client_bulk = ClientBulk(self.clients, self.client_query, self.managing_panel.guid)

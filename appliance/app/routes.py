@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from appliance import __version__
+from appliance.core.capabilities import table_of
 from appliance.services.admin.gauges import Gauges
 from appliance.services.outbounds.vpn import VpnProvider
 from appliance.services.outbounds.warp import WarpTunnel
@@ -110,6 +111,7 @@ def routes_of(panel: Panel) -> list[Route]:
                 core_metrics=panel.core_metrics,
                 settings=panel.settings,
                 descendants=panel.node_tree.descendants,
+                core_capabilities=lambda: table_of(panel.core.process.info),
             )
         ),
         setting_routes(

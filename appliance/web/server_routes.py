@@ -25,6 +25,7 @@ class ServerRouteNeeds:
     core_metrics: CoreMetrics
     settings: Settings  # the panel's certificate file paths
     descendants: Callable[[], list[dict]]  # the nodes below this panel, at every depth
+    core_capabilities: Callable[[], dict]  # capabilities.table_of the detected core
 
 
 def server_routes(needs: ServerRouteNeeds) -> RouteTable:
@@ -49,6 +50,10 @@ def server_routes(needs: ServerRouteNeeds) -> RouteTable:
     @table.get("/coreMetricsHistory/<metric>/<bucket>", "A core runtime metric's history")
     def core_metrics_history(metric, bucket):
         return needs.core_metrics.series(metric, bucket)
+
+    @table.get("/coreCapabilities", "What the running core can run, and why it lacks the rest")
+    def core_capabilities():
+        return needs.core_capabilities()
 
     @table.get("/coreObservatory", "The core observatory's latest probe of each outbound")
     def core_observatory():

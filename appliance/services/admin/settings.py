@@ -37,7 +37,17 @@ REDACTED = "********"
 # away here while their node could not be told (services.nodes.retired), renamed or
 # deleted there at its next reconcile.
 INTERNAL_KEYS = frozenset(
-    {"sessionSecret", "panelGuid", "parentGuid", "nodeRetiredTags", "warpAccount", "vpnAccount"}
+    {
+        "sessionSecret",
+        "panelGuid",
+        "parentGuid",
+        "nodeRetiredTags",
+        "warpAccount",
+        "vpnAccount",
+        # Ids of the inbounds the running core cannot run (CoreService._fit), which the
+        # subscription servers leave out.
+        "coreUnfitInbounds",
+    }
 )
 
 

@@ -137,6 +137,7 @@ class ClientBulk:
             inbounds[inbound_id] = record_of(inbound)
         client = item["client"]
         record = client_rules.normalize_client(client, [inbounds[i] for i in ids])
+        self.clients.check_flow(record["flow"], [inbounds[i] for i in ids])
         extra = _restored(client) if restore else {}
         if not ids and "method" in extra:
             # No inbound to derive the cipher from: keep the one it was exported with.

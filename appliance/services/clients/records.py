@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from pony.orm import TransactionIntegrityError, db_session, select
 
+from appliance.core.capabilities import VISION
 from appliance.domain import client_rules, inbound_rules
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id
@@ -50,11 +51,28 @@ def _nobody_listens(emails: list[str]) -> None:
     """The default `touched`: nobody keeps a core in step."""
 
 
+def _any_core(features: set[str]) -> None:
+    """The default `check_core`: no core to hold a save against."""
+
+
 class Clients:
-    def __init__(self, store, clock=time.time, touched=_nobody_listens):
+    def __init__(self, store, clock=time.time, touched=_nobody_listens, check_core=_any_core):
         self.store = store
         self.clock = clock
         self.touched = touched
+        # features -> None, raising ServiceError when the running core lacks one of them
+        # (see CoreService.check_features).
+        self.check_core = check_core
+
+    def check_flow(self, flow: str, inbounds: list[dict]) -> None:
+        """Refuse a client whose flow (XTLS Vision) an inbound of this host would carry
+        while the running core cannot run it: the core would serve the client without it,
+        and its links would not work."""
+        if flow and any(
+            inbound["nodeId"] is None and inbound_rules.tls_flow_capable(inbound)
+            for inbound in inbounds
+        ):
+            self.check_core({VISION})
 
     # ---- single-client reads -----------------------------------------------------------
 
@@ -127,7 +145,9 @@ class Clients:
         client, inbound_ids = _client_and_ids(body, require_inbounds=True)
         with db_session:
             inbounds = self.inbound_rows(inbound_ids)
-            record = client_rules.normalize_client(client, [record_of(i) for i in inbounds])
+            records = [record_of(i) for i in inbounds]
+            record = client_rules.normalize_client(client, records)
+            self.check_flow(record["flow"], records)
             row = self.create(record, inbounds)
             view = self.view(row)
         self.touched([view["email"]])
@@ -179,7 +199,9 @@ class Clients:
             row = self.row(email)
             before = row.email
             inbounds = [a.inbound for a in row.attachments]
-            record = client_rules.normalize_client(payload, [record_of(i) for i in inbounds])
+            records = [record_of(i) for i in inbounds]
+            record = client_rules.normalize_client(payload, records)
+            self.check_flow(record["flow"], records)
             self._check_secret_free(record["secret"], row.id)
             new_key = email_key(record["email"])
             if new_key != row.email_key:
@@ -322,6 +344,7 @@ class Clients:
         return rows
 
     def refit(self, row, inbounds: list) -> None:
+        self.check_flow(row.flow, [record_of(i) for i in inbounds])
         refit(row, inbounds)
 
     def _rename(self, row, email: str, new_key: str) -> None:

@@ -298,7 +298,7 @@ class Subscriptions:
         """The body of `kind` from the clients of `lookup` and the prepared inbounds they
         are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound."""
         clients = [(_view(rows[0]), _inbound_ids(rows)) for rows in lookup.rows]
-        wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids})
+        wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids} - self._unfit())
         prepared = self.inbounds.enabled(wanted)
         pairs = [
             (inbound_id, prepared[inbound_id], client)
@@ -345,7 +345,15 @@ class Subscriptions:
         document = clash_document(_unique_names(proxies), self.settings.get("subRoutingRules"))
         return Rendered(True, document.encode())
 
+    def _unfit(self) -> frozenset[int]:
+        """The inbounds the running core cannot run as stored (a feature it lacks, see
+        CoreService._fit): their links would advertise what the core does not serve."""
+        ids = self.settings.internal("coreUnfitInbounds").split(",")
+        return frozenset(int(i) for i in ids if i.isdigit())
+
     def _links(self, inbound: dict, client: dict, hosts: list[dict], ctx) -> list[str]:
+        if inbound["id"] in self._unfit():
+            return []
         # An MTProto secret exists only while its client is served: the proxy holds no
         # other, so a link would not work (every other protocol's links are handed out
         # whatever the state, to be kept for when the client is enabled again).

@@ -28,6 +28,11 @@ the core is out of step: `info()` says so (`inStep`, the reason in `errorMsg`, t
 inbounds it does not run as stored in `staleInbounds`), the panel log has it at WARNING,
 and every change until it is fixed is answered as stored but not running.
 
+A core's test is no proof that it runs a config (V2Ray 4.34 ignores REALITY): saves are
+also read against the detected core's capabilities (`core.capabilities`). A stored inbound
+the core cannot run is left out and out of step, its id in the internal setting
+`coreUnfitInbounds`, where the subscription servers read which links to leave out.
+
 The process survives nothing the panel does not survive: a state file records the core
 that runs (pid, API port, counter generation), also after the supervisor restarted a
 crashed one, so after a crash of the panel the counters of the orphaned core are
@@ -46,11 +51,11 @@ import time
 from collections.abc import Iterable
 
 import gevent
-import psutil
 from gevent.event import Event
 from gevent.lock import RLock
 from pony.orm import db_session
 
+from appliance.core import capabilities
 from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.config import (
     build_config,
@@ -71,6 +76,7 @@ from appliance.core.live import (
     took,
     with_ops,
 )
+from appliance.core.orphan import core_of, terminate
 from appliance.core.process import NOT_INSTALLED, CoreMissing
 from appliance.core.template import default_template
 from appliance.domain.client_rules import normalize_client
@@ -95,11 +101,11 @@ log = logging.getLogger(__name__)
 DEBOUNCE_SECONDS = 0.2
 STATE_FILE = "core-state.json"
 STAND_IN_EMAIL = "core-test@appliance.invalid"  # the client a config test gives a bare inbound
-ORPHAN_GRACE_STEPS = 50  # of 0.1 s: how long an orphaned core gets to exit on SIGTERM
 # Emails one sync takes client by client; more, and comparing every client is cheaper.
 CLIENTS_AT_ONCE = 500
 WRITE_QUIET = 5.0  # seconds without a live change before config.json is rewritten
 WRITE_LATEST = 60.0  # seconds after the first unwritten live change, however busy
+UNFIT = "coreUnfitInbounds"  # the internal setting listing the inbounds `_fit` leaves out
 
 
 class CoreService:
@@ -150,6 +156,7 @@ class CoreService:
         self.error = ""  # why the core does not run what is stored; "" while it does
         # Ids of the inbounds the core does not run as stored, while it is out of step.
         self.stale: list[int] = []
+        self.unfit: dict[int, str] = {}  # inbound id -> why the core lacks what it asks (_fit)
         # The config the core refused at start, so none runs: the next config that
         # differs from it is tried (a core the user stopped stays stopped).
         self._refused: Running | None = None
@@ -304,12 +311,35 @@ class CoreService:
 
     def build(self, template: dict | None = None) -> dict:
         """The config for the stored template (or `template`) and inbounds."""
-        return self._config(self.inbounds.for_core(self.core_clients), template)
+        return self._config(self._fit(self.inbounds.for_core(self.core_clients)), template)
+
+    def _fit(self, views: list[dict], record: bool = True) -> list[dict]:
+        """The views the detected core can run; the rest is left out and (`record`: not a
+        save's test) kept in `unfit`, for the subscription servers, and logged once."""
+        views, unfit = capabilities.runnable(views, self.process.info)
+        ids = ",".join(map(str, sorted(unfit)))
+        if record and (unfit != self.unfit or ids != self.settings.internal(UNFIT)):
+            for reason in unfit.values():
+                if reason not in self.unfit.values():
+                    log.warning("the core is out of step: %s", reason)
+            self.unfit = unfit
+            self.settings.set_internal(UNFIT, ids)
+            self.on_change("settings")
+        return views
+
+    def check_features(self, features: Iterable[str]) -> None:
+        """Raise `ServiceError` naming the core and the feature when the detected core
+        does not run all of `features`; without a core, nothing is refused."""
+        reason = capabilities.check(features, self.process.info)
+        if reason:
+            raise ServiceError(reason)
 
     def check_outbounds(self, extra: tuple[list[dict], list[dict]]) -> None:
         """Raise `ServiceError` with the core's words when the installed core refuses the
         config whose outbounds from outside the template are `extra` (first, last)."""
-        self._test(lambda: self._config(self.inbounds.for_core(self.core_clients), extra=extra))
+        self.check_features(capabilities.config_features({"outbounds": extra[0] + extra[1]}))
+        views = self.inbounds.for_core
+        self._test(lambda: self._config(self._fit(views(self.core_clients), False), extra=extra))
 
     def _config(
         self,
@@ -365,6 +395,7 @@ class CoreService:
             problem = template_port_problem(json.loads(text), self.inbounds.reserved_ports())
             if problem:
                 raise ServiceError(problem)
+            self.check_features(capabilities.config_features(json.loads(text)))
         self._test(lambda: self.build(json.loads(text)))
         self.settings.write(checked)
         self.mark_dirty()
@@ -381,8 +412,11 @@ class CoreService:
             views = self.inbounds.for_core(self.core_clients)
             for view in views:
                 if view["id"] == inbound_id:
+                    if view.get("nodeId") is None:
+                        flows = (row.get("flow") for row in view["clientRows"])
+                        self.check_features(capabilities.inbound_features(view, flows))
                     _give_stand_in_client(view)
-            return self._config(views)
+            return self._config(self._fit(views, False))
 
         self._test(build)
 
@@ -428,11 +462,14 @@ class CoreService:
     def info(self) -> dict:
         return {
             "state": self.process.state,
-            "errorMsg": self.error or self.process.error or self.left_out.message(),
+            "errorMsg": self.error
+            or self.process.error
+            or "; ".join(self.unfit.values())
+            or self.left_out.message(),
             "version": self.process.version,
             "failedInbounds": self.left_out.view(),
-            "inStep": not self.error,
-            "staleInbounds": list(self.stale),
+            "inStep": not self.error and not self.unfit,
+            "staleInbounds": sorted({*self.stale, *self.unfit}),
         }
 
     def held_sockets(self) -> list[Socket]:
@@ -507,7 +544,7 @@ class CoreService:
         from the running one besides client lists (built without clients to tell, which
         costs the inbounds, not the clients), or an entry changes where the core cannot
         change users live."""
-        views = self.inbounds.for_core(self.core_clients)
+        views = self._fit(self.inbounds.for_core(self.core_clients))
         if self._bare_skeleton(views) != self.running.skeleton:
             return None
         by_tag = {view["tag"]: view for view in views}
@@ -657,7 +694,7 @@ class CoreService:
     def _leave_out(self, failure) -> bool:
         """Restart the core without the inbound whose listener it could not open; False
         when no inbound it runs matches (the core's own restarts go on as they would)."""
-        views = self.inbounds.for_core(self.core_clients)
+        views = self._fit(self.inbounds.for_core(self.core_clients))
         absent = self.left_out.leave_out(failure, views, int(time.time() * 1000))
         if absent is None:
             return False
@@ -738,7 +775,7 @@ class CoreService:
             generation, prefix = int(state["generation"]), str(state["prefix"])
         except (OSError, ValueError, KeyError, TypeError):
             return
-        orphan = _core_of(pid, self.process.config_path)
+        orphan = core_of(pid, self.process.config_path)
         if orphan is not None:
             api = CoreApi(f"127.0.0.1:{port}", prefix)
             try:
@@ -748,7 +785,7 @@ class CoreService:
                 log.warning("the core left running could not be read: %s", exc)
             finally:
                 api.close()
-            _terminate(orphan)
+            terminate(orphan)
         self._forget_state()
 
 
@@ -760,26 +797,3 @@ def _give_stand_in_client(view: dict) -> None:
     client = normalize_client({"email": STAND_IN_EMAIL}, [view])
     client["traffic"] = {"up": 0, "down": 0, "enable": True}
     view["clientRows"] = [client]
-
-
-def _core_of(pid: int, config_path: str) -> psutil.Process | None:
-    """The process `pid` if it still is a core running on `config_path`, else None. After
-    a reboot the pid in a state file may belong to any process, which must be left alone."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE or config_path not in process.cmdline():
-            return None
-    except psutil.Error:
-        return None
-    return process
-
-
-def _terminate(process: psutil.Process) -> None:
-    """SIGTERM, then SIGKILL if the core is still there after the grace period."""
-    with contextlib.suppress(psutil.Error):
-        process.terminate()
-        for _ in range(ORPHAN_GRACE_STEPS):
-            if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
-                return
-            gevent.sleep(0.1)
-        process.kill()

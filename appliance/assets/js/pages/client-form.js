@@ -94,6 +94,15 @@ export const ClientForm = {
     });
 
     const flowCapable = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.tlsFlowCapable));
+    // Why the running core cannot run a flow (server/coreCapabilities), when an inbound of
+    // this host would carry it: the choice is greyed out, saying why.
+    const visionLacking = Vue.ref("");
+    api.get("panel/api/server/coreCapabilities").then((table) => {
+      const vision = table.features["XTLS Vision"];
+      visionLacking.value = vision && !vision.runs ? vision.reason : "";
+    }).catch(() => {});
+    const flowRefused = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id)
+      && i.tlsFlowCapable && i.nodeId == null) ? visionLacking.value : "");
     const onMtproto = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.protocol === "mtproto"));
     const onHysteria = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && ["hysteria", "hysteria2"].includes(i.protocol)));
 
@@ -209,7 +218,9 @@ export const ClientForm = {
         ${model.expiryMode === "afterFirstUse" ? field(t("clients.days"), numberInput(model, "expiryDays", { min: 1 })) : null}
         ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}
         ${field(t("clients.reset"), numberInput(model, "reset", { min: 0 }), t("clients.resetHint"))}
-        ${flowCapable.value ? field(t("clients.flow"), selectInput(model, "flow", FLOWS.map((f) => [f, f || t("common.none")]))) : null}
+        ${flowCapable.value ? field(t("clients.flow"), html`<select name="flow" value=${model.flow} onChange=${(event) => (model.flow = event.target.value)}>${
+          FLOWS.map((f) => html`<option value=${f} selected=${model.flow === f} disabled=${!!f && !!flowRefused.value}
+            title=${f ? flowRefused.value : ""}>${f || t("common.none")}</option>`)}</select>`, flowRefused.value) : null}
         ${onMtproto.value ? field(t("clients.mtSecret"), html`<div class="copy-row">${textInput(model, "secret", { name: "secret", placeholder: t("clients.secretPlaceholder"), autocomplete: "off" })}
           <button type="button" data-testid="rekey" onClick=${rekey}>${t("clients.newKey")}</button></div>`, t("clients.mtSecretHint")) : null}
         ${onMtproto.value ? field(t("clients.adTag"), textInput(model, "adTag", { name: "adTag", autocomplete: "off" }), t("clients.adTagHint")) : null}

@@ -38,6 +38,13 @@ const REALITY_TARGETS = {
   "www.samsung.com:443": ["www.samsung.com"],
   "addons.mozilla.org:443": ["addons.mozilla.org"],
 };
+// The capability (server/coreCapabilities) each choice of transport and security asks of
+// the core; a choice the running core lacks is greyed out with the reason as its title.
+const NEEDS = {
+  grpc: "gRPC", httpupgrade: "HTTPUpgrade", xhttp: "XHTTP", reality: "REALITY",
+  "2022-blake3-aes-128-gcm": "Shadowsocks 2022", "2022-blake3-aes-256-gcm": "Shadowsocks 2022",
+  "2022-blake3-chacha20-poly1305": "Shadowsocks 2022",
+};
 // "streamSettings.realitySettings.privateKey must be ... (got ...)": the path and the rest.
 const REFUSAL = /^([A-Za-z][\w.]*(?:\[\d+\])*(?:\.[\w]+)*) (must .*)$/s;
 
@@ -97,6 +104,22 @@ export const InboundForm = {
     const problem = Vue.ref(null);
     // Labels of the fields on screen by their path, filled in as they render.
     const labels = {};
+    // Feature -> why the running core cannot run it; an inbound on a node runs on its core.
+    const lacking = Vue.reactive({});
+    api.get("panel/api/server/coreCapabilities").then((table) => {
+      for (const [feature, about] of Object.entries(table.features)) if (!about.runs) lacking[feature] = about.reason;
+    }).catch(() => {});
+
+    function why(choice) {
+      return model.nodeId == null && NEEDS[choice] ? lacking[NEEDS[choice]] || "" : "";
+    }
+
+    // A select whose choices the running core lacks are greyed out, saying why.
+    function choiceSelect(target, key, choices, attrs = {}) {
+      return html`<select value=${target[key]} onChange=${(event) => (target[key] = event.target.value)} ...${attrs}>${
+        choices.map(([value, label]) => html`<option value=${value} selected=${target[key] === value}
+          disabled=${!!why(value)} title=${why(value)}>${label}</option>`)}</select>`;
+    }
 
     function pathField(path, label, input, hint = "") {
       labels[path] = label;
@@ -202,7 +225,7 @@ export const InboundForm = {
       switch (model.protocol) {
         case "shadowsocks":
           return html`
-            ${pathField("settings.method", t("inbound.method"), selectInput(s, "method", SS_METHODS.map((m) => [m, m])))}
+            ${pathField("settings.method", t("inbound.method"), choiceSelect(s, "method", SS_METHODS.map((m) => [m, m])))}
             ${pathField("settings.network", t("inbound.network"), selectInput(s, "network", L4))}
             ${s.method && s.method.startsWith("2022") ? pathField("settings.password", t("inbound.serverKey"), textInput(s, "password"), t("inbound.serverKeyHint")) : null}`;
         case "socks": case "mixed":
@@ -276,11 +299,12 @@ export const InboundForm = {
           ${pathField(`${at}.settings.spiderX`, t("inbound.spiderX"), textInput(extra, "spiderX", { name: "spiderX", placeholder: "/" }))}`;
       }
       return html`<fieldset><legend>${t("inbound.transport")}</legend>
-        ${pathField("streamSettings.network", t("inbound.transport"), selectInput(stream, "network", NETWORKS.map((n) => [n, n])))}
+        ${pathField("streamSettings.network", t("inbound.transport"), choiceSelect(stream, "network", NETWORKS.map((n) => [n, n]), { name: "network" }))}
         ${transport}
         ${pathField("streamSettings.security", t("inbound.security"), html`<select name="security" value=${stream.security}
           onChange=${(event) => setSecurity(event.target.value)}>${securities.map(([value, label]) =>
-            html`<option value=${value} selected=${stream.security === value}>${label}</option>`)}</select>`)}
+            html`<option value=${value} selected=${stream.security === value} disabled=${!!why(value)}
+              title=${why(value)}>${label}</option>`)}</select>`, securities.map(([value, label]) => why(value) && `${label}: ${why(value)}`).filter(Boolean).join(" "))}
         ${security}
       </fieldset>`;
     }
