@@ -51,6 +51,11 @@ def test_the_inbound_form_greys_out_reality_on_v2fly_and_says_why(browser, panel
     expect(xhttp).to_be_disabled()
     expect(xhttp).to_have_attribute("title", f"{V2FLY} XHTTP; it needs Xray")
     expect(form.locator("select[name=network] option[value=ws]")).to_be_enabled()
+    for protocol, feature in (("hysteria2", "Hysteria 2"), ("wireguard", "WireGuard")):
+        option = form.locator(f"select[name=protocol] option[value={protocol}]")
+        expect(option).to_be_disabled()
+        expect(option).to_have_attribute("title", f"{V2FLY} {feature}; it needs Xray")
+    expect(form.locator("select[name=protocol] option[value=vless]")).to_be_enabled()
 
 
 def test_the_client_form_greys_out_vision_on_v2fly_and_says_why(browser, panel, watches):

@@ -44,6 +44,7 @@ const NEEDS = {
   grpc: "gRPC", httpupgrade: "HTTPUpgrade", xhttp: "XHTTP", reality: "REALITY",
   "2022-blake3-aes-128-gcm": "Shadowsocks 2022", "2022-blake3-aes-256-gcm": "Shadowsocks 2022",
   "2022-blake3-chacha20-poly1305": "Shadowsocks 2022",
+  hysteria2: "Hysteria 2", wireguard: "WireGuard",
 };
 // "streamSettings.realitySettings.privateKey must be ... (got ...)": the path and the rest.
 const REFUSAL = /^([A-Za-z][\w.]*(?:\[\d+\])*(?:\.[\w]+)*) (must .*)$/s;
@@ -346,7 +347,8 @@ export const InboundForm = {
         ${pathField("remark", t("inbound.remark"), textInput(model, "remark", { name: "remark" }))}
         ${placeField()}
         ${field(t("inbound.protocol"), html`<select name="protocol" disabled=${editing} value=${model.protocol}
-          onChange=${(e) => setProtocol(e.target.value)}>${PROTOCOLS.map((p) => html`<option value=${p} selected=${p === model.protocol}>${p}</option>`)}</select>`)}
+          onChange=${(e) => setProtocol(e.target.value)}>${PROTOCOLS.map((p) => html`<option value=${p} selected=${p === model.protocol}
+            disabled=${!!why(p)} title=${why(p)}>${p}</option>`)}</select>`)}
         ${pathField("listen", t("inbound.listen"), textInput(model, "listen", { placeholder: "0.0.0.0" }))}
         ${pathField("port", t("inbound.port"), numberInput(model, "port", { name: "port", min: 1, max: 65535 }))}
         ${field(t("inbound.totalGB"), numberInput(form, "totalGB", { min: 0, step: "any" }), t("common.zeroUnlimited"))}
