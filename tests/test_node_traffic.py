@@ -21,6 +21,7 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
+from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic, _checked
 from appliance.store import Store
 
@@ -37,7 +38,7 @@ def world(tmp_path):
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store)
+    nodes = Nodes(store, TokenSeal("a test key"))
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
     inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})

@@ -25,6 +25,7 @@ from gevent.pool import Pool
 from appliance.services.admin.status import History
 from appliance.services.nodes.link import Details, Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.sealing import is_sealed, unopened
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ class NodeHealth:
         """A heartbeat of one stored node; the answer is kept and returned."""
         if not record["enable"]:
             snapshot = {"status": "disabled", "latency": 0, "lastError": ""}
+        elif is_sealed(record["apiToken"]):
+            # Not a node that cannot be reached: one this panel cannot speak for.
+            snapshot = {
+                "status": "error",
+                "latency": 0,
+                "lastError": unopened(details(record).label),
+            }
         else:
             snapshot = self._beat(details(record))
         self._keep(record, snapshot)
