@@ -131,3 +131,18 @@ def test_node_traffic_past_a_quota_is_swept(world):
     nodes._count(1, answer({"bob": (400, 700)}))
     assert nodes.sweep() == ["bob"]
     assert world[4].get("bob")["client"]["enable"] is False
+
+
+def test_a_client_bound_to_the_node_later_is_charged_from_then_on(world):
+    """What a node reported for a client while it was not bound there is never charged:
+    neither then, nor once the client is bound to it."""
+    _, _, _, _, clients, inbounds, _ = world
+    home = inbounds.add({"protocol": "vless", "port": 4432, "tag": "home"})
+    clients.add({"client": {"email": "carol"}, "inboundIds": [home["id"]]})
+    nodes = counting(world)
+    nodes._count(1, answer({"carol": (100, 1000)}))
+    assert traffic(world, "carol") == (0, 0)
+    assert nodes.ignored.view(1) == {"count": 1, "clients": ["carol"], "inbounds": []}
+    clients.attach("carol", {"inboundIds": [1]})
+    nodes._count(1, answer({"carol": (150, 1600)}))
+    assert traffic(world, "carol") == (50, 600)
