@@ -76,7 +76,7 @@ def main() -> int:
             "after_1000_moved_bytes": len(part),
         }
 
-        nodes = Nodes(store, TokenSeal("a test key"))
+        nodes = Nodes(store, TokenSeal(lambda: "a test key"))
         identity = Identity("00000000-0000-4000-8000-000000000000")
         traffic = NodeTraffic(
             nodes,

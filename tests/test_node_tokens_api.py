@@ -60,12 +60,13 @@ def test_a_fresh_panel_seals_node_tokens_with_a_key_outside_the_database(tmp_pat
     node = start_panel(tmp_path_factory.mktemp("sealed-node"))
     central = start_panel(tmp_path_factory.mktemp("sealing-central"))
     try:
+        key_path = os.path.join(central.data_dir, KEY_FILE)
+        assert os.path.exists(key_path)  # made at the first start, before any node
         token = node_token(node, "sealed")
         added = add_node(central.client(), node, "edge", token)
         assert added["status"] == "online" and added["hasApiToken"] is True
         stored = stored_tokens(central)
         assert stored["edge"].startswith("sealed:v1:") and token not in stored["edge"]
-        key_path = os.path.join(central.data_dir, KEY_FILE)
         assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
         key = Path(key_path).read_bytes().strip()
         assert len(key) >= 32

@@ -38,7 +38,7 @@ def world(tmp_path):
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store, TokenSeal("a test key"))
+    nodes = Nodes(store, TokenSeal(lambda: "a test key"))
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
     inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})

@@ -154,7 +154,8 @@ class Panel:
             node_save_failed=lambda before, after: self.deploy.save_failed(before, after),
         )
         self.hosts = Hosts(self.store)
-        self.nodes = Nodes(self.store, TokenSeal(node_key(options.data_dir, dict(os.environ))))
+        seal = TokenSeal(lambda: node_key(options.data_dir, dict(os.environ)))
+        self.nodes = Nodes(self.store, seal)
         self.node_health = NodeHealth(
             self.nodes,
             self.node_identity,
@@ -270,6 +271,7 @@ class Panel:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))
+        self.nodes.seal.load()
         sealed, unopened = self.nodes.seal_stored()
         if sealed:
             log.info("%d node API token(s) sealed at rest", sealed)

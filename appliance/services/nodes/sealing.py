@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+from collections.abc import Callable
 
 from appliance.errors import ServiceError
 
@@ -33,16 +34,19 @@ SEALED_PREFIX = "sealed:v1:"
 
 
 class TokenSeal:
-    def __init__(self, secret: str):
-        from cryptography.fernet import Fernet
+    """Seals and opens tokens with the secret `secret()` gives, read when the panel starts
+    (`load`) or first needed: the offline commands, which never touch a node token, make
+    no key file."""
 
-        self._fernet = Fernet(base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()))
+    def __init__(self, secret: Callable[[], str]):
+        self._secret = secret
+        self._fernet = None
 
     def seal(self, token: str) -> str:
         """`token` as stored: sealed (a sealed one stays as it is)."""
         if not token or is_sealed(token):
             return token
-        return SEALED_PREFIX + self._fernet.encrypt(token.encode()).decode()
+        return SEALED_PREFIX + self._key().encrypt(token.encode()).decode()
 
     def open(self, stored: str) -> str:
         """The token `stored` holds; a sealed one this key cannot open stays sealed."""
@@ -51,9 +55,21 @@ class TokenSeal:
         from cryptography.fernet import InvalidToken
 
         try:
-            return self._fernet.decrypt(stored[len(SEALED_PREFIX) :].encode()).decode()
+            return self._key().decrypt(stored[len(SEALED_PREFIX) :].encode()).decode()
         except (InvalidToken, ValueError):
             return stored
+
+    def load(self) -> None:
+        """Read (or make) the key now: what a panel does as it starts."""
+        self._key()
+
+    def _key(self):
+        if self._fernet is None:
+            from cryptography.fernet import Fernet
+
+            digest = hashlib.sha256(self._secret().encode()).digest()
+            self._fernet = Fernet(base64.urlsafe_b64encode(digest))
+        return self._fernet
 
 
 def node_key(data_dir: str, environ: dict[str, str]) -> str:
