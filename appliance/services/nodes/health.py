@@ -164,7 +164,8 @@ class NodeHealth:
 
 
 def _summary(status: dict, latency: int) -> dict[str, Any]:
-    """The heartbeat fields out of a node's `server/status`."""
+    """The heartbeat fields out of a node's `server/status`, each cut to the length its
+    column holds (a longer one would fail every beat's write on PostgreSQL and MariaDB)."""
     memory = status.get("mem") if isinstance(status.get("mem"), dict) else {}
     total = memory.get("total") or 0
     core = status.get("core") if isinstance(status.get("core"), dict) else {}
@@ -176,9 +177,9 @@ def _summary(status: dict, latency: int) -> dict[str, Any]:
         "mem": _number(memory.get("current")) * 100.0 / total if _number(total) else 0.0,
         "coreState": _text(core.get("state")),
         "coreVersion": _text(core.get("version")),
-        "panelVersion": _text(status.get("panelVersion")),
-        "guid": _text(status.get("guid")),
-        "parentGuid": _text(status.get("parentGuid")),
+        "panelVersion": _text(status.get("panelVersion"), 32),
+        "guid": _text(status.get("guid"), 36),
+        "parentGuid": _text(status.get("parentGuid"), 36),
     }
 
 
