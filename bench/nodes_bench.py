@@ -32,6 +32,7 @@ from appliance.services.clients.query import ClientQuery
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
+from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic, _checked
 from appliance.store.client_writes import ClientNotes
 
@@ -75,7 +76,7 @@ def main() -> int:
             "after_1000_moved_bytes": len(part),
         }
 
-        nodes = Nodes(store)
+        nodes = Nodes(store, TokenSeal(lambda: "a test key"))
         identity = Identity("00000000-0000-4000-8000-000000000000")
         traffic = NodeTraffic(
             nodes,

@@ -9,13 +9,22 @@ A node that runs the real core (`core_node`) listens on a port fixed at its firs
 so it can be killed and started again on its data directory at the address the central
 panel holds; `mirror_on_node` makes the node's side of an inbound bound to it and of its
 clients, as deployment does.
+
+A compromised node is played by `ForgingNode`: a small HTTP server on loopback in front
+of a real node panel, passing every call through and rewriting the answers of the paths
+it is told to forge, so deployment, heartbeats and polls all reach a working node while
+what it reports is whatever the test says.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import requests
 from conftest import PanelServer, start_panel
 from core_panel import CORE_ENV, loopback_template, wait_until
 from helpers import INBOUNDS, create_inbound, free_port, ok
@@ -106,3 +115,66 @@ def mirror_on_node(node_api, central_inbound: dict, clients: list[dict]) -> dict
 
     wait_until(serving, f"the node's core runs inbound {tag}")
     return inbound
+
+
+# ---- a node that lies -------------------------------------------------------------------
+
+
+class ForgingNode:
+    """A node panel behind a proxy that rewrites the `obj` of chosen answers: `forgers`
+    maps a path under the panel (such as `/panel/api/clients/counters`) to a function of
+    the real `obj`; `calls` counts the forged answers per path."""
+
+    def __init__(self, node: PanelServer):
+        self.node = node
+        self.forgers: dict[str, Callable] = {}
+        self.calls: dict[str, int] = {}
+        owner = self
+        base = urlsplit(node.url).path.rstrip("/")
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.relay()
+
+            def do_POST(self) -> None:
+                self.relay()
+
+            def relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("authorization", "content-type", "accept", "x-panel-guid")
+                }
+                reply = requests.request(
+                    self.command,
+                    owner.node.url + self.path.removeprefix(base),
+                    data=body,
+                    headers=headers,
+                    timeout=30,
+                )
+                content = reply.content
+                forger = owner.forgers.get(self.path.removeprefix(base))
+                if forger is not None and reply.status_code == 200:
+                    answer = reply.json()
+                    answer["obj"] = forger(answer["obj"])
+                    content = json.dumps(answer).encode()
+                    key = self.path.removeprefix(base)
+                    owner.calls[key] = owner.calls.get(key, 0) + 1
+                self.send_response(reply.status_code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -21,6 +21,7 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
+from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic, _checked
 from appliance.store import Store
 
@@ -37,7 +38,7 @@ def world(tmp_path):
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store)
+    nodes = Nodes(store, TokenSeal(lambda: "a test key"))
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
     inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})
@@ -130,3 +131,18 @@ def test_node_traffic_past_a_quota_is_swept(world):
     nodes._count(1, answer({"bob": (400, 700)}))
     assert nodes.sweep() == ["bob"]
     assert world[4].get("bob")["client"]["enable"] is False
+
+
+def test_a_client_bound_to_the_node_later_is_charged_from_then_on(world):
+    """What a node reported for a client while it was not bound there is never charged:
+    neither then, nor once the client is bound to it."""
+    _, _, _, _, clients, inbounds, _ = world
+    home = inbounds.add({"protocol": "vless", "port": 4432, "tag": "home"})
+    clients.add({"client": {"email": "carol"}, "inboundIds": [home["id"]]})
+    nodes = counting(world)
+    nodes._count(1, answer({"carol": (100, 1000)}))
+    assert traffic(world, "carol") == (0, 0)
+    assert nodes.ignored.view(1) == {"count": 1, "clients": ["carol"], "inbounds": []}
+    clients.attach("carol", {"inboundIds": [1]})
+    nodes._count(1, answer({"carol": (150, 1600)}))
+    assert traffic(world, "carol") == (50, 600)

@@ -7,9 +7,8 @@ nothing) when the pin is wrong, when the pinned certificate has expired and when
 system's CA store is asked. With mTLS the central panel mints a CA whose client
 certificate it presents; once the node trusts that CA (after a restart), a call with a
 node token must come with that certificate. A third panel plays a second managing panel
-without it, and then a node of the node, for the tree `server/descendants` lists. Last,
-node tokens sealed at rest with APPLIANCE_NODE_KEY: opened with that key, refused with a
-sentence under another.
+without it, and then a node of the node, for the tree `server/descendants` lists. How
+node tokens are kept at rest is tests/test_node_tokens_api.py.
 """
 
 from __future__ import annotations
@@ -31,14 +30,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from helpers import (
     certs_dir,
-    db_rows,
     free_port,
     ok,
     refused,
     self_signed_certificate,
     write_key,
 )
-from node_panels import NODES, add_node, connection, node_token
+from node_panels import NODES, add_node, connection
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
@@ -450,51 +448,3 @@ def test_a_node_certificate_of_a_trusted_ca_passes_system_and_mtls_without_a_pin
     assert without["status"] == "error" and "client certificate" in without["lastError"]
     mutual = {**verified, "tlsVerifyMode": "mtls"}
     assert ok(third_api.post(f"{NODES}/test", mutual))["status"] == "online"
-
-
-def started_again(server: PanelServer, **env: str) -> PanelServer:
-    """`server` stopped and started on the same data and database, with `env` changed."""
-    server.stop()
-    again = PanelServer(
-        server.data_dir,
-        server.args,
-        {**server.env, **env},
-        db_url=server.db_url,
-        username=server.username,
-        password=server.password,
-    )
-    return again.start()
-
-
-def stored_tokens(server: PanelServer) -> dict[str, str]:
-    return dict(db_rows(server, "SELECT name, api_token FROM node"))
-
-
-def test_node_tokens_are_sealed_at_rest_with_the_environment_key(tmp_path_factory):
-    node = start_panel(tmp_path_factory.mktemp("sealed-node"))
-    central = start_panel(tmp_path_factory.mktemp("sealing-central"))
-    try:
-        token = node_token(node, "before-the-key")
-        add_node(central.client(), node, "early", token)
-        assert stored_tokens(central) == {"early": token}
-        central = started_again(central, APPLIANCE_NODE_KEY="first key " + "k" * 32)
-        api = central.client()
-        later = node_token(node, "with-the-key")
-        added = add_node(api, node, "later", later)
-        assert added["apiToken"] == "" and added["hasApiToken"] is True
-        stored = stored_tokens(central)
-        assert all(value.startswith("sealed:v1:") for value in stored.values()), stored
-        assert token not in stored["early"] and later not in stored["later"]
-        early_id = next(n["id"] for n in ok(api.get(f"{NODES}/list")) if n["name"] == "early")
-        assert ok(api.post(f"{NODES}/probe/{early_id}"))["status"] == "online"
-        central = started_again(central, APPLIANCE_NODE_KEY="another key " + "k" * 32)
-        api = central.client()
-        refusal = ok(api.post(f"{NODES}/probe/{early_id}"))
-        assert refusal["status"] != "online"
-        assert "APPLIANCE_NODE_KEY" in refusal["lastError"], refusal
-        assert stored_tokens(central) == stored
-        again = {**connection(node, node_token(node, "entered-again")), "name": "early"}
-        assert ok(api.post(f"{NODES}/update/{early_id}", again))["status"] == "online"
-    finally:
-        stop_and_drop(central)
-        stop_and_drop(node)

@@ -31,7 +31,7 @@ from helpers import (
     write_certificate,
     write_key,
 )
-from node_panels import NODES, connection, node_token
+from node_panels import NODES, ForgingNode, add_node, connection, node_token, with_interval
 from test_core_e2e import add_inbound, client_core, core_panel, passes, push, route
 from test_ui import DESKTOP, WAIT_MS, client_row, expect, go, open_inbound_form, signed_in_page
 from test_ui import artifacts as artifacts
@@ -362,3 +362,44 @@ def test_a_tls_node_is_pinned_to_the_fingerprint_the_admin_confirmed(
         ok(api.post(f"{NODES}/del/{saved['id']}"))
     finally:
         stop_and_drop(tls_node)
+
+
+def test_a_node_reporting_on_clients_not_bound_to_it_is_marked(browser, watches, tmp_path_factory):
+    """A node that sends counters for a client of an inbound here: its row says how many
+    such reports were ignored, and names them."""
+    node = start_panel(tmp_path_factory.mktemp("forging-node"))
+    central = with_interval(start_panel(tmp_path_factory.mktemp("forged-central")))
+    forging = ForgingNode(node)
+    try:
+        api = central.client()
+        inbound = add_inbound(api, "vless")
+        email = "ext@ui"
+        body = {"client": {"email": email}, "inboundIds": [inbound["id"]]}
+        ok(api.post("/panel/api/clients/add", body))
+
+        def forged(obj: dict) -> dict:
+            obj["clients"].append({"email": email, "up": 1 << 30, "down": 1 << 30})
+            return obj
+
+        forging.forgers = {"/panel/api/clients/counters": forged}
+        record = add_node(api, node, "forging", port=forging.port)
+        wait_until(
+            lambda: ok(api.get(f"{NODES}/get/{record['id']}"))["ignoredReports"]["count"] == 1,
+            "the forged report is ignored",
+            30,
+        )
+        page = signed_in_page(browser, central, watches, viewport=DESKTOP)
+        go(page, "nodes")
+        row = node_row(page, "forging")
+        mark = row.locator("[data-testid=node-ignored-reports]")
+        expect(mark).to_have_text("ignored reports: 1")
+        expect(mark).to_have_attribute("title", re.compile(re.escape(email)))
+        row.locator("[data-testid=expand-node]").click()
+        names = page.locator(
+            f"tr[data-details-of='{record['id']}'] [data-testid=node-ignored-names]"
+        )
+        expect(names).to_contain_text(email)
+    finally:
+        forging.close()
+        stop_and_drop(central)
+        stop_and_drop(node)

@@ -81,7 +81,7 @@ from appliance.services.nodes.master_traffic import MasterTraffic
 from appliance.services.nodes.operations import NodeOperations
 from appliance.services.nodes.parent import ManagingPanel
 from appliance.services.nodes.records import Nodes
-from appliance.services.nodes.sealing import NODE_KEY_ENV, TokenSeal
+from appliance.services.nodes.sealing import KEY_FILE, NODE_KEY_ENV, TokenSeal, node_key
 from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
@@ -161,7 +161,8 @@ class Panel:
             node_save_failed=lambda before, after: self.deploy.save_failed(before, after),
         )
         self.hosts = Hosts(self.store)
-        self.nodes = Nodes(self.store, seal=TokenSeal(os.environ.get(NODE_KEY_ENV, "")))
+        seal = TokenSeal(lambda: node_key(options.data_dir, dict(os.environ)))
+        self.nodes = Nodes(self.store, seal)
         self.node_health = NodeHealth(
             self.nodes,
             self.node_identity,
@@ -280,9 +281,19 @@ class Panel:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))
-        sealed = self.nodes.seal_stored()
+        self.nodes.seal.load()
+        sealed, unopened = self.nodes.seal_stored()
         if sealed:
-            log.info("%d node API token(s) sealed with %s", sealed, NODE_KEY_ENV)
+            log.info("%d node API token(s) sealed at rest", sealed)
+        if unopened:
+            log.warning(
+                "the API tokens of node(s) %s are sealed with a key this panel does not have "
+                "(another host's %s, or another %s): enter each node's token again, or start "
+                "with that key",
+                ", ".join(unopened),
+                KEY_FILE,
+                NODE_KEY_ENV,
+            )
         self.auth.restore_blocks()
         return self.auth.bootstrap()
 

@@ -234,12 +234,14 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         allow_private_address = Required(bool, default=False)
         tls_verify_mode = Required(str, 8, default="system")
         cert_fingerprint = Optional(str, 64)
-        guid = Optional(str, 36)
-        parent_guid = Optional(str, 36)
-        panel_version = Optional(str, 32)
-        core_version = Optional(str, 64)
-        last_heartbeat = Required(int, size=64, default=0)
-        dirty = Required(bool, default=False)
+        # What the heartbeat and the deployments write while an admin may be editing
+        # the record: the last write wins, never an optimistic-check error.
+        guid = Optional(str, 36, optimistic=False)
+        parent_guid = Optional(str, 36, optimistic=False)
+        panel_version = Optional(str, 32, optimistic=False)
+        core_version = Optional(str, 64, optimistic=False)
+        last_heartbeat = Required(int, size=64, default=0, optimistic=False)
+        dirty = Required(bool, default=False, optimistic=False)
         created_at = Required(int, size=64, default=0)
         updated_at = Required(int, size=64, default=0)
 

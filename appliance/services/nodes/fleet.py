@@ -145,6 +145,7 @@ class Fleet:
             "clientCount": counts.get("clients", 0),
             "onlineCount": counts.get("online", 0),
             "depletedCount": counts.get("depleted", 0),
+            "ignoredReports": self.traffic.ignored.view(record["id"]),
         }
 
     def _counts(self) -> dict[int, dict]:

@@ -37,6 +37,7 @@ from appliance.services.nodes.link import (
     NodeLink,
 )
 from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.sealing import is_sealed, unopened
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,9 @@ class NodeHealth:
         node whose answer is not the panel API's, as `probe` does."""
         if not record["enable"]:
             return {"status": "disabled", "latency": 0, "lastError": ""}
+        if is_sealed(record["apiToken"]):
+            # Not a node that cannot be reached: one this panel cannot speak for.
+            return {"status": "error", "latency": 0, "lastError": unopened(details(record).label)}
         return self._beat(details(record), strict)
 
     def beat_all(self) -> None:
@@ -177,7 +181,8 @@ class NodeHealth:
 
 
 def _summary(status: dict, latency: int) -> dict[str, Any]:
-    """The heartbeat fields out of a node's `server/status`."""
+    """The heartbeat fields out of a node's `server/status`, each cut to the length its
+    column holds (a longer one would fail every beat's write on PostgreSQL and MariaDB)."""
     memory = status.get("mem") if isinstance(status.get("mem"), dict) else {}
     total = _number(memory.get("total"))
     core = status.get("core") if isinstance(status.get("core"), dict) else {}
@@ -189,9 +194,9 @@ def _summary(status: dict, latency: int) -> dict[str, Any]:
         "mem": min(100.0, _number(memory.get("current")) * 100.0 / total) if total > 0 else 0.0,
         "coreState": _text(core.get("state")),
         "coreVersion": _text(core.get("version")),
-        "panelVersion": _text(status.get("panelVersion")),
-        "guid": _text(status.get("guid")),
-        "parentGuid": _text(status.get("parentGuid")),
+        "panelVersion": _text(status.get("panelVersion"), 32),
+        "guid": _text(status.get("guid"), 36),
+        "parentGuid": _text(status.get("parentGuid"), 36),
     }
 
 

@@ -46,7 +46,7 @@ from appliance.runtime.egress import (
     host_key,
 )
 from appliance.runtime.reader import Unreadable, parse_json
-from appliance.services.nodes.sealing import NODE_KEY_ENV, is_sealed
+from appliance.services.nodes.sealing import is_sealed, unopened
 
 GUID_HEADER = "X-Panel-Guid"
 CONNECT_TIMEOUT = 5
@@ -150,11 +150,7 @@ class NodeLink:
         """The `obj` of the node's answer to `method path` (a path under the panel's base,
         such as `/panel/api/server/status`); `NodeError` when it fails, saying why."""
         if is_sealed(self.details.api_token):
-            raise NodeError(
-                f"{self.details.label}: its API token is stored sealed with an "
-                f"{NODE_KEY_ENV} this run does not have (unset, or another key); start the "
-                "panel with that key, or enter the node's API token again. Nothing was sent"
-            )
+            raise NodeError(unopened(self.details.label))
         headers = {
             "Authorization": f"Bearer {self.details.api_token}",
             GUID_HEADER: self.identity.guid,

@@ -4,8 +4,8 @@ A record holds how to reach a node (scheme, address, port, basePath, its API tok
 how to trust it (`tlsVerifyMode`, `certFingerprint`, `allowPrivateAddress`); what the
 node says of itself (guid, versions, health) is filled in by the heartbeat. The token is
 a credential for another machine: it is never shown again once saved (a view carries
-`hasApiToken`), an update that leaves `apiToken` empty keeps it, and with
-`APPLIANCE_NODE_KEY` set it is sealed at rest (`sealing.py`).
+`hasApiToken`), an update that leaves `apiToken` empty keeps it, and it is sealed at rest
+with a key kept outside the database (`sealing.py`).
 
 Deleting a node leaves the inbounds bound to it in place, here and on the node: they are
 not migrated anywhere (the admin rebinds or deletes them), and the view of each says its
@@ -50,13 +50,11 @@ FIELDS = (
 
 
 class Nodes:
-    def __init__(
-        self, store, clock: Callable[[], float] = time.time, seal: TokenSeal | None = None
-    ):
+    def __init__(self, store, seal: TokenSeal, clock: Callable[[], float] = time.time):
         self.store = store
         self.clock = clock
-        # How API tokens are kept at rest: sealed with APPLIANCE_NODE_KEY, when it is set.
-        self.seal = seal or TokenSeal()
+        # How API tokens are kept at rest: sealed, with a key kept outside the database.
+        self.seal = seal
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -141,15 +139,19 @@ class Nodes:
             for row in select(n for n in self.store.Node if n.id in ids and n.dirty != dirty):
                 row.dirty = dirty
 
-    def seal_stored(self) -> int:
-        """Seal the tokens stored before the key was set; returns how many."""
-        if not self.seal.active:
-            return 0
+    def seal_stored(self) -> tuple[int, list[str]]:
+        """Seal the tokens stored in plaintext; returns how many, and the names of the
+        nodes whose sealed token this key cannot open."""
         with db_session:
             rows = [n for n in select(n for n in self.store.Node) if not is_sealed(n.api_token)]
             for row in rows:
                 row.api_token = self.seal.seal(row.api_token)
-            return len(rows)
+            unopened = [
+                n.name
+                for n in select(n for n in self.store.Node).order_by(1)
+                if is_sealed(self.seal.open(n.api_token))
+            ]
+            return len(rows), unopened
 
     def check_name(self, name: str, own_id: int | None) -> None:
         """Refuse a name another node already has."""
@@ -195,10 +197,12 @@ def details(record: dict) -> Details:
 
 
 def public_view(record: dict) -> dict:
-    """A stored record as replies show it: everything but the token."""
+    """A stored record as replies show it: everything but the token. A token this panel
+    cannot open (sealed under another key) is one the admin must enter again."""
+    token = record.get("apiToken") or ""
     view = {k: v for k, v in record.items() if k != "apiToken"}
     view["apiToken"] = ""
-    view["hasApiToken"] = bool(record.get("apiToken"))
+    view["hasApiToken"] = bool(token) and not is_sealed(token)
     return view
 
 

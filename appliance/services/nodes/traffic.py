@@ -7,7 +7,8 @@ a slow node costs one slot, never a request. The rule is the core's (see
 `services/clients/traffic.py`): counters are read absolute and never reset, the last
 value seen of each is kept per node in `node_counter`, and the difference is added to the
 client's traffic (matched by email) and to the node's inbound here (matched by tag, with
-the `n<id>-` prefix) in the same transaction that moves the kept values forward. So:
+the `n<id>-` prefix) in the same transaction that moves the kept values forward, for
+the clients and inbounds bound to that node only (`reports.py`). So:
 - a poll repeated after a timeout, or answered twice, adds nothing the second time;
 - a central panel killed between polls reads the kept values again and goes on;
 - a node restarted (or killed) keeps its counters in its own database, so its next
@@ -50,6 +51,13 @@ from appliance.services.clients.traffic import ADD_UP_DOWN, added, start_clocks
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.reports import (
+    IgnoredReports,
+    bound_keys,
+    bound_tags,
+    known_emails,
+    known_tags,
+)
 from appliance.store.batches import chunks
 
 log = logging.getLogger(__name__)
@@ -126,6 +134,8 @@ class NodeTraffic:
         # One node's answer written at a time: each is a short transaction, and two
         # touching the same clients' rows never wait on each other in a circle.
         self._writing = Semaphore()
+        # What each node reported on clients and inbounds not bound to it.
+        self.ignored = IgnoredReports()
 
     # ---- the job ----------------------------------------------------------------------
 
@@ -138,6 +148,7 @@ class NodeTraffic:
         for node_id in [n for n in self._born if born.get(n) != self._born[n]]:
             self._drop(node_id)
             self._last.pop(node_id, None)
+            self.ignored.forget(node_id)
             del self._born[node_id]
         self._born.update(born)
         records = [r for r in every if r["enable"] and self.health.online(r["id"])]
@@ -184,22 +195,25 @@ class NodeTraffic:
             log.info("traffic of node %s not read: %s", record["name"], exc.msg)
             return
         with self._writing:
-            clients, inbounds = self._count(node_id, answer)
+            clients, inbounds = self._count(node_id, answer, record["name"])
         state.cursor = answer.cursor
         state.polled_at = self.clock()
         state.guid = self.health.snapshot(node_id).get("guid", "") or record.get("guid", "")
         self.presence.seen(list(clients), list(inbounds), origin=node_id)
         try:
             self._push(node_id, link, state)
-            self._read_ips(link, state)
+            self._read_ips(record, link, state)
         except NodeError as exc:
             log.info("node %s: %s", record["name"], exc.msg)
 
     # ---- counting ---------------------------------------------------------------------
 
-    def _count(self, node_id: int, answer: _Answer) -> tuple[dict, dict]:
+    def _count(self, node_id: int, answer: _Answer, node: str = "") -> tuple[dict, dict]:
         """Add what moved since the kept values, and keep the new ones, in one
-        transaction; returns what moved (email key -> [up, down], central tag -> ...)."""
+        transaction; returns what moved (email key -> [up, down], central tag -> ...).
+        Only the clients and inbounds bound to the node count (`reports.py`); the kept
+        values of the others move on all the same, so a client bound to the node later
+        is charged from then on, not with what the node counted before."""
         now = int(self.clock() * 1000)
         with db_session:
             if not self.store.Node.exists(id=node_id):
@@ -212,16 +226,23 @@ class NodeTraffic:
                 _measure(USER + key, (up, down), last, changed, clients, key)
             for tag, values in answer.inbounds.items():
                 _measure(INBOUND + tag, values, last, changed, inbounds, f"n{node_id}-{tag}")
+            foreign = _keep_only(clients, bound_keys(self.store, node_id, clients))
+            strays = _keep_only(inbounds, bound_tags(self.store, node_id))
             gone = []
             if answer.full:
                 names = {USER + key for key in answer.clients}
                 names |= {INBOUND + tag for tag in answer.inbounds}
                 gone = [name for name in last if name not in names]
             self._write(node_id, now, clients, inbounds, changed, last, gone)
+            emails = known_emails(self.store, foreign).values() if foreign else []
+            tags = known_tags(self.store, strays) if strays else set()
         for name in gone:
             del last[name]
         last.update(changed)
         self.store.client_writes.committed(moved=clients)
+        label = node or f"#{node_id}"
+        self.ignored.note(label, node_id, "traffic", "client", emails)
+        self.ignored.note(label, node_id, "traffic", "inbound", tags)
         return clients, inbounds
 
     def _kept(self, node_id: int) -> dict[str, tuple[int, int]]:
@@ -325,14 +346,34 @@ class NodeTraffic:
                     )
         return {key: (email, up, down) for key, email, up, down in rows}
 
-    def _read_ips(self, link: NodeLink, state: _NodeState) -> None:
+    def _read_ips(self, record: dict, link: NodeLink, state: _NodeState) -> None:
+        """The node's client addresses, per guid: its own and those of the nodes under
+        it, never this panel's or another node's of this panel, and only for the
+        clients bound to it."""
         now = self.clock()
         if now - state.ips_at < IPS_SECONDS:
             return
         state.ips_at = now
         answer = link.call("POST", IPS_PATH, timeout=POLL_TIMEOUT)
-        if isinstance(answer, dict):
-            state.ips = {g: v for g, v in answer.items() if isinstance(v, dict)}
+        if not isinstance(answer, dict):
+            return
+        node_id = record["id"]
+        others = {r["guid"] for r in self.nodes.rows() if r["id"] != node_id and r["guid"]}
+        others.add(self.identity().guid)
+        found = {
+            guid: {e: v for e, v in entries.items() if isinstance(e, str) and 0 < len(e) <= 255}
+            for guid, entries in answer.items()
+            if isinstance(entries, dict) and guid not in others
+        }
+        keys = {email_key(e) for entries in found.values() for e in entries}
+        with db_session:
+            allowed = bound_keys(self.store, node_id, keys)
+            foreign = known_emails(self.store, keys - allowed) if keys - allowed else {}
+        state.ips = {
+            guid: {e: v for e, v in entries.items() if email_key(e) in allowed}
+            for guid, entries in found.items()
+        }
+        self.ignored.note(record["name"], node_id, "addresses", "client", foreign.values())
 
     # ---- what the polls found -----------------------------------------------------------
 
@@ -379,6 +420,14 @@ class NodeTraffic:
         its kept values stay (deleting a node deletes them)."""
         self._states.pop(node_id, None)
         self.presence.forget(node_id)
+
+
+def _keep_only(moved: dict, allowed: set[str]) -> list[str]:
+    """Drop from `moved` what is not in `allowed`; returns what was dropped."""
+    dropped = [name for name in moved if name not in allowed]
+    for name in dropped:
+        del moved[name]
+    return dropped
 
 
 def _measure(name, values, last, changed, moved, owner) -> None:

@@ -157,7 +157,14 @@ export const NodesPage = {
         ${node.lastError && !open ? html`<div><button class="link small" data-testid="node-why"
           onClick=${() => flip(expanded, node.id, true)}>${t("nodes.why")}</button></div>` : null}
         ${node.outOfStep ? html`<div class="badge core-error node-mark" data-testid="node-out-of-step"
-          title=${t("nodes.outOfStepHint")}>${t("nodes.mark.outOfStep")}</div>` : null}</div></td>`;
+          title=${t("nodes.outOfStepHint")}>${t("nodes.mark.outOfStep")}</div>` : null}
+        ${node.ignoredReports?.count ? html`<div class="badge core-error node-mark" data-testid="node-ignored-reports"
+          title=${ignoredNames(node)}>${t("nodes.mark.ignoredReports", { count: node.ignoredReports.count })}</div>` : null}</div></td>`;
+    }
+
+    function ignoredNames(node) {
+      const { clients, inbounds } = node.ignoredReports;
+      return t("nodes.ignoredReportsHint", { names: [...clients, ...inbounds].join(", ") });
     }
 
     function row(node) {
@@ -187,6 +194,7 @@ export const NodesPage = {
       if (!open) return main;
       return [main, html`<tr key=${`details-${node.id}`} class="inbound-clients" data-details-of=${node.id}><td class="node-details" colspan=${COLUMNS}>
         ${node.lastError ? html`<p class="error-text" data-testid="node-error">${node.lastError}</p>` : null}
+        ${node.ignoredReports?.count ? html`<p class="error-text" data-testid="node-ignored-names">${ignoredNames(node)}</p>` : null}
         <dl class="info">
           <div><dt>${t("nodes.guid")}</dt><dd><code>${node.guid || "—"}</code></dd></div>
           <div><dt>${t("nodes.lastHeartbeat")}</dt><dd>${node.lastHeartbeat ? formatDate(node.lastHeartbeat * 1000) : t("common.never")}</dd></div>
