@@ -6,6 +6,7 @@ test_ui)."""
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import urlsplit
 
 import pytest
@@ -171,3 +172,53 @@ def test_logs_open_at_the_newest_line_and_stay_where_the_admin_reads(
     page.locator("main select").nth(0).select_option("500")
     expect(page.get_by_role("button", name="Refresh")).to_be_enabled()
     wait_until(lambda: log.evaluate(at_end), "the log follows its newest line")
+
+
+def test_the_client_form_shows_sets_and_renews_the_uuid_and_password(
+    browser,  # noqa: F811
+    core_panel,
+    watches,  # noqa: F811
+):
+    api = core_panel.client()
+    inbound = vless(api, "keys-vless")
+    trojan = create_inbound(
+        api,
+        {"remark": "keys-trojan", "protocol": "trojan", "port": free_port(), "settings": {}},
+    )
+    page = signed_in_page(browser, core_panel, watches, viewport=DESKTOP)
+    go(page, "clients")
+    page.click("[data-testid=add-client]")
+    form = page.locator("#client-form")
+    form.locator("input[name=email]").fill("keys@ex")
+    form.locator(f"input[name=inbound][value='{inbound['id']}']").check()
+    field = form.locator("input[name=uuid]")
+    first = field.input_value()
+    assert str(uuid.UUID(first)) == first
+    expect(form.locator("input[name=password]")).to_have_count(0)
+    form.locator("[data-testid=new-uuid]").click()
+    expect(field).not_to_have_value(first)
+    assert str(uuid.UUID(field.input_value())) == field.input_value()
+    field.fill("not-a-uuid")
+    page.click("button[form=client-form]")
+    expect(page.locator(".toast.error")).to_contain_text("id must be a UUID")
+    chosen = str(uuid.uuid4())
+    field.fill(chosen)
+    page.click("button[form=client-form]")
+    page.locator(".toast.success").wait_for()
+    assert ok(api.get(f"{CLIENTS}/get/keys@ex"))["client"]["id"] == chosen
+
+    ok(api.post(f"{CLIENTS}/keys@ex/attach", {"inboundIds": [trojan["id"]]}))
+    stored = ok(api.get(f"{CLIENTS}/get/keys@ex"))["client"]["password"]
+    page.reload()
+    page.locator("tr[data-email='keys@ex']").get_by_role("button", name="Edit").click()
+    password = form.locator("input[name=password]")
+    expect(password).to_have_value(stored)
+    expect(form.locator("input[name=uuid]")).to_have_value(chosen)
+    form.locator("[data-testid=new-password]").click()
+    expect(password).not_to_have_value(stored)
+    renewed = password.input_value()
+    assert len(renewed) == 16
+    page.click("button[form=client-form]")
+    page.locator(".toast.success").wait_for()
+    client = ok(api.get(f"{CLIENTS}/get/keys@ex"))["client"]
+    assert (client["password"], client["id"]) == (renewed, chosen)
