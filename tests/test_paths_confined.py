@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import start_panel
+from conftest import start_panel, stop_and_drop
+from core_panel import CORE_ENV
 from helpers import (
     REALITY,
     TLS,
@@ -632,3 +633,25 @@ def test_stored_sockets_folders_and_key_logs_are_left_out_and_the_panel_starts(t
         assert ok(api.get(f"{INBOUNDS}/get/{bad_listen['id']}"))["listen"] == OUTSIDE_SOCKET
     finally:
         server.stop()
+
+
+def test_a_missing_certificate_in_its_place_is_named_in_words(tmp_path):
+    """A certificate path inside its folder that names no file: the core refuses the
+    config, and the refusal says which file of which inbound is missing in words, not in
+    the JSON path of the core's config."""
+    server = start_panel(tmp_path, env=CORE_ENV)
+    try:
+        api = server.client()
+        missing = str(certs_dir(server) / "absent.pem")
+        cert, key = write_self_signed(certs_dir(server), "words.example")
+        inbound = {**tls_inbound(missing, str(key)), "remark": "words"}
+        reply = api.post(f"{INBOUNDS}/add", inbound)
+        refused(reply, f"the certificate file {missing} of inbound 'words' does not exist")
+        assert "tlsSettings" not in reply["msg"], reply["msg"]
+        stored = ok(api.post(f"{INBOUNDS}/add", {**tls_inbound(cert, str(key)), "remark": "w"}))
+        moved = {**stored, "streamSettings": tls_inbound(cert, missing)["streamSettings"]}
+        reply = api.post(f"{INBOUNDS}/update/{stored['id']}", moved)
+        refused(reply, f"the key file {missing} of inbound 'w' does not exist")
+        assert [item["remark"] for item in ok(api.get(f"{INBOUNDS}/list"))] == ["w"]
+    finally:
+        stop_and_drop(server)

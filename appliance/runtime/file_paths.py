@@ -233,6 +233,24 @@ def check_inbound_paths(record: dict, places: FilePlaces) -> None:
         raise ServiceError(problems[0])
 
 
+def missing_certificate_file(record: dict) -> str:
+    """Names the first certificate or key file of an inbound record's TLS certificates
+    that is not on disk ("the certificate file PATH"), or "" when all are there. Call it
+    only on a record whose paths `check_inbound_paths` accepted: outside their places,
+    whether a file exists is nobody's business."""
+    stream = record.get("streamSettings")
+    tls = stream.get("tlsSettings") if isinstance(stream, dict) else None
+    certificates = tls.get("certificates") if isinstance(tls, dict) else None
+    for certificate in certificates if isinstance(certificates, list) else []:
+        if not isinstance(certificate, dict):
+            continue
+        for key, what in (("certificateFile", "certificate file"), ("keyFile", "key file")):
+            path = certificate.get(key)
+            if isinstance(path, str) and path.strip() and not os.path.exists(path.strip()):
+                return f"the {what} {path.strip()}"
+    return ""
+
+
 def drop_misplaced_inbound(view: dict, places: FilePlaces) -> tuple[bool, list[str]]:
     """Make an inbound view the caller owns fit for the core, as `drop_misplaced_paths`
     does for a template. Returns whether the inbound can still run (not when the socket

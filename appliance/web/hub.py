@@ -95,5 +95,8 @@ class Hub:
     def invalidate(self, resource: str) -> None:
         self.publish({"type": "invalidate", "resource": resource})
 
-    def notify(self, title: str, body: str, severity: str = "info") -> None:
-        self.publish({"type": "notification", "title": title, "body": body, "severity": severity})
+    def notify(self, title: str, body: str, severity: str = "info", key: str = "") -> None:
+        """`key` names the action the notice reports on ("core"): the page shows one
+        notice per action, so this one gives way to the page's own words on it."""
+        message = {"type": "notification", "title": title, "body": body, "severity": severity}
+        self.publish({**message, "key": key} if key else message)

@@ -3,7 +3,7 @@
 // becomes a toast with its msg and a rejected promise: no error passes silently.
 import { t } from "./i18n.js";
 import { apiUrl, takePrefetched } from "./prefetch.js";
-import { state, toast } from "./state.js";
+import { dismissToasts, state, toast } from "./state.js";
 
 let csrfToken = "";
 let csrfReady = Promise.resolve();
@@ -48,23 +48,31 @@ export async function request(method, path, options = {}) {
   try {
     response = await (early || fetch(url, { method, headers, body, credentials: "same-origin" }));
   } catch (error) {
-    return fail(t("error.network"), 0, options);
+    return fail(t("error.network"), 0, { ...options, path });
   }
   let reply;
   try {
     reply = await response.json();
   } catch (error) {
-    return fail(t("error.badReply", { status: response.status }), response.status, options);
+    return fail(t("error.badReply", { status: response.status }), response.status, { ...options, path });
   }
   if (!reply.success) {
     if (response.status === 401 && state.signedIn && !options.signIn) state.signedIn = false;
-    return fail(reply.msg || t("error.unknown"), response.status, options, reply);
+    return fail(reply.msg || t("error.unknown"), response.status, { ...options, path }, reply);
   }
+  // The call went through: what its earlier failures said no longer holds.
+  dismissToasts(actionKey(path));
   return reply;
 }
 
+// The toast key of a call: its path (an object's id included), so a later success of
+// the same action clears the error of an earlier try.
+function actionKey(path) {
+  return `api:${path}`;
+}
+
 function fail(message, status, options, reply = null) {
-  if (!options.quiet) toast(message, "error");
+  if (!options.quiet) toast(message, "error", "", options.path ? actionKey(options.path) : "");
   throw new ApiError(message, status, reply);
 }
 

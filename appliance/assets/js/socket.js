@@ -58,6 +58,8 @@ function handle(text) {
   } else if (message.type === "traffic") {
     state.trafficTicks += 1;
   } else if (message.type === "notification") {
-    toast(message.body || "", message.severity || "info", message.title || "");
+    // The page already said how its own action went: the panel's notice on it adds nothing.
+    const said = message.key && state.toasts.some((item) => item.key === message.key && item.severity !== "error");
+    if (!said) toast(message.body || "", message.severity || "info", message.title || "", message.key || "");
   }
 }

@@ -21,10 +21,17 @@ export const state = Vue.reactive({
 
 let toastId = 0;
 
-export function toast(text, severity = "info", title = "") {
+// `key` names the action a toast reports on: one action shows one toast, so a toast
+// replaces the ones of its key still shown (a success clears that action's errors).
+export function toast(text, severity = "info", title = "", key = "") {
+  if (key) dismissToasts(key);
   const id = ++toastId;
-  state.toasts.push({ id, text, severity, title });
+  state.toasts.push({ id, text, severity, title, key });
   setTimeout(() => dismissToast(id), severity === "error" ? 8000 : 4000);
+}
+
+export function dismissToasts(key) {
+  state.toasts = state.toasts.filter((item) => item.key !== key);
 }
 
 export function dismissToast(id) {

@@ -212,14 +212,18 @@ class CoreService:
         self.process.stop()
         self.running = None
         self._forget_state()
-        self.hub.notify("Core stopped", "Every proxy is offline until the core starts.", "warning")
+        self.hub.notify(
+            "Core stopped", "Every proxy is offline until the core starts.", "warning", "core"
+        )
 
     def restart(self) -> None:
         if self.process.state == "not installed":
             raise ServiceError(f"no core to restart: {self.process.error}")
         self.tick()
         self._launch()
-        self.hub.notify("Core restarted", "The core runs the current configuration.", "info")
+        self.hub.notify(
+            "Core restarted", "The core runs the current configuration.", "info", "core"
+        )
 
     def use_binary(self, path: str) -> None:
         """Run the core from `path` from now on (a newly installed core), starting it
@@ -683,7 +687,7 @@ class CoreService:
             self.process.restart(wanted)
         except ServiceError as exc:
             self._out_of_step(exc.msg, target)
-            self.hub.notify("Core config refused", exc.msg, "error")
+            self.hub.notify("Core config refused", exc.msg, "error", "core")
             return
         self._unwritten = []
         self.running = target

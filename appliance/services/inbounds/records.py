@@ -31,7 +31,11 @@ from appliance.domain import inbound_rules
 from appliance.domain.client_rules import legacy_method
 from appliance.domain.parse import parse_id, parse_json_text
 from appliance.errors import ServiceError
-from appliance.runtime.file_paths import FilePlaces, check_inbound_paths
+from appliance.runtime.file_paths import (
+    FilePlaces,
+    check_inbound_paths,
+    missing_certificate_file,
+)
 from appliance.services.clients.query import (
     client_api_view,
     client_stat,
@@ -197,7 +201,7 @@ class Inbounds:
                 row = self.store.Inbound(created_at=now, **_columns(record, record["tag"], now))
                 row.flush()
                 self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
-                self._check_core(row.id)
+                self._check_core(row.id, record)
                 return self._view_of(row.id)
 
     def update(self, inbound_id, payload) -> dict:
@@ -227,7 +231,7 @@ class Inbounds:
                         raise ServiceError(f"client '{client.email}': {exc.msg}") from None
                     if moved or secrets != (client.password, client.method):
                         changed.append(client.email)
-                self._check_core(row.id)
+                self._check_core(row.id, record)
                 view = self._view_of(row.id)
         self.touched(changed)
         return view
@@ -293,7 +297,7 @@ class Inbounds:
             with self._node_first((row.node_id, row.tag), {**record_of(row), "enable": enable}):
                 row.enable = enable
                 row.updated_at = int(self.clock() * 1000)
-                self._check_core(row.id)
+                self._check_core(row.id, record_of(row))
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
@@ -307,11 +311,20 @@ class Inbounds:
 
     # ---- helpers ---------------------------------------------------------------------
 
-    def _check_core(self, inbound_id: int) -> None:
+    def _check_core(self, inbound_id: int, record: dict) -> None:
         """Let the core test the config with this transaction's writes to inbound
-        `inbound_id`; raising rolls them back."""
+        `inbound_id` (`record`, as saved); raising rolls them back. A refusal caused by a
+        certificate or key file that is not there says so in words: the core's own words
+        name a JSON path of its config, not the inbound the admin edits."""
         self.store.db.flush()
-        self.check_config(inbound_id)
+        try:
+            self.check_config(inbound_id)
+        except ServiceError:
+            absent = record.get("nodeId") is None and missing_certificate_file(record)
+            if absent:
+                name = record.get("remark") or record.get("tag")
+                raise ServiceError(f"{absent} of inbound '{name}' does not exist") from None
+            raise
 
     @contextlib.contextmanager
     def _node_first(self, before: tuple[int | None, str] | None, after: dict | None):

@@ -117,6 +117,16 @@ export const ClientInfoDialog = {
   },
 };
 
+// The panel lists each address as "ip (unix seconds it was last seen)".
+const IP_SEEN = /^(.*) \((\d+)\)$/;
+
+function ipItem(entry) {
+  const match = IP_SEEN.exec(entry);
+  if (!match) return html`<li key=${entry}><code>${entry}</code></li>`;
+  return html`<li key=${entry}><code>${match[1]}</code> <span class="muted">${
+    t("clients.ipSeen", { when: formatDate(Number(match[2]) * 1000) })}</span></li>`;
+}
+
 export const IpsDialog = {
   props: ["client", "onClose"],
   setup(props) {
@@ -137,7 +147,7 @@ export const IpsDialog = {
     }
     return () => html`<${Modal} title=${t("clients.ipsOf", { email: props.client.email })} onClose=${props.onClose}
       body=${() => ips.value === null ? html`<p class="muted">${t("common.loading")}</p>`
-        : ips.value.length ? html`<ul class="plain">${ips.value.map((ip) => html`<li key=${ip}><code>${ip}</code></li>`)}</ul>`
+        : ips.value.length ? html`<ul class="plain" data-testid="client-ips">${ips.value.map((entry) => ipItem(entry))}</ul>`
           : html`<p class="empty">${t("clients.noIps")}</p>`}
       footer=${() => html`<button class="danger" onClick=${clear}>${t("clients.clearIps")}</button>
         <button onClick=${props.onClose}>${t("common.close")}</button>`} />`;

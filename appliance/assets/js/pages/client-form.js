@@ -37,6 +37,23 @@ function dateText(date) {
   return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
 }
 
+// A random (version 4) UUID; crypto.randomUUID exists only in a secure context, and a
+// fresh server is often reached at http://<its address>.
+function randomUuid() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+// 16 letters and digits, like the passwords the panel generates.
+function randomPassword() {
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  const bytes = crypto.getRandomValues(new Uint32Array(16));
+  return Array.from(bytes, (b) => alphabet[b % alphabet.length]).join("");
+}
+
 function randomSubId() {
   const bytes = crypto.getRandomValues(new Uint8Array(8));
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -51,7 +68,7 @@ export const ClientForm = {
     const model = Vue.reactive({
       email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
-      presetFrom: "now", secret: "", adTag: "", auth: "",
+      presetFrom: "now", secret: "", adTag: "", auth: "", id: randomUuid(), password: randomPassword(),
     });
     const selected = Vue.ref(new Set());
     const subUrl = Vue.ref("");
@@ -78,6 +95,7 @@ export const ClientForm = {
           tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
           totalGB: original.totalGB ? +(original.totalGB / GB).toFixed(2) : 0,
           secret: original.secret || "", adTag: original.adTag || "", auth: original.auth || "",
+          id: original.id || "", password: original.password || "",
         });
         if (original.expiryTime > 0) {
           model.expiryMode = "date";
@@ -104,6 +122,8 @@ export const ClientForm = {
     const flowRefused = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id)
       && i.tlsFlowCapable && i.nodeId == null) ? visionLacking.value : "");
     const onMtproto = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && i.protocol === "mtproto"));
+    const onUuid = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && ["vless", "vmess"].includes(i.protocol)));
+    const onPassword = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && ["trojan", "shadowsocks"].includes(i.protocol)));
     const onHysteria = Vue.computed(() => props.inbounds.some((i) => selected.value.has(i.id) && ["hysteria", "hysteria2"].includes(i.protocol)));
 
     // A new MTProto key: 16 random bytes in hex, like the one the panel generates.
@@ -112,11 +132,9 @@ export const ClientForm = {
       model.secret = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
     }
 
-    // A new Hysteria password: 16 letters and digits, like the one the panel generates.
+    // A new Hysteria password.
     function newAuth() {
-      const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-      const bytes = crypto.getRandomValues(new Uint32Array(16));
-      model.auth = Array.from(bytes, (b) => alphabet[b % alphabet.length]).join("");
+      model.auth = randomPassword();
     }
 
     function expiryTime() {
@@ -154,6 +172,7 @@ export const ClientForm = {
         reset: Number(model.reset) || 0, flow: flowCapable.value ? model.flow : "",
         totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
         secret: model.secret.trim(), adTag: model.adTag.trim(), auth: model.auth.trim(),
+        id: model.id.trim(), password: model.password.trim(),
       };
       delete client.inboundIds;
       delete client.traffic;
@@ -221,6 +240,10 @@ export const ClientForm = {
         ${flowCapable.value ? field(t("clients.flow"), html`<select name="flow" value=${model.flow} onChange=${(event) => (model.flow = event.target.value)}>${
           FLOWS.map((f) => html`<option value=${f} selected=${model.flow === f} disabled=${!!f && !!flowRefused.value}
             title=${f ? flowRefused.value : ""}>${f || t("common.none")}</option>`)}</select>`, flowRefused.value) : null}
+        ${onUuid.value ? field(t("clients.uuid"), html`<div class="copy-row">${textInput(model, "id", { name: "uuid", autocomplete: "off", spellcheck: "false" })}
+          <button type="button" data-testid="new-uuid" onClick=${() => (model.id = randomUuid())}>${t("clients.newUuid")}</button></div>`, t("clients.uuidHint")) : null}
+        ${onPassword.value ? field(t("clients.password"), html`<div class="copy-row">${textInput(model, "password", { name: "password", autocomplete: "off", spellcheck: "false" })}
+          <button type="button" data-testid="new-password" onClick=${() => (model.password = randomPassword())}>${t("clients.newPassword")}</button></div>`, t("clients.passwordHint")) : null}
         ${onMtproto.value ? field(t("clients.mtSecret"), html`<div class="copy-row">${textInput(model, "secret", { name: "secret", placeholder: t("clients.secretPlaceholder"), autocomplete: "off" })}
           <button type="button" data-testid="rekey" onClick=${rekey}>${t("clients.newKey")}</button></div>`, t("clients.mtSecretHint")) : null}
         ${onMtproto.value ? field(t("clients.adTag"), textInput(model, "adTag", { name: "adTag", autocomplete: "off" }), t("clients.adTagHint")) : null}

@@ -99,7 +99,7 @@ const ProcessCard = {
       busy.value = true;
       try {
         await api.post(`panel/api/server/${action === "stop" ? "stopCoreService" : "restartCoreService"}`);
-        toast(action === "stop" ? t("core.done.stop") : t("core.done.restart"), "success");
+        toast(action === "stop" ? t("core.done.stop") : t("core.done.restart"), "success", "", "core");
       } catch (error) {
         // shown as a toast: the core's reason when it would not start
       } finally {

@@ -3,7 +3,7 @@
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { state, toast } from "../state.js";
+import { askConfirm, state, toast } from "../state.js";
 import { Chart, formatBytes, percent, quantity, tq } from "../components.js";
 
 // History buckets (seconds) of server/history and nodes/history; colours of their series.
@@ -71,11 +71,12 @@ export const DashboardPage = {
     );
 
     async function coreAction(action) {
+      if (action === "stop" && !(await askConfirm(t("core.confirmStop")))) return;
       busy.value = true;
       try {
         const path = action === "stop" ? "stopCoreService" : "restartCoreService";
         await api.post(`panel/api/server/${path}`);
-        toast(t(`core.done.${action}`), "success");
+        toast(t(`core.done.${action}`), "success", "", "core");
         await loadStatus();
       } catch (error) {
         await loadStatus().catch(() => {});

@@ -7,6 +7,7 @@ import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { field, Modal, numberInput, textInput } from "../components.js";
 import { expiryCell, usageCell } from "./client-usage.js";
+import { freePort } from "./inbound-form.js";
 
 const PAGE_SIZE = 25;
 
@@ -44,10 +45,16 @@ export const InboundClients = {
 };
 
 export const CloneDialog = {
-  props: ["inbound", "onClose", "onDone"],
+  // `taken`: the ports of the inbounds the page lists.
+  props: ["inbound", "taken", "onClose", "onDone"],
   setup(props) {
     const name = props.inbound.remark || props.inbound.tag;
-    const model = Vue.reactive({ port: 0, remark: t("inbound.copyOf", { name }) });
+    const own = [Number(location.port) || (location.protocol === "https:" ? 443 : 80)];
+    const model = Vue.reactive({ port: freePort([...props.taken, ...own]), remark: t("inbound.copyOf", { name }) });
+    // The subscription port is the panel's too: a port that turns out to be it is chosen again.
+    api.post("panel/api/setting/all", undefined, { quiet: true }).then((all) => {
+      if (all && model.port === all.subPort) model.port = freePort([...props.taken, ...own, all.subPort]);
+    }, () => {});
     const busy = Vue.ref(false);
     async function submit(event) {
       event.preventDefault();

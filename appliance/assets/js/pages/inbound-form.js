@@ -73,9 +73,18 @@ function defaults(protocol) {
   }
 }
 
+// A port from 10000 to 59999 that none of `taken` is.
+export function freePort(taken) {
+  const used = new Set(taken.map(Number));
+  for (;;) {
+    const port = 10000 + Math.floor(Math.random() * 50000);
+    if (!used.has(port)) return port;
+  }
+}
+
 function blank() {
   return {
-    remark: "", protocol: "vless", nodeId: null, listen: "", port: 10000 + Math.floor(Math.random() * 50000),
+    remark: "", protocol: "vless", nodeId: null, listen: "", port: freePort([]),
     enable: true, expiryTime: 0, total: 0, settings: defaults("vless"),
     streamSettings: { network: "tcp", security: "none" },
     sniffing: { enabled: true, destOverride: ["http", "tls", "quic"] },

@@ -134,7 +134,8 @@ export const InboundsPage = {
         ? html`<${InboundHistoryDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
       ${tool.value && tool.value.kind === "links"
         ? html`<${InboundLinksDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)} />` : null}
-      ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound} onClose=${() => (tool.value = null)}
+      ${tool.value && tool.value.kind === "clone" ? html`<${CloneDialog} inbound=${tool.value.inbound}
+        taken=${inbounds.value.map((item) => item.port)} onClose=${() => (tool.value = null)}
         onDone=${() => { tool.value = null; load().catch(() => {}); }} />` : null}
       ${tool.value && tool.value.kind === "client" ? html`<${ClientForm} inbounds=${tool.value.options}
         preselect=${[tool.value.inbound.id]} onClose=${() => (tool.value = null)}

@@ -15,6 +15,17 @@ export const LogsPage = {
     const core = Vue.reactive({ count: "100", filter: "", showDirect: true, showBlocked: true, showProxy: true });
     const text = Vue.ref(null);
     const busy = Vue.ref(false);
+    // The newest line is the last: the log opens scrolled to it and follows new lines,
+    // unless the admin scrolled up to read older ones.
+    const box = Vue.ref(null);
+    let following = true;
+    const onScroll = () => {
+      const log = box.value;
+      if (log) following = log.scrollHeight - log.scrollTop - log.clientHeight < 4;
+    };
+    Vue.watch(text, () => Vue.nextTick(() => {
+      if (following && box.value) box.value.scrollTop = box.value.scrollHeight;
+    }));
 
     async function load() {
       busy.value = true;
@@ -34,7 +45,10 @@ export const LogsPage = {
       }
     }
     Vue.onMounted(load);
-    Vue.watch(tab, load);
+    Vue.watch(tab, () => {
+      following = true;
+      load();
+    });
     Vue.watch(() => ({ ...panel }), () => tab.value === "panel" && load());
     Vue.watch(() => [core.count, core.showDirect, core.showBlocked, core.showProxy], () => tab.value === "core" && load());
 
@@ -59,7 +73,7 @@ export const LogsPage = {
         <button class="primary" type="submit" disabled=${busy.value}>${t("common.refresh")}</button>
       </form>
       ${text.value === null ? html`<p class="muted">${t("common.loading")}</p>`
-        : text.value ? html`<pre class="log" data-testid="log" tabindex="0">${text.value}</pre>`
+        : text.value ? html`<pre class="log" data-testid="log" tabindex="0" ref=${box} onScroll=${onScroll}>${text.value}</pre>`
           : html`<p class="empty">${t("logs.empty")}</p>`}
     </section>`;
   },
