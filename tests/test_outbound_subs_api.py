@@ -345,3 +345,37 @@ def test_servers_at_the_metadata_address_never_become_outbounds(clean):
         reply = api.post(f"{SUBS}/{sub['id']}/refresh")
         refused(reply, "no server the core can use", "2 servers were left out", "metadata")
         assert len(server_addresses(api, "screened-")) == 5
+
+
+FROM_LINK = "/panel/api/core/outboundFromLink"
+VLESS_LINK = (
+    "vless://3b8c7f2e-1d4a-4b6e-9f0a-2c5d8e7f1a3b@edge.example.net:443"
+    "?type=ws&security=tls&sni=edge.example.net&path=%2Fws&host=cdn.example.net#Edge%20one"
+)
+
+
+def test_a_share_link_gives_its_outbound_and_nothing_is_stored(clean):
+    api = clean
+    made = ok(api.post(FROM_LINK, data={"link": VLESS_LINK}))
+    assert made["tag"] == "Edge-one"
+    assert made["protocol"] == "vless"
+    assert made["settings"]["vnext"][0]["address"] == "edge.example.net"
+    assert made["settings"]["vnext"][0]["users"][0]["id"] == "3b8c7f2e-1d4a-4b6e-9f0a-2c5d8e7f1a3b"
+    assert made["streamSettings"]["network"] == "ws"
+    assert made["streamSettings"]["wsSettings"] == {"path": "/ws", "host": "cdn.example.net"}
+    assert made["streamSettings"]["tlsSettings"]["serverName"] == "edge.example.net"
+    assert ok(api.get(SUBS)) == []
+    assert tags_in_config(api) == [*TEMPLATE_TAGS]
+
+
+@pytest.mark.parametrize(
+    "link, words",
+    [
+        ("", ["paste a share link"]),
+        ("ftp://example.net", ["cannot be read", "ftp"]),
+        ("vless://@:0", ["cannot be read"]),
+        ("x" * 9000, ["at most 8192"]),
+    ],
+)
+def test_a_link_that_is_no_outbound_is_refused_in_words(clean, link, words):
+    refused(clean.post(FROM_LINK, data={"link": link}), *words)

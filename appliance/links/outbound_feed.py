@@ -84,6 +84,15 @@ def read_feed(body: bytes) -> Feed:
     return Feed(plans, skipped, reasons)
 
 
+def link_outbound(text: str) -> dict:
+    """The core outbound of one share link, tagged from its remark; LinkError says why a
+    link cannot be one (Hysteria 1 among them: the core does not speak it)."""
+    plan = read_link(text)
+    if plan.protocol == "hysteria" and plan.hysteria_version == 1:
+        raise LinkError("Hysteria 1 is not spoken by the core")
+    return core_outbound(tagged_outbounds([plan], "", [])[0])
+
+
 def _clash_proxies(text: str) -> list | None:
     if "proxies" not in text:
         return None

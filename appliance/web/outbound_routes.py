@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from appliance.web.http import Reply, json_object
-from appliance.web.routes import EGRESS, RouteTable
+from appliance.web.routes import EGRESS, READ, RouteTable
 
 if TYPE_CHECKING:
     from appliance.services.outbounds.subscriptions import OutboundSubs
@@ -61,6 +61,16 @@ def outbound_routes(needs: OutboundRouteNeeds) -> RouteTable:
     )
     def parse_sub():
         return subs.parse(json_object(MAX_BODY))
+
+    @table.post(
+        "/outboundFromLink",
+        "The outbound a share link (form link) describes; nothing is fetched or stored",
+        form=True,
+        effect=READ,
+        body={"link": "string"},
+    )
+    def outbound_from_link():
+        return subs.from_link(json_object(MAX_BODY))
 
     @table.post(
         "/outbound-subs/<id>",

@@ -36,7 +36,13 @@ from pony.orm import db_session, select
 
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
-from appliance.links.outbound_feed import core_outbound, read_feed, tagged_outbounds
+from appliance.links.import_links import LinkError
+from appliance.links.outbound_feed import (
+    core_outbound,
+    link_outbound,
+    read_feed,
+    tagged_outbounds,
+)
 from appliance.links.plan import LinkPlan
 from appliance.runtime.egress import (
     METADATA_REASON,
@@ -57,6 +63,7 @@ MIN_INTERVAL = 10
 MAX_INTERVAL = 30 * 86400
 MAX_BODY = 8 << 20
 MAX_URL = 2048
+MAX_LINK = 8192
 MAX_REMARK = 255
 TAG_PREFIX = re.compile(r"[A-Za-z0-9._@-]{0,64}")
 DESTINATION = "outbound subscription url"
@@ -213,6 +220,21 @@ class OutboundSubs:
         prefix = _prefix(form.get("tagPrefix"))
         made = tagged_outbounds(self._read(url, allow)[0], prefix, [])
         return [core_outbound(outbound) for outbound in made]
+
+    def from_link(self, form: Any) -> dict:
+        """The outbound one share link describes (form `link`), for the template's outbound
+        form to fill in; reads nothing from the network and stores nothing."""
+        link = form.get("link") if isinstance(form, dict) else None
+        if not isinstance(link, str) or not link.strip():
+            raise ServiceError("paste a share link (vless://, vmess://, trojan://, ss://, ...)")
+        if len(link) > MAX_LINK:
+            raise ServiceError(f"a share link is at most {MAX_LINK} characters long")
+        try:
+            return link_outbound(link)
+        except LinkError as exc:
+            raise ServiceError(f"the share link cannot be read: {exc}") from exc
+        except ValueError as exc:
+            raise ServiceError("the share link cannot be read: it is malformed") from exc
 
     def refresh(self, sub_id: Any) -> list[dict]:
         """Fetch one subscription now; its outbounds (the last good ones are kept and the

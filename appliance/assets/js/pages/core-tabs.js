@@ -9,6 +9,8 @@ import { html, Vue } from "../lib.js";
 import { t } from "../i18n.js";
 import { field, selectInput } from "../components.js";
 import { missingGeoFiles } from "./core-files.js";
+import { RuleForm } from "./core-rules.js";
+import { OutboundForm } from "./core-outbound-form.js";
 
 // Countries for the "block or direct a country" preset. geoip.dat has every country code;
 // geosite.dat has lists for only some, named here.
@@ -21,8 +23,7 @@ const PRESETS = [
 ];
 const DOMAIN_STRATEGIES = ["AsIs", "IPIfNonMatch", "IPOnDemand"];
 const QUERY_STRATEGIES = ["UseIP", "UseIPv4", "UseIPv6"];
-const NEW_OUTBOUNDS = ["freedom", "blackhole", "socks", "http", "vless"];
-const CONDITIONS = ["domain", "ip", "port", "network", "protocol", "inboundTag", "user", "source"];
+const CONDITIONS = ["domain", "ip", "port", "sourcePort", "localPort", "network", "protocol", "inboundTag", "user", "source", "localIP", "vlessRoute", "attrs"];
 
 function has(list, value) {
   return Array.isArray(list) && list.includes(value);
@@ -80,8 +81,9 @@ function insertRules(template, rules) {
 }
 
 function ruleSummary(rule) {
+  const shown = (value) => (Array.isArray(value) ? value.join(", ") : value && typeof value === "object" ? JSON.stringify(value) : value);
   const parts = CONDITIONS.filter((key) => rule[key] !== undefined && rule[key] !== "")
-    .map((key) => `${key}: ${Array.isArray(rule[key]) ? rule[key].join(", ") : rule[key]}`);
+    .map((key) => `${key}: ${shown(rule[key])}`);
   return parts.join("; ") || "-";
 }
 
@@ -89,6 +91,8 @@ export const RoutingTab = {
   props: ["model", "template"],
   setup(props) {
     const country = Vue.reactive({ code: "cn", action: "block" });
+    // The rule in the form: null when closed, "new", or the index of the rule edited.
+    const editing = Vue.ref(null);
     const presetOn = (preset) => {
       const blocked = blackholeTags(props.template);
       return ((props.template.routing && props.template.routing.rules) || []).some((r) => r && blocked.has(r.outboundTag) && preset.matches(r));
@@ -118,6 +122,7 @@ export const RoutingTab = {
         t("core.presetNeedsGeo", { files: missing.join(", ") })}</p>` : null;
     }
     function move(index, by) {
+      editing.value = null;
       editTemplate(props.model, (template) => {
         const rules = rulesOf(template);
         const [rule] = rules.splice(index, 1);
@@ -125,7 +130,24 @@ export const RoutingTab = {
       });
     }
     function remove(index) {
+      editing.value = null;
       editTemplate(props.model, (template) => rulesOf(template).splice(index, 1));
+    }
+    function applyRule(rule) {
+      const at = editing.value;
+      editTemplate(props.model, (template) => (at === "new" ? insertRules(template, [rule]) : (rulesOf(template)[at] = rule)));
+      editing.value = null;
+    }
+    const targets = () => ({
+      outbounds: (Array.isArray(props.template.outbounds) ? props.template.outbounds : []).map((o) => o && o.tag).filter(Boolean),
+      balancers: ((props.template.routing && props.template.routing.balancers) || []).map((b) => b && b.tag).filter(Boolean),
+    });
+    function ruleForm(rules) {
+      if (editing.value === null) return null;
+      const rule = editing.value === "new" ? null : rules[editing.value];
+      // Keyed by the rule's text too: an edit of the raw JSON refills the form.
+      return html`<${RuleForm} key=${`${editing.value}:${JSON.stringify(rule || null)}`} rule=${rule || null} targets=${targets()}
+        onApply=${applyRule} onCancel=${() => (editing.value = null)} />`;
     }
     function setStrategy(value) {
       editTemplate(props.model, (template) => {
@@ -160,7 +182,10 @@ export const RoutingTab = {
             <td class="actions">
               <button type="button" disabled=${index === 0} aria-label=${t("core.moveUp")} onClick=${() => move(index, -1)}>↑</button>
               <button type="button" disabled=${index === rules.length - 1} aria-label=${t("core.moveDown")} onClick=${() => move(index, 1)}>↓</button>
+              <button type="button" data-testid="rule-edit" onClick=${() => (editing.value = index)}>${t("common.edit")}</button>
               <button type="button" class="danger" onClick=${() => remove(index)}>${t("common.delete")}</button></td></tr>`)}</tbody></table></div>`}
+        ${ruleForm(rules)}
+        ${editing.value === null ? html`<div class="actions"><button type="button" data-testid="rule-add" onClick=${() => (editing.value = "new")}>${t("core.addRule")}</button></div>` : null}
       </div>`;
     };
   },
@@ -210,40 +235,17 @@ export const DnsTab = {
   },
 };
 
-function newOutbound(form) {
-  const tag = form.tag.trim();
-  if (!tag) return { error: t("core.tagRequired") };
-  if (form.protocol === "freedom") return { outbound: { tag, protocol: "freedom", settings: { domainStrategy: "AsIs" } } };
-  if (form.protocol === "blackhole") return { outbound: { tag, protocol: "blackhole", settings: {} } };
-  const address = form.address.trim();
-  const port = Number(form.port);
-  if (!address || !Number.isInteger(port) || port < 1 || port > 65535) return { error: t("core.addressPortRequired") };
-  if (form.protocol === "vless") {
-    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(form.id.trim())) return { error: t("core.uuidRequired") };
-    return { outbound: { tag, protocol: "vless", settings: { vnext: [{ address, port, users: [{ id: form.id.trim(), encryption: "none" }] }] } } };
-  }
-  const server = { address, port };
-  if (form.user) server.users = [{ user: form.user, pass: form.pass }];
-  return { outbound: { tag, protocol: form.protocol, settings: { servers: [server] } } };
-}
-
 export const OutboundsTab = {
   props: ["model", "template"],
   setup(props) {
-    const form = Vue.reactive({ protocol: "freedom", tag: "", address: "", port: "", user: "", pass: "", id: "" });
     const problems = Vue.reactive({});
-    const addProblem = Vue.ref("");
+    // The outbound in the form: null for a new one, else its index.
+    const editing = Vue.ref(null);
     const tagTaken = (template, tag, except) => outboundsOf(template).some((o, i) => i !== except && o && o.tag === tag);
-    function add(event) {
-      event.preventDefault();
-      const { outbound, error } = newOutbound(form);
-      if (error || tagTaken(props.template, outbound.tag, -1)) {
-        addProblem.value = error || t("core.tagTaken", { tag: outbound.tag });
-        return;
-      }
-      editTemplate(props.model, (template) => outboundsOf(template).push(outbound));
-      addProblem.value = "";
-      Object.assign(form, { tag: "", address: "", port: "", user: "", pass: "", id: "" });
+    function applyOutbound(outbound) {
+      const at = editing.value;
+      editTemplate(props.model, (template) => (at === null ? outboundsOf(template).push(outbound) : (outboundsOf(template)[at] = outbound)));
+      editing.value = null;
     }
     function rename(index, tag) {
       const wanted = tag.trim();
@@ -265,11 +267,9 @@ export const OutboundsTab = {
     }
     function remove(index) {
       delete problems[index];
+      editing.value = null;
       editTemplate(props.model, (template) => outboundsOf(template).splice(index, 1));
     }
-    const proxy = () => ["socks", "http", "vless"].includes(form.protocol);
-    const input = (key, label, attrs = {}) => field(label, html`<input type="text" name=${`new-${key}`} value=${form[key]}
-      onInput=${(event) => (form[key] = event.target.value)} ...${attrs} />`);
     return () => {
       const outbounds = Array.isArray(props.template.outbounds) ? props.template.outbounds : [];
       return html`<div data-testid="outbounds-tab">
@@ -281,18 +281,13 @@ export const OutboundsTab = {
               <textarea class="code-editor" name="outboundJson" rows="8" spellcheck="false" value=${JSON.stringify(outbound, null, 2)}
                 onChange=${(event) => replace(index, event.target.value)}></textarea></label></div>
           ${problems[index] ? html`<p class="error-text" role="alert">${problems[index]}</p>` : null}
-          <div class="actions"><button type="button" class="danger" onClick=${() => remove(index)}>${t("common.delete")}</button></div>
+          <div class="actions">
+            <button type="button" data-testid="outbound-edit" onClick=${() => (editing.value = index)}>${t("core.editInForm")}</button>
+            <button type="button" class="danger" onClick=${() => remove(index)}>${t("common.delete")}</button></div>
         </details>`)}
-        <h3>${t("core.addOutbound")}</h3>
-        <div class="form-grid" data-testid="add-outbound">
-          ${field(t("core.protocol"), selectInput(form, "protocol", NEW_OUTBOUNDS.map((p) => [p, p]), { name: "new-protocol" }))}
-          ${input("tag", t("core.tag"))}
-          ${proxy() ? html`${input("address", t("core.address"))}${input("port", t("hosts.port"), { inputmode: "numeric" })}` : null}
-          ${form.protocol === "vless" ? input("id", "UUID") : null}
-          ${form.protocol === "socks" || form.protocol === "http" ? html`${input("user", t("core.user"))}${input("pass", t("core.pass"))}` : null}
-        </div>
-        ${addProblem.value ? html`<p class="error-text" role="alert" data-testid="add-outbound-error">${addProblem.value}</p>` : null}
-        <div class="actions"><button type="button" onClick=${add}>${t("core.addOutbound")}</button></div>
+        <${OutboundForm} key=${editing.value === null ? "new" : `${editing.value}:${JSON.stringify(outbounds[editing.value])}`} outbound=${editing.value === null ? null : outbounds[editing.value] || null}
+          taken=${(tag) => tagTaken(props.template, tag, editing.value === null ? -1 : editing.value)}
+          onApply=${applyOutbound} onCancel=${() => (editing.value = null)} />
       </div>`;
     };
   },
