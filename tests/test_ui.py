@@ -11,6 +11,7 @@ docs/screenshots/ were picked from there.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -355,6 +356,32 @@ def test_persian_turns_the_page_right_to_left(browser, panel, watches, artifacts
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
     page.select_option("[data-testid=language]", "en")
     page.wait_for_function("() => document.documentElement.dir === 'ltr'")
+
+
+def test_uptime_under_a_day_is_minutes_and_hours(browser, panel, watches):
+    """The dashboard's uptime card: "0 days" said nothing for the whole first day."""
+    page = signed_in_page(browser, panel, watches)
+    seconds = [0, 59, 300, 3599, 3600, 5 * 3600 + 7 * 60, 86399, 3 * 86400 + 5]
+    shown = page.evaluate(
+        """async (seconds) => {
+          const url = new URL("assets/js/components.js", document.baseURI).href;
+          const { formatUptime } = await import(url);
+          return seconds.map(formatUptime);
+        }""",
+        seconds,
+    )
+    assert shown == [
+        "0 min",
+        "0 min",
+        "5 min",
+        "59 min",
+        "1 h 0 min",
+        "5 h 7 min",
+        "23 h 59 min",
+        "3 days",
+    ]
+    value = page.locator(".card.stat", has_text="Uptime").locator(".stat-value")
+    expect(value).to_have_text(re.compile(r"^\d+ min$|^\d+ h \d+ min$|^\d+ days$"))
 
 
 def test_dark_theme_toggle(browser, panel, watches):
