@@ -10,12 +10,15 @@ docs/screenshots/ were picked from there.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import psutil
 import pyotp
 import pytest
 from conftest import start_panel
@@ -382,6 +385,40 @@ def test_uptime_under_a_day_is_minutes_and_hours(browser, panel, watches):
     ]
     value = page.locator(".card.stat", has_text="Uptime").locator(".stat-value")
     expect(value).to_have_text(re.compile(r"^\d+ min$|^\d+ h \d+ min$|^\d+ days$"))
+
+
+def test_sign_in_over_plain_http_from_another_machine_warns(browser, tmp_path, watches):
+    """Over plain HTTP at the host's network address the password crosses the network in
+    clear, and the sign-in page says so; at loopback (an SSH tunnel) it does not."""
+    lan = next(
+        (
+            entry.address
+            for entries in psutil.net_if_addrs().values()
+            for entry in entries
+            if entry.family == socket.AF_INET and not entry.address.startswith("127.")
+        ),
+        None,
+    )
+    if lan is None:
+        pytest.skip("this machine has no network address besides loopback")
+    server = start_panel(tmp_path, "--listen", "0.0.0.0")
+    try:
+        local = new_page(browser, server, watches)
+        local.goto(server.url + "/")
+        local.wait_for_selector("#login-username")
+        expect(local.get_by_test_id("plain-http-warning")).to_have_count(0)
+        remote = copy.copy(server)
+        remote.url = server.url.replace("127.0.0.1", lan)
+        page = new_page(browser, remote, watches)
+        page.goto(remote.url + "/")
+        warning = page.get_by_test_id("plain-http-warning")
+        expect(warning).to_contain_text("the password travels unencrypted")
+        page.fill("#login-username", server.username)
+        page.fill("#login-password", server.password)
+        page.click("button[type=submit]")
+        page.wait_for_selector("[data-testid=core-badge]")
+    finally:
+        server.stop()
 
 
 def test_dark_theme_toggle(browser, panel, watches):
