@@ -421,6 +421,36 @@ def test_sign_in_over_plain_http_from_another_machine_warns(browser, tmp_path, w
         server.stop()
 
 
+HEADER_LAYOUT = """header => {
+  const box = (element) => element.getBoundingClientRect();
+  const shown = [...header.children].filter((child) => box(child).height > 0);
+  const signOut = shown[shown.length - 1];
+  return {
+    oneLine: Math.max(...shown.map((c) => box(c).top))
+      < Math.min(...shown.map((c) => box(c).bottom)),
+    signOutHeight: box(signOut).height,
+    themeHeight: box(header.querySelector("[data-testid=theme]")).height,
+    signOutRight: box(signOut).right,
+    scrollWidth: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+def test_header_stays_on_one_line_at_360_px(browser, panel, watches):
+    """On a 360 px phone Sign out neither wraps nor drops to a line of its own, in any
+    language; nothing spills sideways."""
+    page = signed_in_page(browser, panel, watches, viewport={"width": 360, "height": 740})
+    for code, sign_out in (("en", "Sign out"), ("ru", "Выйти"), ("fa", "خروج"), ("zh", "退出登录")):
+        page.select_option("[data-testid=language]", code)
+        button = page.locator("header.topbar > button").last
+        expect(button).to_have_text(re.compile(sign_out))
+        layout = page.locator("header.topbar").evaluate(HEADER_LAYOUT)
+        assert layout["oneLine"], (code, layout)
+        assert layout["signOutHeight"] <= layout["themeHeight"] + 4, (code, layout)
+        assert layout["signOutRight"] <= 360 and layout["scrollWidth"] <= 360, (code, layout)
+    page.select_option("[data-testid=language]", "en")
+
+
 def test_dark_theme_toggle(browser, panel, watches):
     page = signed_in_page(browser, panel, watches, color_scheme="light")
     background = "getComputedStyle(document.body).backgroundColor"
