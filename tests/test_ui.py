@@ -451,6 +451,38 @@ def test_header_stays_on_one_line_at_360_px(browser, panel, watches):
     page.select_option("[data-testid=language]", "en")
 
 
+def test_inbound_row_keeps_its_actions_in_a_menu(browser, tmp_path, watches):
+    """A row shows Edit and Add client; the other actions wait in its menu, so a row is
+    one line tall at desktop width, and each of them is still one click away."""
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        settings = {"decryption": "none"}
+        payload = {
+            "protocol": "vless",
+            "remark": "row-menu",
+            "port": free_port(),
+            "settings": settings,
+        }
+        inbound = ok(api.post("/panel/api/inbounds/add", payload))
+        page = signed_in_page(browser, server, watches, viewport=DESKTOP)
+        go(page, "inbounds")
+        row = page.locator(f"tr[data-inbound='{inbound['id']}']")
+        visible = row.locator("td.actions > button")
+        expect(visible).to_have_text(["Edit", "Add client"])
+        assert row.bounding_box()["height"] <= 70
+        row.locator("[data-testid=row-menu] summary").click()
+        menu = row.locator("[data-testid=row-menu] .menu-items button")
+        expect(menu).to_have_text(
+            ["Clone", "Export", "Export links", "History", "Reset traffic", "Delete"]
+        )
+        menu.filter(has_text="History").click()
+        expect(page.locator("[role=dialog]")).to_be_visible()
+        expect(row.locator("[data-testid=row-menu] .menu-items")).to_be_hidden()
+    finally:
+        server.stop()
+
+
 def test_dark_theme_toggle(browser, panel, watches):
     page = signed_in_page(browser, panel, watches, color_scheme="light")
     background = "getComputedStyle(document.body).backgroundColor"
