@@ -13,6 +13,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 
 from appliance import __version__  # noqa: E402
@@ -181,10 +182,10 @@ def cmd_run(args) -> int:
     panel.store.wait_for_server = True
     credentials = panel.open()
 
-    def announce(url: str) -> None:
-        """First-run credentials appear only once the panel really answers at `url`."""
+    def announce(urls: list[str]) -> None:
+        """First-run credentials appear only once the panel really answers at `urls`."""
         if credentials:
-            print_credentials("A new admin account was created", *credentials, url)
+            print_credentials("A new admin account was created", *credentials, urls)
 
     panel.serve(announce)
     return 0
@@ -294,10 +295,13 @@ def cmd_migrate_db(args) -> int:
     return 0
 
 
-def print_credentials(title: str, username: str, password: str, url: str = "") -> None:
-    """Credentials go to stdout once, never into the log."""
+def print_credentials(title: str, username: str, password: str, urls: Sequence[str] = ()) -> None:
+    """Credentials go to stdout once, never into the log, with every address a browser
+    can sign in at (one a line, lined up under the first)."""
     line = "=" * 60
-    where = f"  sign in at: {url}\n" if url else ""
+    where = "".join(
+        f"  {'sign in at:' if index == 0 else ' ' * 11} {url}\n" for index, url in enumerate(urls)
+    )
     print(
         f"{line}\n{title}.\n  username: {username}\n  password: {password}\n{where}{line}",
         flush=True,

@@ -5,11 +5,15 @@ directory, checked by signing in to the panel afterwards."""
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
 
+import psutil
 import pyotp
 import pytest
+import requests
 from conftest import ApiClient, start_panel
 from helpers import clean_env, db_path, db_rows, setting_rows
 
@@ -76,6 +80,29 @@ def test_first_run_prints_credentials_once(tmp_path):
         assert "panel listening" in later
         assert "password:" not in later and "A new admin account" not in later
         assert server.client().post("/panel/api/setting/all")["success"] is True
+    finally:
+        server.stop()
+
+
+def test_first_run_on_every_address_names_the_addresses_a_browser_can_use(tmp_path):
+    """A panel on 0.0.0.0 is not reachable at 0.0.0.0: the host's own addresses are named,
+    loopback last, each with the base path, and the panel answers at loopback."""
+    server = start_panel(tmp_path, "--listen", "0.0.0.0")
+    try:
+        output = server.output()
+        assert "0.0.0.0" not in output.split("A new admin account was created.")[1]
+        port_and_path = server.url.split("://127.0.0.1:", 1)[1] + "/"
+        printed = re.findall(r"^ +(?:sign in at:)? +(https?://\S+)$", output, re.MULTILINE)
+        own = [
+            entry.address
+            for entries in psutil.net_if_addrs().values()
+            for entry in entries
+            if entry.family == socket.AF_INET and not entry.address.startswith("127.")
+        ]
+        assert printed == [f"http://{address}:{port_and_path}" for address in own] + [
+            f"http://127.0.0.1:{port_and_path}"
+        ]
+        assert requests.get(printed[-1], timeout=10).status_code == 200
     finally:
         server.stop()
 

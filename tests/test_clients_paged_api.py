@@ -347,6 +347,50 @@ def test_sort_pages_are_stable_across_ties(api, data):
         assert sorted(seen) == sorted(data.emails)
 
 
+def test_emails_sort_in_natural_order_on_every_page(tmp_path):
+    """Numbers in emails sort by value (bulk2 before bulk10), case and leading zeros aside,
+    the same on every backend, page after page, and reversed when descending."""
+    natural = [
+        "bulk-x@ex",
+        "bulk1@ex",
+        "Bulk2@ex",
+        "bulk9@ex",
+        "bulk10@ex",
+        "bulk011@ex",
+        "bulk20@ex",
+        "bulk100@ex",
+        "bulk100a@ex",
+        "bulk1000@ex",
+        "bulk@ex",
+        "bulka@ex",
+        "v2-bulk3@ex",
+        "v10-bulk1@ex",
+    ]
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        shuffled = natural[::2] + natural[1::2]
+        ids = [inbound(api, "vless")]
+        items = [{"client": {"email": e}, "inboundIds": ids} for e in shuffled]
+        assert ok(api.post(f"{API}/bulkCreate", items))["created"] == len(natural)
+        for order, expected in (("ascend", natural), ("descend", natural[::-1])):
+            seen = []
+            for number in range(1, 6):
+                items = page(api, sort="email", order=order, page=number, pageSize=3)["items"]
+                seen += [item["email"] for item in items]
+            assert seen == expected
+        assert found(api, search="bulk1") == [
+            "bulk1@ex",
+            "bulk10@ex",
+            "bulk100@ex",
+            "bulk100a@ex",
+            "bulk1000@ex",
+            "v10-bulk1@ex",
+        ]
+    finally:
+        server.stop()
+
+
 def test_default_sort_is_by_email_ascending(api, data):
     assert found(api) == found(api, sort="email", order="ascend")
     assert found(api, order="descend") == list(reversed(found(api)))

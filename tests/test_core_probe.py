@@ -9,11 +9,23 @@ closed port, or with a UUID the inbound does not know, must come back as a faile
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import sys
+import time
 import uuid
 
 import pytest
-from conftest import start_panel
-from core_panel import core_panel, http_server, use_template, wait_until
+from conftest import NO_CORE, PanelServer, start_panel
+from core_panel import (
+    CORE_ENV,
+    core_panel,
+    http_server,
+    loopback_template,
+    use_template,
+    wait_until,
+)
 from helpers import free_port, ok, refused
 from internal_service import InternalService
 
@@ -250,3 +262,52 @@ def test_outbound_test_url_saved_with_the_template(setup):
             assert other == ["/other"]
         finally:
             ok(api.post("/panel/api/setting/update", {"outboundTestUrl": previous}))
+
+
+# ---- a DNS server that never answers ----------------------------------------------------
+
+SILENT_DNS = "127.0.0.77"
+
+
+@pytest.fixture
+def deaf_resolver_panel(tmp_path):
+    """A panel on the real core whose resolv.conf names a DNS server that never answers,
+    retried as a dead upstream is (20 s x 3): its own mount namespace, the host's file
+    untouched. Binding port 53 and mounting need root; elsewhere the test says why it skips."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a private resolv.conf needs root and unshare(1)")
+    deaf = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    deaf.bind((SILENT_DNS, 53))
+    conf = tmp_path / "resolv.conf"
+    conf.write_text(f"nameserver {SILENT_DNS}\noptions timeout:20 attempts:3\n")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    environment.update({"APPLIANCE_CORE": NO_CORE, **CORE_ENV})
+    data_dir = str(tmp_path / "data")
+    args = ["--listen", "127.0.0.1", "--port", "0", "--sub-port", "0"]
+    server = PanelServer(data_dir, args, environment, expect_credentials=True)
+    mount = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+    run = [sys.executable, "-m", "appliance", "run", "--data-dir", data_dir, *args]
+    server.launch(["unshare", "-m", "sh", "-c", mount, str(conf), *run])
+    try:
+        api = server.client()
+        use_template(api, loopback_template(api))
+        # The test URL is an address: only the outbound's server name is looked up.
+        test_url = f"http://127.0.0.1:{free_port()}{PROBE_PATH}"
+        settings = {"outboundTestUrl": test_url, "allowPrivateDestinations": "outboundTestUrl"}
+        ok(api.post("/panel/api/setting/update", settings))
+        yield api
+    finally:
+        server.stop()
+        deaf.close()
+
+
+@pytest.mark.parametrize("mode", ["tcp", ""])
+def test_a_name_without_an_answer_fails_within_seconds_in_words(deaf_resolver_panel, mode):
+    api = deaf_resolver_panel
+    outbound = vless("unresolved", 443, str(uuid.uuid4()))
+    outbound["settings"]["vnext"][0]["address"] = "server.example.com"
+    started = time.monotonic()
+    result = ok(probe(api, outbound, mode=mode))
+    assert time.monotonic() - started < 20
+    assert result["success"] is False
+    assert "server.example.com did not resolve within 5 s" in result["error"], result

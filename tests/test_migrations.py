@@ -270,3 +270,30 @@ def test_shared_and_empty_mtproto_secrets_are_rekeyed_and_then_unique(kind, tmp_
                 f"UPDATE client SET mt_secret = {mark} WHERE email = 'c1'", (secrets["c0"],)
             )
         conn.rollback()
+
+
+# ---- natural email order --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", *sorted(NETWORKED)])
+def test_clients_stored_before_get_their_natural_email_order(kind, tmp_path):
+    with raw_database(kind, tmp_path) as (conn, dialect):
+        mark = "?" if dialect == "sqlite" else "%s"
+        migrate(conn, dialect, target=15)
+        cur = conn.cursor()
+        for n, email in enumerate(["bulk10@ex", "bulk2@ex", "Bulk1@ex", "bulk@ex"]):
+            cur.execute(
+                "INSERT INTO client (email, email_key, uuid, password, auth, sub_id, "
+                f"search_key, mt_secret) VALUES ({mark}, {mark}, {mark}, 'p', 'a', {mark}, '', "
+                f"{mark})",
+                (email, email.casefold(), str(uuid4()), f"s{n}", f"{n:032x}"),
+            )
+        conn.commit()
+        migrate(conn, dialect)
+        cur.execute("SELECT email FROM client ORDER BY email_order, id")
+        assert [row[0] for row in cur.fetchall()] == [
+            "Bulk1@ex",
+            "bulk2@ex",
+            "bulk10@ex",
+            "bulk@ex",
+        ]

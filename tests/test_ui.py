@@ -10,11 +10,15 @@ docs/screenshots/ were picked from there.
 
 from __future__ import annotations
 
+import copy
 import os
+import re
+import socket
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import psutil
 import pyotp
 import pytest
 from conftest import start_panel
@@ -355,6 +359,128 @@ def test_persian_turns_the_page_right_to_left(browser, panel, watches, artifacts
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
     page.select_option("[data-testid=language]", "en")
     page.wait_for_function("() => document.documentElement.dir === 'ltr'")
+
+
+def test_uptime_under_a_day_is_minutes_and_hours(browser, panel, watches):
+    """The dashboard's uptime card: "0 days" said nothing for the whole first day."""
+    page = signed_in_page(browser, panel, watches)
+    seconds = [0, 59, 300, 3599, 3600, 5 * 3600 + 7 * 60, 86399, 3 * 86400 + 5]
+    shown = page.evaluate(
+        """async (seconds) => {
+          const url = new URL("assets/js/components.js", document.baseURI).href;
+          const { formatUptime } = await import(url);
+          return seconds.map(formatUptime);
+        }""",
+        seconds,
+    )
+    assert shown == [
+        "0 min",
+        "0 min",
+        "5 min",
+        "59 min",
+        "1 h 0 min",
+        "5 h 7 min",
+        "23 h 59 min",
+        "3 days",
+    ]
+    value = page.locator(".card.stat", has_text="Uptime").locator(".stat-value")
+    expect(value).to_have_text(re.compile(r"^\d+ min$|^\d+ h \d+ min$|^\d+ days$"))
+
+
+def test_sign_in_over_plain_http_from_another_machine_warns(browser, tmp_path, watches):
+    """Over plain HTTP at the host's network address the password crosses the network in
+    clear, and the sign-in page says so; at loopback (an SSH tunnel) it does not."""
+    lan = next(
+        (
+            entry.address
+            for entries in psutil.net_if_addrs().values()
+            for entry in entries
+            if entry.family == socket.AF_INET and not entry.address.startswith("127.")
+        ),
+        None,
+    )
+    if lan is None:
+        pytest.skip("this machine has no network address besides loopback")
+    server = start_panel(tmp_path, "--listen", "0.0.0.0")
+    try:
+        local = new_page(browser, server, watches)
+        local.goto(server.url + "/")
+        local.wait_for_selector("#login-username")
+        expect(local.get_by_test_id("plain-http-warning")).to_have_count(0)
+        remote = copy.copy(server)
+        remote.url = server.url.replace("127.0.0.1", lan)
+        page = new_page(browser, remote, watches)
+        page.goto(remote.url + "/")
+        warning = page.get_by_test_id("plain-http-warning")
+        expect(warning).to_contain_text("the password travels unencrypted")
+        page.fill("#login-username", server.username)
+        page.fill("#login-password", server.password)
+        page.click("button[type=submit]")
+        page.wait_for_selector("[data-testid=core-badge]")
+    finally:
+        server.stop()
+
+
+HEADER_LAYOUT = """header => {
+  const box = (element) => element.getBoundingClientRect();
+  const shown = [...header.children].filter((child) => box(child).height > 0);
+  const signOut = shown[shown.length - 1];
+  return {
+    oneLine: Math.max(...shown.map((c) => box(c).top))
+      < Math.min(...shown.map((c) => box(c).bottom)),
+    signOutHeight: box(signOut).height,
+    themeHeight: box(header.querySelector("[data-testid=theme]")).height,
+    signOutRight: box(signOut).right,
+    scrollWidth: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+def test_header_stays_on_one_line_at_360_px(browser, panel, watches):
+    """On a 360 px phone Sign out neither wraps nor drops to a line of its own, in any
+    language; nothing spills sideways."""
+    page = signed_in_page(browser, panel, watches, viewport={"width": 360, "height": 740})
+    for code, sign_out in (("en", "Sign out"), ("ru", "Выйти"), ("fa", "خروج"), ("zh", "退出登录")):
+        page.select_option("[data-testid=language]", code)
+        button = page.locator("header.topbar > button").last
+        expect(button).to_have_text(re.compile(sign_out))
+        layout = page.locator("header.topbar").evaluate(HEADER_LAYOUT)
+        assert layout["oneLine"], (code, layout)
+        assert layout["signOutHeight"] <= layout["themeHeight"] + 4, (code, layout)
+        assert layout["signOutRight"] <= 360 and layout["scrollWidth"] <= 360, (code, layout)
+    page.select_option("[data-testid=language]", "en")
+
+
+def test_inbound_row_keeps_its_actions_in_a_menu(browser, tmp_path, watches):
+    """A row shows Edit and Add client; the other actions wait in its menu, so a row is
+    one line tall at desktop width, and each of them is still one click away."""
+    server = start_panel(tmp_path)
+    try:
+        api = server.client()
+        settings = {"decryption": "none"}
+        payload = {
+            "protocol": "vless",
+            "remark": "row-menu",
+            "port": free_port(),
+            "settings": settings,
+        }
+        inbound = ok(api.post("/panel/api/inbounds/add", payload))
+        page = signed_in_page(browser, server, watches, viewport=DESKTOP)
+        go(page, "inbounds")
+        row = page.locator(f"tr[data-inbound='{inbound['id']}']")
+        visible = row.locator("td.actions > button")
+        expect(visible).to_have_text(["Edit", "Add client"])
+        assert row.bounding_box()["height"] <= 70
+        row.locator("[data-testid=row-menu] summary").click()
+        menu = row.locator("[data-testid=row-menu] .menu-items button")
+        expect(menu).to_have_text(
+            ["Clone", "Export", "Export links", "History", "Reset traffic", "Delete"]
+        )
+        menu.filter(has_text="History").click()
+        expect(page.locator("[role=dialog]")).to_be_visible()
+        expect(row.locator("[data-testid=row-menu] .menu-items")).to_be_hidden()
+    finally:
+        server.stop()
 
 
 def test_dark_theme_toggle(browser, panel, watches):

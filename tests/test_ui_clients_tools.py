@@ -190,6 +190,7 @@ def test_clone_and_expand_an_inbound_to_page_its_clients(browser, panel, watches
     expect(clients).to_have_count(0)
 
     port = free_port()
+    row.locator("[data-testid=row-menu] summary").click()
     row.locator("[data-testid=clone-inbound]").click()
     dialog = page.locator("#clone-form")
     expect(dialog.locator("input[name=cloneRemark]")).to_have_value("expand-in copy")

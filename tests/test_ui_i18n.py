@@ -115,3 +115,43 @@ def test_every_key_the_scripts_use_exists_in_english():
 def test_persian_is_right_to_left():
     text = (ASSETS / "js" / "i18n.js").read_text(encoding="utf-8")
     assert re.search(r'code: "fa", name: "[^"]+", dir: "rtl"', text)
+
+
+# Written the same in every language: protocol and field names, units, bare formats.
+SAME_IN_EVERY_LANGUAGE = {
+    "ALPN",
+    "CPU",
+    "DNS",
+    "Flow",
+    "IP",
+    "JSON",
+    "MTU",
+    "SNI",
+    "QR {n}",
+    "{ms} ms",
+    "{field}: {problem}",
+}
+SCRIPT = {
+    "fa": re.compile("[\u0600-\u06ff]"),
+    "ru": re.compile("[\u0400-\u04ff]"),
+    "zh": re.compile("[\u4e00-\u9fff]"),
+}
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_no_text_is_left_in_english(code):
+    """A text that equals the English one, or has Latin words and none of the language's
+    own letters, was left untranslated ("Fallback" in Russian), unless it is a term every
+    language writes the same."""
+    english = messages("en")
+    left = [
+        (key, text)
+        for key, value in messages(code).items()
+        for text in forms(value)
+        if text not in SAME_IN_EVERY_LANGUAGE
+        and (
+            text in forms(english[key])
+            or (re.search("[A-Za-z]", PLACEHOLDER.sub("", text)) and not SCRIPT[code].search(text))
+        )
+    ]
+    assert left == []

@@ -34,6 +34,7 @@ def test_export_links_dialog(browser, panel, watches, artifacts):  # noqa: F811
 
     page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(page, "inbounds")
+    page.locator(f"tr[data-inbound='{inbound}'] [data-testid=row-menu] summary").click()
     page.locator(f"tr[data-inbound='{inbound}'] [data-testid=export-links]").click()
     dialog = page.locator(".modal")
     expect(dialog.locator("#export-links")).to_have_value("\n".join(on_inbound))

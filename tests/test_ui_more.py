@@ -370,6 +370,7 @@ def test_fallback_rules_edited_on_a_tls_master(browser, core_panel, api, watches
     expect(page.locator(f"tr[data-inbound='{child['id']}'] [data-testid=fallbacks]")).to_have_count(
         0
     )
+    page.locator(f"tr[data-inbound='{master['id']}'] [data-testid=row-menu] summary").click()
     page.locator(f"tr[data-inbound='{master['id']}'] [data-testid=fallbacks]").click()
     dialog = page.locator("[role=dialog]")
     dialog.locator("text=No fallback rules yet.").wait_for()
@@ -397,6 +398,7 @@ def test_fallback_rules_edited_on_a_tls_master(browser, core_panel, api, watches
     assert rendered[0]["dest"] == f"{LOOPBACK}:{child['port']}"
 
     # A rule the panel refuses: its reason is the toast, the dialog stays, nothing changes.
+    page.locator(f"tr[data-inbound='{master['id']}'] [data-testid=row-menu] summary").click()
     page.locator(f"tr[data-inbound='{master['id']}'] [data-testid=fallbacks]").click()
     expect(rows).to_have_count(2)
     expect(rows.nth(0).locator("select[name=childId]")).to_have_value(str(child["id"]))
@@ -436,6 +438,7 @@ def test_inbound_exported_then_imported_is_a_new_inbound(browser, core_panel, ap
     sign_in(page, core_panel)
     go(page, "inbounds")
     with page.expect_download() as download:
+        page.locator(f"tr[data-inbound='{source['id']}'] [data-testid=row-menu] summary").click()
         page.locator(f"tr[data-inbound='{source['id']}'] [data-testid=export-inbound]").click()
     exported = Path(download.value.path())
     assert json.loads(exported.read_text(encoding="utf-8"))["id"] == source["id"]

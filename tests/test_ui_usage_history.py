@@ -61,6 +61,7 @@ def test_client_info_and_inbound_rows_chart_the_history(browser, panel, watches)
     page.keyboard.press("Escape")
 
     go(page, "inbounds")
+    page.locator(f"tr[data-inbound='{inbound['id']}'] [data-testid=row-menu] summary").click()
     page.locator(f"tr[data-inbound='{inbound['id']}'] [data-testid=inbound-history]").click()
     dialog = page.locator(".modal [data-testid=usage-history]")
     dialog.locator("[data-testid=usage-total]").wait_for()

@@ -31,6 +31,7 @@ from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
 from appliance.links import YAML_EMITTER
+from appliance.runtime.browser_addresses import browser_urls
 from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
@@ -331,9 +332,9 @@ class Panel:
         )
         return build_app(needs, self.routes())
 
-    def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
+    def serve(self, on_listening: Callable[[list[str]], None] | None = None) -> None:
         """Listen on both ports and run until stopped; never returns on restart.
-        `on_listening` gets the panel's URL once both ports are bound."""
+        `on_listening` gets the URLs a browser can use once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
         trusted_ca = self._trusted_ca()
         panel_app = HostCheck(BasePath(self.web_app(), self.base_path), self.allowed_hosts)
@@ -390,9 +391,7 @@ class Panel:
         )
         log.info("connections: %s", limits.describe())
         if on_listening is not None:
-            on_listening(
-                f"{scheme}://{self.bound['web'][0]}:{self.bound['web'][1]}{self.base_path}"
-            )
+            on_listening(browser_urls(scheme, *self.bound["web"], self.base_path))
         fault = self.store.unavailable
         every(STEP_SECONDS, self.sample_status, "status", fault)
         every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions", fault)

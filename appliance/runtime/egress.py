@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
+import gevent
+
 from appliance.errors import ServiceError
 
 ALLOW_SETTING = "allowPrivateDestinations"
@@ -65,6 +67,9 @@ DESTINATIONS = (
     "getRemoteCertHash",
 )
 MAX_REDIRECTS = 5
+# A DNS server that does not answer makes the system resolver retry for half a minute
+# or more (timeout x attempts x servers); a name lookup gets this long, then it failed.
+LOOKUP_SECONDS = 5.0
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 CHUNK = 64 << 10
 METADATA = frozenset(
@@ -98,10 +103,22 @@ class CertificateRefused(TlsRefused):
     """The server's certificate did not pass verification; nothing was sent to it."""
 
 
+class LookupTimedOut(socket.gaierror):
+    """A name lookup that had no answer within LOOKUP_SECONDS; its text says so."""
+
+
 def system_resolve(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to, in the resolver's order, without repeats."""
+    """Every address `host` resolves to, in the resolver's order, without repeats; raises
+    `LookupTimedOut` when the resolver has no answer within LOOKUP_SECONDS."""
+    late = LookupTimedOut(
+        socket.EAI_AGAIN,
+        f"the name {host} did not resolve within {LOOKUP_SECONDS:g} s "
+        "(no answer from the DNS server)",
+    )
+    with gevent.Timeout(LOOKUP_SECONDS, late):
+        answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     found: list[str] = []
-    for *_, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+    for *_, sockaddr in answers:
         if sockaddr[0] not in found:
             found.append(sockaddr[0])
     return found
@@ -441,6 +458,8 @@ def _size(limit: int) -> str:
 
 def _reason(exc: BaseException, connected: bool, connect_timeout, read_timeout) -> str:
     """The words for a failed exchange: never the server's own bytes."""
+    if isinstance(exc, LookupTimedOut):
+        return exc.strerror
     if isinstance(exc, socket.gaierror):
         return "the host name does not resolve"
     if isinstance(exc, ssl.SSLCertVerificationError):

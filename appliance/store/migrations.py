@@ -18,6 +18,7 @@ from typing import Any
 
 from appliance.errors import ServiceError
 from appliance.store.ddl import Column, Index, Table, add_column, create_index
+from appliance.store.natural_order import natural_order
 
 log = logging.getLogger(__name__)
 
@@ -459,6 +460,36 @@ def _v15_unique_mtproto_secrets(dialect: str) -> list[Statement]:
     ]
 
 
+def _v16_natural_email_order(dialect: str) -> list[Statement]:
+    """Emails sort in natural order (bulk1, bulk2, bulk10): a stored key (see
+    natural_order.py) compared bytewise on every backend, filled for the clients already
+    there, and indexed with the id that breaks its ties, so a page in email order walks
+    the index. The search index pairs the search text with it instead of the email key,
+    so a search's matches still come sorted without reading the table."""
+    column = Column("email_order", "str", 255, default="")
+    added = add_column("client", column, dialect)
+    if dialect == "postgres":
+        added = added.replace("VARCHAR(255)", 'VARCHAR(255) COLLATE "C"')
+    statements: list[Statement] = [
+        added,
+        _fill_email_order,
+        create_index("client", Index(("email_order", "id")), dialect),
+    ]
+    if dialect != "mysql":
+        statements += [
+            "DROP INDEX ix_client_search_key",
+            "CREATE INDEX ix_client_search_key ON client (search_key, email_order, id)",
+        ]
+    return statements
+
+
+def _fill_email_order(cur, mark: str) -> None:
+    cur.execute("SELECT id, email_key FROM client")
+    rows = [(natural_order(key), client_id) for client_id, key in cur.fetchall()]
+    if rows:
+        cur.executemany(f"UPDATE client SET email_order = {mark} WHERE id = {mark}", rows)
+
+
 def _rekey_shared_mtproto_secrets(cur, mark: str) -> None:
     """Fresh keys from the operating system's CSPRNG: no SQL function gives random bytes
     on every server version the panel runs on."""
@@ -497,6 +528,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (13, "MTProto: client secrets, the last counters of the proxy processes", _v13_mtproto),
     (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
     (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
+    (16, "clients sorted by email in natural order", _v16_natural_email_order),
 ]
 
 LATEST = MIGRATIONS[-1][0]

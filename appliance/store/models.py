@@ -99,6 +99,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         _table_ = "client"
         email = Required(str, 255, autostrip=False)
         email_key = Required(str, 255, unique=True, autostrip=False)
+        email_order = Optional(str, 255, autostrip=False)
         uuid = Required(str, 36)
         password = Required(str, 255, autostrip=False)
         auth = Required(str, 255, autostrip=False)

@@ -18,6 +18,15 @@ export function formatBytes(value) {
   return `${amount.toFixed(unit === 0 ? 0 : 2)} ${UNITS[unit]}`;
 }
 
+// An uptime in words: minutes under an hour, hours and minutes under a day, then days
+// ("0 days" for the first day of a fresh host said nothing).
+export function formatUptime(seconds) {
+  const minutes = Math.floor((Number(seconds) || 0) / 60);
+  if (minutes < 60) return t("dash.minutes", { minutes });
+  if (minutes < 1440) return t("dash.hoursMinutes", { hours: Math.floor(minutes / 60), minutes: minutes % 60 });
+  return t("dash.days", { days: Math.floor(minutes / 1440) });
+}
+
 // A number with its unit ("10.00 GB", "12%") isolated and kept left to right: inside
 // right-to-left text the bidi algorithm would otherwise put the unit before the number
 // and mix neighbouring quantities ("B / 10.00 0 GB").

@@ -21,7 +21,7 @@ export function coreBadge() {
   const name = (state.coreState || "unknown").replace(" ", "_");
   const label = `${t("core.label")}: ${t(`core.state.${name}`)}`;
   const reason = outOfStep();
-  if (reason === null) return html`<span class=${`badge core-${name}`} data-testid="core-badge">${label}</span>`;
+  if (reason === null) return html`<span class=${`badge core-${name}`} data-testid="core-badge" title=${label}>${label}</span>`;
   return html`<span class="badge core-error core-out-of-step" data-testid="core-badge" title=${reason}>${
     t("coreStep.badge", { label, reason })}</span>`;
 }

@@ -56,7 +56,7 @@ UNLIMITED = 2**62
 NOT_STARTED = 2**61
 SORT_SQL = {
     "enable": "c.enable",
-    "email": "c.email_key",
+    "email": "c.email_order",
     "inboundIds": "COALESCE((SELECT MIN(ci.inbound_id) FROM client_inbound ci "
     f"WHERE ci.client_id = c.id), {UNLIMITED})",
     "remaining": f"CASE WHEN c.total_bytes = 0 THEN {UNLIMITED} ELSE c.total_bytes - {USED} END",
@@ -244,7 +244,7 @@ class ClientQuery:
             # The unary + keeps SQLite from walking the whole email or traffic index,
             # fetching every row to test it (400 ms for a search sorted by traffic): one
             # scan, then a sort of the matches, is far cheaper.
-            for key in ("c.email_key", "(t.up + t.down)"):
+            for key in ("c.email_order", "(t.up + t.down)"):
                 order_sql = order_sql.replace(f"ORDER BY {key}", f"ORDER BY +{key}", 1)
         ids = [
             row[0]

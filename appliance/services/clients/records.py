@@ -30,6 +30,7 @@ from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
+from appliance.store.natural_order import natural_order
 
 LINK_KINDS = ("link", "subscription")
 SHARE_SCHEMES = (
@@ -500,6 +501,7 @@ def _row_tuple(row) -> tuple:
 def columns_of(record: dict) -> dict:
     return {
         "email": record["email"],
+        "email_order": natural_order(email_key(record["email"])),
         "uuid": record["id"],
         "password": record["password"],
         "auth": record["auth"],

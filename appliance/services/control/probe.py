@@ -47,7 +47,7 @@ from gevent.pool import Pool
 from appliance.core.process import CoreProcess
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
-from appliance.runtime.egress import for_url, url_port
+from appliance.runtime.egress import LookupTimedOut, for_url, system_resolve, url_port
 from appliance.runtime.file_paths import check_paths
 from appliance.runtime.ports import free_loopback_port
 
@@ -131,8 +131,9 @@ class OutboundProbe:
                 address = self._test_address(url) if ports else ""
 
                 def probe(index: int) -> dict:
-                    if index in refused:
-                        return _failed(tested[index], "http", refused[index])
+                    why = refused.get(index) or _unresolved(_server(tested[index]))
+                    if why:
+                        return _failed(tested[index], "http", why)
                     return _http_probe(tested[index], ports[index], url, address)
 
                 return Pool(CONCURRENT_PROBES).map(probe, range(len(tested)))
@@ -186,6 +187,8 @@ class OutboundProbe:
         egress = for_url(self.settings, "outboundTestUrl", url.geturl())
         try:
             return str(egress.addresses(url.hostname, url_port(url))[0])
+        except LookupTimedOut as exc:
+            raise ServiceError(f"the outboundTestUrl setting: {exc.strerror}") from None
         except OSError:
             raise ServiceError(
                 f"the host of the outboundTestUrl setting ({url.hostname}) does not resolve"
@@ -347,8 +350,34 @@ def _ms(seconds: float) -> int:
     return max(round(seconds * 1000), 0)
 
 
+def _unresolved(server: tuple[str, int] | None) -> str:
+    """Why the outbound's server name cannot be dialed ("" when it resolves or is an
+    address), found here within LOOKUP_SECONDS rather than by the core's own resolver,
+    which may retry for half a minute and then only answer that it could not connect."""
+    if server is None or _is_address(server[0]):
+        return ""
+    try:
+        system_resolve(server[0], server[1])
+    except LookupTimedOut as exc:
+        return exc.strerror
+    except (OSError, UnicodeError):
+        return f"the server name {server[0]} does not resolve"
+    return ""
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def _dial(outbound: dict, server: tuple[str, int]) -> dict:
     address, port = server
+    why = _unresolved(server)
+    if why:
+        return _failed(outbound, TCP_MODE, f"cannot connect to {address}:{port}: {why}")
     started = time.monotonic()
     try:
         with socket.create_connection((address, port), timeout=PROBE_TIMEOUT):

@@ -4,7 +4,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { Chart, formatBytes, percent, quantity, tq } from "../components.js";
+import { Chart, formatBytes, formatUptime, percent, quantity, tq } from "../components.js";
 
 // History buckets (seconds) of server/history and nodes/history; colours of their series.
 export const BUCKETS = [2, 30, 60, 120, 180, 300];
@@ -101,7 +101,7 @@ export const DashboardPage = {
             ${card(t("dash.traffic"), html`↑ ${quantity(formatBytes(s.netTraffic.sent))}`, html`↓ ${quantity(formatBytes(s.netTraffic.recv))}`)}
             ${card(t("dash.connections"), `TCP ${s.tcpCount}`, `UDP ${s.udpCount}`)}
             ${card(t("dash.load"), s.load.load1.toFixed(2), quantity(`${s.load.load5.toFixed(2)} · ${s.load.load15.toFixed(2)}`))}
-            ${card(t("dash.uptime"), t("dash.days", { days: Math.floor(s.uptime / 86400) }), t("dash.panelVersion", { version: s.panelVersion }))}
+            ${card(t("dash.uptime"), formatUptime(s.uptime), t("dash.panelVersion", { version: s.panelVersion }))}
             <div class="card stat core-card">
               <div class="stat-title">${t("core.label")}</div>
               <div class="stat-value"><span class=${`badge core-${core}`}>${t(`core.state.${core}`)}</span></div>

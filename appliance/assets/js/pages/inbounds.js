@@ -98,6 +98,11 @@ export const InboundsPage = {
           <button onClick=${() => edit(inbound)}>${t("common.edit")}</button>
           ${CLIENT_PROTOCOLS.includes(inbound.protocol) ? html`<button data-testid="add-client-here"
             onClick=${() => addClient(inbound)}>${t("clients.add")}</button>` : null}
+          <details class="row-menu" data-testid="row-menu">
+          <summary aria-label=${t("inbound.moreActions", { name })} title=${t("common.actions")}>⋯</summary>
+          <div class="menu-items" onClick=${(event) => {
+            if (event.target.closest("button")) event.currentTarget.closest("details").open = false;
+          }}>
           ${canHoldFallbacks(inbound) ? html`<button data-testid="fallbacks"
             onClick=${() => (tool.value = { kind: "fallbacks", inbound })}>${t("fallback.button")}</button>` : null}
           <button data-testid="clone-inbound" onClick=${() => (tool.value = { kind: "clone", inbound })}>${t("inbound.clone")}</button>
@@ -107,6 +112,7 @@ export const InboundsPage = {
           <button data-testid="inbound-history" onClick=${() => (tool.value = { kind: "history", inbound })}>${t("inbound.history")}</button>
           <button onClick=${() => resetTraffic(inbound)}>${t("inbound.resetTraffic")}</button>
           <button class="danger" onClick=${() => remove(inbound)}>${t("common.delete")}</button>
+          </div></details>
         </td>
       </tr>`;
       return open ? [main, html`<${InboundClients} key=${`clients-${inbound.id}`} inbound=${inbound} columns=${8} />`] : main;

@@ -5,6 +5,14 @@ import { api, request } from "../api.js";
 import { LOCALES, locale, setLocale, t } from "../i18n.js";
 import { toast } from "../state.js";
 
+// Plain HTTP to an address other than this machine: the password crosses the network
+// unencrypted, which the admin should know before typing it.
+export function passwordTravelsInClear(where = window.location) {
+  if (where.protocol !== "http:") return false;
+  const host = where.hostname.replace(/^\[|\]$/g, "");
+  return !(host === "localhost" || host.endsWith(".localhost") || host === "::1" || /^127\./.test(host));
+}
+
 export const LoginPage = {
   props: ["onSignedIn"],
   setup(props) {
@@ -43,6 +51,9 @@ export const LoginPage = {
     return () => html`<main class="login">
       <form class="card login-card" onSubmit=${submit} aria-label=${t("login.title")}>
         <h1>${t("login.title")}</h1>
+        ${passwordTravelsInClear()
+          ? html`<p class="warning-text" role="alert" data-testid="plain-http-warning">${t("login.plainHttp")}</p>`
+          : null}
         ${step.value === "password"
           ? html`
             <label class="field"><span class="field-label">${t("login.username")}</span>
