@@ -51,6 +51,7 @@ def test_a_clone_starts_with_a_free_port(browser, core_panel, watches):  # noqa:
     inbound = vless(api, "clone-port")
     page = signed_in_page(browser, core_panel, watches, viewport=DESKTOP)
     go(page, "inbounds")
+    page.locator(f"tr[data-inbound='{inbound['id']}'] [data-testid=row-menu] summary").click()
     page.locator(f"tr[data-inbound='{inbound['id']}'] [data-testid=clone-inbound]").click()
     field = page.locator("#clone-form input[name=clonePort]")
     expect(field).not_to_have_value("0")
