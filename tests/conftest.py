@@ -22,6 +22,7 @@ import pytest
 import requests
 from core_helpers import echo_server
 from helpers import NETWORKED, create_database, drop_database
+from internal_service import InternalService
 
 LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
 SUB_RE = re.compile(r"subscription server listening on https?://[^:]+:(\d+)/")
@@ -266,3 +267,12 @@ def echo():
     """A TCP echo server on loopback for a module's traffic tests; its port."""
     with echo_server() as port:
         yield port
+
+
+@pytest.fixture(scope="module")
+def internal():
+    """A service on loopback that counts who connects to it: what the egress guard keeps
+    the panel away from, for a module's tests."""
+    service = InternalService()
+    yield service
+    service.close()

@@ -27,17 +27,10 @@ from appliance.runtime.egress import (
     parse_allowed,
     refusal,
 )
-from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL, InternalService
+from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL
 from tests.release_host import ReleaseHost
 
 PUBLIC = "93.184.215.14"
-
-
-@pytest.fixture(scope="module")
-def internal():
-    service = InternalService()
-    yield service
-    service.close()
 
 
 @pytest.fixture(scope="module")

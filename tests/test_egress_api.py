@@ -29,13 +29,6 @@ ASSET = f"Xray-linux-{ASSET_SUFFIXES.get(platform.machine(), '64')}.zip"
 
 
 @pytest.fixture(scope="module")
-def internal():
-    service = InternalService()
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
 def host():
     server = ReleaseHost()
     yield server

@@ -19,7 +19,6 @@ from appliance.errors import ServiceError
 from appliance.links import client_links
 from appliance.links.outbound_feed import read_feed
 from appliance.services.outbounds.subscriptions import OutboundSubs, screen_servers
-from tests.internal_service import InternalService
 
 
 def subs_resolving(table: dict[str, list[str]], calls: list[str]) -> OutboundSubs:
@@ -28,13 +27,6 @@ def subs_resolving(table: dict[str, list[str]], calls: list[str]) -> OutboundSub
         return table[name]
 
     return OutboundSubs(None, lambda: None, resolve=resolve)
-
-
-@pytest.fixture(scope="module")
-def internal():
-    service = InternalService()
-    yield service
-    service.close()
 
 
 def test_a_name_that_resolves_to_this_machine_is_refused_without_a_connection(internal):

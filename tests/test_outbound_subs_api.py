@@ -23,7 +23,7 @@ from links_cases import CASES, CTX
 
 from appliance.links import client_clash_proxies, client_links
 from appliance.links.clash import clash_document
-from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL, SECRET, InternalService
+from tests.internal_service import LOOPBACK_SPELLINGS, OTHER_INTERNAL, SECRET
 
 SUBS = "/panel/api/core/outbound-subs"
 TEMPLATE_TAGS = ["direct", "blocked"]
@@ -60,13 +60,6 @@ def clean(api):
     for sub in ok(api.get(SUBS)):
         ok(api.raw("DELETE", f"{SUBS}/{sub['id']}").json())
     yield api
-
-
-@pytest.fixture(scope="module")
-def internal():
-    service = InternalService()
-    yield service
-    service.close()
 
 
 def test_a_subscription_adds_its_servers_after_the_template_outbounds(clean):

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import requests
 from helpers import REALITY, db_rows, free_port, ok
-from internal_service import InternalService
 
 from appliance.services.accounts.tokens import SCOPES
 from appliance.web.api import TOKEN_REFUSED
@@ -89,13 +88,6 @@ def bearer(panel, method: str, path: str, token: str, **kwargs) -> requests.Resp
 
 def scoped_token(api, name: str, scope: str) -> str:
     return ok(api.post(TOKENS + "/create", json={"name": name, "scope": scope}))["token"]
-
-
-@pytest.fixture(scope="module")
-def internal():
-    service = InternalService()
-    yield service
-    service.close()
 
 
 @pytest.fixture(scope="module")
