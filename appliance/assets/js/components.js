@@ -3,6 +3,7 @@
 import { html, loadQrcode, loadUPlot, Vue } from "./lib.js";
 import { locale, t } from "./i18n.js";
 import { dismissToast, state, toast } from "./state.js";
+import { jalaliText, parseJalali } from "./jalali.js";
 
 // ---- formatting -------------------------------------------------------------------------
 
@@ -48,6 +49,13 @@ export function formatDate(milliseconds) {
   return new Date(milliseconds).toLocaleString(locale.value);
 }
 
+// The local calendar day of a time (a Date or milliseconds) as "YYYY-MM-DD", a date input's value.
+export function localDay(time) {
+  const date = new Date(time);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
+}
+
 export function percent(part, whole) {
   return whole ? Math.min(100, (part * 100) / whole) : 0;
 }
@@ -67,6 +75,31 @@ export function checkedField(label, input, problem, hint = "") {
     problem ? html`<small class="error-text" role="alert">${problem}</small>` : hint ? html`<small class="hint">${hint}</small>` : null
   }</label>`;
 }
+
+// A day as "YYYY-MM-DD" (a date input's value, "" for none). The Persian UI writes and
+// reads it in the Jalali calendar, in a text field that refuses (and keeps the form from
+// being sent) a day that does not exist; other languages keep the browser's date input.
+export const DateInput = {
+  props: ["value", "onChange", "attrs"],
+  setup(props) {
+    const text = Vue.ref("");
+    const shown = () => (props.value ? jalaliText(props.value) : "");
+    Vue.watch(() => props.value, (value) => {
+      if ((parseJalali(text.value) || "") !== (value || "")) text.value = shown();
+    }, { immediate: true });
+    function typed(event) {
+      text.value = event.target.value;
+      const day = parseJalali(text.value);
+      event.target.setCustomValidity(day || !text.value.trim() ? "" : t("common.badJalaliDate"));
+      props.onChange(day || "");
+    }
+    return () => (locale.value === "fa"
+      ? html`<input type="text" inputmode="numeric" dir="ltr" data-calendar="jalali" placeholder=${t("common.jalaliPlaceholder")}
+          value=${text.value} onInput=${typed} ...${props.attrs || {}} />`
+      : html`<input type="date" value=${props.value} onInput=${(event) => props.onChange(event.target.value)}
+          ...${props.attrs || {}} />`);
+  },
+};
 
 export function textInput(model, key, attrs = {}) {
   return html`<input type="text" value=${model[key] ?? ""}

@@ -7,7 +7,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
-import { checkbox, field, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { checkbox, DateInput, field, localDay, Modal, numberInput, selectInput, textInput } from "../components.js";
 import { subscriptionUrl } from "./client-extras.js";
 
 const GB = 1024 ** 3;
@@ -30,11 +30,6 @@ function startingInbounds(inbounds, preselect) {
   if (preselect && preselect.length) return preselect.filter((id) => known.has(id));
   if (inbounds.length === 1) return [inbounds[0].id];
   return lastInbounds().filter((id) => known.has(id));
-}
-
-function dateText(date) {
-  const pad = (n) => String(n).padStart(2, "0");
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
 }
 
 // A random (version 4) UUID; crypto.randomUUID exists only in a secure context, and a
@@ -99,7 +94,7 @@ export const ClientForm = {
         });
         if (original.expiryTime > 0) {
           model.expiryMode = "date";
-          model.expiryDate = new Date(original.expiryTime).toISOString().slice(0, 10);
+          model.expiryDate = localDay(original.expiryTime);
         } else if (original.expiryTime < 0) {
           model.expiryMode = "afterFirstUse";
           model.expiryDays = Math.round(-original.expiryTime / DAY);
@@ -151,7 +146,7 @@ export const ClientForm = {
       if (days) base.setDate(base.getDate() + days);
       else base.setFullYear(base.getFullYear() + 1);
       model.expiryMode = "date";
-      model.expiryDate = dateText(base);
+      model.expiryDate = localDay(base);
     }
 
     function presets() {
@@ -230,9 +225,9 @@ export const ClientForm = {
         </fieldset>
         ${field(t("clients.totalGB"), numberInput(model, "totalGB", { min: 0, step: "any" }), t("common.zeroUnlimited"))}
         ${field(t("clients.expiry"), selectInput(model, "expiryMode", [
-          ["never", t("common.never")], ["date", t("clients.onDate")], ["afterFirstUse", t("clients.afterFirstUseMode")]]))}
-        ${model.expiryMode === "date" ? field(t("clients.expiryDate"), html`<input type="date" value=${model.expiryDate}
-          required onInput=${(e) => (model.expiryDate = e.target.value)} />`) : null}
+          ["never", t("common.never")], ["date", t("clients.onDate")], ["afterFirstUse", t("clients.afterFirstUseMode")]], { name: "expiryMode" }))}
+        ${model.expiryMode === "date" ? field(t("clients.expiryDate"), html`<${DateInput} value=${model.expiryDate}
+          onChange=${(day) => (model.expiryDate = day)} attrs=${{ name: "expiryDate", required: true }} />`) : null}
         ${presets()}
         ${model.expiryMode === "afterFirstUse" ? field(t("clients.days"), numberInput(model, "expiryDays", { min: 1 })) : null}
         ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}

@@ -8,7 +8,7 @@ import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
-import { checkbox, checkedField, copyText, field, listText, Modal, numberInput, selectInput, textInput } from "../components.js";
+import { checkbox, checkedField, copyText, DateInput, field, listText, localDay, Modal, numberInput, selectInput, textInput } from "../components.js";
 import { hysteriaStream, tlsFields, WireguardFields } from "./inbound-udp.js";
 
 export const PROTOCOLS = ["vless", "vmess", "trojan", "shadowsocks", "hysteria2", "wireguard", "socks", "http", "mixed", "dokodemo", "mtproto"];
@@ -107,7 +107,7 @@ export const InboundForm = {
     const busy = Vue.ref(false);
     const form = Vue.reactive({
       totalGB: model.total ? +(model.total / GB).toFixed(2) : 0,
-      expiry: model.expiryTime > 0 ? new Date(model.expiryTime).toISOString().slice(0, 10) : "",
+      expiry: model.expiryTime > 0 ? localDay(model.expiryTime) : "",
     });
     const account = Vue.reactive({ ...((model.settings.accounts || [])[0] || { user: "", pass: "" }) });
     // The field the panel refused: its path and what is wrong with it.
@@ -361,7 +361,7 @@ export const InboundForm = {
         ${pathField("listen", t("inbound.listen"), textInput(model, "listen", { placeholder: "0.0.0.0" }))}
         ${pathField("port", t("inbound.port"), numberInput(model, "port", { name: "port", min: 1, max: 65535 }))}
         ${field(t("inbound.totalGB"), numberInput(form, "totalGB", { min: 0, step: "any" }), t("common.zeroUnlimited"))}
-        ${field(t("inbound.expiry"), html`<input type="date" value=${form.expiry} onInput=${(e) => (form.expiry = e.target.value)} />`, t("common.emptyNever"))}
+        ${field(t("inbound.expiry"), html`<${DateInput} value=${form.expiry} onChange=${(day) => (form.expiry = day)} attrs=${{ name: "expiry" }} />`, t("common.emptyNever"))}
         ${checkbox(model, "enable", t("common.enabled"))}
         ${protocolFields()}
         ${transportFields()}

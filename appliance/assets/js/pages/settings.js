@@ -7,7 +7,7 @@ import { html, Vue } from "../lib.js";
 import { api, request } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { checkbox, copyText, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
+import { checkbox, copyText, DateInput, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
 import { followRestart, restartMoves } from "../restart.js";
@@ -193,8 +193,8 @@ const ApiTokens = {
           value=${name.value} onInput=${(e) => (name.value = e.target.value)} />
         <select aria-label=${t("tokens.scope")} name="tokenScope" value=${scope.value} onChange=${(e) => (scope.value = e.target.value)}>
           ${TOKEN_SCOPES.map(([value, label]) => html`<option value=${value} selected=${scope.value === value}>${label()}</option>`)}</select>
-        <input type="date" aria-label=${t("tokens.expires")} title=${t("tokens.expiresHint")} name="tokenExpires"
-          value=${expires.value} onInput=${(e) => (expires.value = e.target.value)} />
+        <${DateInput} value=${expires.value} onChange=${(day) => (expires.value = day)}
+          attrs=${{ "aria-label": t("tokens.expires"), title: t("tokens.expiresHint"), name: "tokenExpires" }} />
         <button class="primary" type="submit">${t("settings.createToken")}</button></form>
       ${tokens.value.length === 0 ? html`<p class="empty">${t("settings.noTokens")}</p>`
         : html`<ul class="plain">${tokens.value.map((token) => html`<li class="row" key=${token.id}>
