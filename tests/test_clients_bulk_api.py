@@ -1,5 +1,5 @@
 """Bulk client operations over HTTP against the real server: bulkCreate, import and export
-(with a full round trip), bulkAdjust, bulkDel, bulkAttach/bulkDetach, bulkResetTraffic,
+(with a full round trip), bulkAdjust, bulkEnable, bulkDel, bulkAttach/bulkDetach, bulkResetTraffic,
 resetAllTraffics and the sweeps delDepleted and delOrphans, checked through the API and,
 where the spec names tables (traffic, IP log, external links), in the SQLite file.
 
@@ -551,6 +551,62 @@ def test_bulk_attach_detach_refuse_bad_input(api, vless, trojan, route, body, wo
 
     refused(api.post(f"{API}/{route}", {k: fill(v) for k, v in body.items()}), *words)
     assert get(api, email)["inboundIds"] == [vless]
+
+
+# ---- bulkEnable --------------------------------------------------------------------------
+
+
+def core_emails(api, inbound_id: int) -> set[str]:
+    """The clients the assembled core config gives the inbound."""
+    tag = ok(api.get(f"/panel/api/inbounds/get/{inbound_id}"))["tag"]
+    config = ok(api.get("/panel/api/server/getConfigJson"))
+    entry = next(i for i in config["inbounds"] if i.get("tag") == tag)
+    return {c["email"] for c in entry["settings"].get("clients") or []}
+
+
+def test_bulk_enable_switches_many_clients_in_one_call(api, vless):
+    names = emails("switch", 20)
+    other, off = emails("switch-kept", 2)
+    create(api, [vless], *({"email": e} for e in [*names, other]), {"email": off, "enable": False})
+
+    result = ok(
+        api.post(f"{API}/bulkEnable", {"emails": [*names, "ghost@bulk.test"], "enable": False})
+    )
+    assert result == {
+        "affected": 20,
+        "skipped": [
+            {"email": "ghost@bulk.test", "reason": "no client with email 'ghost@bulk.test'"}
+        ],
+    }
+    assert {get(api, e)["client"]["enable"] for e in names} == {False}
+    assert get(api, other)["client"]["enable"] is True
+    assert not core_emails(api, vless) & set(names)
+    assert other in core_emails(api, vless)
+
+    result = ok(api.post(f"{API}/bulkEnable", {"emails": [names[0], off], "enable": True}))
+    assert result == {"affected": 2, "skipped": []}
+    assert get(api, names[0])["client"]["enable"] is get(api, off)["client"]["enable"] is True
+    assert get(api, names[1])["client"]["enable"] is False
+    assert {names[0], off} <= core_emails(api, vless)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"emails": ["a@bulk.test"]}, ("enable", "true or false")),
+        ({"emails": ["a@bulk.test"], "enable": "yes"}, ("enable", "true or false")),
+        ({"emails": "a@bulk.test", "enable": True}, ("emails", "array")),
+        ({"emails": [1], "enable": True}, ("emails", "strings")),
+        (["a@bulk.test"], ("object",)),
+    ],
+)
+def test_bulk_enable_refuses_bad_input_and_changes_nothing(api, vless, body, words):
+    (email,) = emails("switch-bad", 1)
+    create(api, [vless], {"email": email})
+    if isinstance(body, dict) and isinstance(body.get("emails"), list) and body["emails"] != [1]:
+        body = {**body, "emails": [email]}
+    refused(api.post(f"{API}/bulkEnable", body), *words)
+    assert get(api, email)["client"]["enable"] is True
 
 
 # ---- traffic resets ---------------------------------------------------------------------

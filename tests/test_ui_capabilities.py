@@ -1,4 +1,5 @@
-"""The inbound and client forms on a core that lacks features, in headless Chromium.
+"""The inbound, client and outbound forms on a core that lacks features, in headless
+Chromium.
 
 On Debian's V2Ray 4.34 the panel refuses REALITY, Vision and the newer transports
 (tests/test_core_capabilities.py); the forms grey those choices out before the admin
@@ -83,3 +84,30 @@ def test_the_client_form_greys_out_vision_on_v2fly_and_says_why(browser, panel, 
     expect(vision).to_be_disabled()
     expect(vision).to_have_attribute("title", f"{V2FLY} XTLS Vision; it needs Xray")
     expect(form).to_contain_text(f"{V2FLY} XTLS Vision")
+
+
+def test_the_outbound_form_greys_out_what_v2fly_lacks_and_says_why(browser, panel, watches):
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    go(page, "core")
+    page.wait_for_selector("textarea[name=coreSetting]")
+    page.click("[data-tab=outbounds]")
+    form = page.locator("[data-testid=outbound-form]")
+    protocols = (("wireguard", "WireGuard"), ("hysteria", "Hysteria 2"), ("loopback", "Loopback"))
+    for protocol, feature in protocols:
+        option = form.locator(f"select[name=new-protocol] option[value={protocol}]")
+        expect(option).to_be_disabled()
+        expect(option).to_have_attribute("title", f"{V2FLY} {feature}; it needs Xray")
+    expect(form.locator("[data-testid=add-outbound]")).to_contain_text(
+        f"loopback: {V2FLY} Loopback; it needs Xray"
+    )
+    expect(form.locator("select[name=new-protocol] option[value=vless]")).to_be_enabled()
+    form.locator("select[name=new-protocol]").select_option("vless")
+    reality = form.locator("select[name=new-security] option[value=reality]")
+    expect(reality).to_be_disabled()
+    expect(reality).to_have_attribute("title", f"{V2FLY} REALITY; it needs Xray")
+    expect(form.locator("select[name=new-security] option[value=tls]")).to_be_enabled()
+    expect(form.locator("[data-testid=outbound-stream]")).to_contain_text(
+        f"reality: {V2FLY} REALITY; it needs Xray"
+    )
+    expect(form.locator("select[name=new-network] option[value=xhttp]")).to_be_disabled()
+    expect(form.locator("select[name=new-network] option[value=ws]")).to_be_enabled()

@@ -206,3 +206,42 @@ def test_clone_and_expand_an_inbound_to_page_its_clients(browser, panel, watches
     assert copy["port"] == port and copy["protocol"] == "vless"
     assert copy["settings"]["clients"] == []
     page.locator(f"tr[data-inbound='{copy['id']}']").wait_for()
+
+
+def test_enabling_and_disabling_many_clients_is_one_request(browser, panel, watches):  # noqa: F811
+    api = panel.client()
+    inbound = vless(api, "switch-in")
+    names = [f"switch-{n:02d}@ex" for n in range(20)]
+    items = [{"client": {"email": e}, "inboundIds": [inbound["id"]]} for e in names]
+    assert ok(api.post(f"{API}/bulkCreate", items))["created"] == len(names)
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    go(page, "clients")
+    page.fill("[data-testid=client-search]", "switch-")
+    expect(page.locator("[data-testid=clients-table] tbody tr")).to_have_count(len(names))
+    sent: list[tuple[str, str]] = []
+    page.on("request", lambda request: sent.append((request.method, request.url)))
+
+    def client_calls() -> list[tuple[str, str]]:
+        """What the page asked of the clients API besides reloading its list and groups."""
+        calls = [(m, u.split(API, 1)[1]) for m, u in sent if API in u]
+        return [c for c in calls if not c[1].startswith(("/list/paged", "/groups"))]
+
+    page.locator("[data-testid=clients-table] thead input[type=checkbox]").check()
+    page.locator("[data-testid=bulk] button", has_text="Disable").click()
+    expect(page.locator(".toast.success")).to_contain_text("Done for 20 clients")
+    assert client_calls() == [("POST", "/bulkEnable")]
+    assert not any(ok(api.get(f"{API}/get/{e}"))["client"]["enable"] for e in names)
+
+    sent.clear()
+    page.locator("[data-testid=bulk] button", has_text="Enable").click()
+    expect(page.locator(".toast.success").last).to_contain_text("Done for 20 clients")
+    assert client_calls() == [("POST", "/bulkEnable")]
+    assert all(ok(api.get(f"{API}/get/{e}"))["client"]["enable"] for e in names)
+
+    # A row's own switch: one request too, for that client alone.
+    sent.clear()
+    client_row(page, names[3]).get_by_role("switch").click()
+    expect(page.locator(".toast.success").last).to_contain_text("disabled")
+    assert client_calls() == [("POST", "/bulkEnable")]
+    assert ok(api.get(f"{API}/get/{names[3]}"))["client"]["enable"] is False
+    assert ok(api.get(f"{API}/get/{names[4]}"))["client"]["enable"] is True

@@ -30,6 +30,7 @@ GRPC = "gRPC"
 SS2022 = "Shadowsocks 2022"
 HYSTERIA2 = "Hysteria 2"
 WIREGUARD = "WireGuard"
+LOOPBACK = "Loopback"
 VLESS_ENCRYPTION = "VLESS encryption"
 MLDSA65 = "ML-DSA-65"
 
@@ -37,7 +38,9 @@ MLDSA65 = "ML-DSA-65"
 # absent from its row. Xray's numbering went from 1.8.x to 24.x, which compares as
 # numbers. V2Ray (v2fly) 4.x runs none of them (DESIGN: it rejects the transports, the
 # 2022 ciphers and the protocols, and silently ignores REALITY and flows); v2fly 4.36
-# brought gRPC, v5.10 HTTPUpgrade.
+# brought gRPC, v5.10 HTTPUpgrade. Xray took the loopback outbound from v2fly in 1.5.1;
+# V2Ray 4.34 refuses it ("unknown config id: loopback"), and v2fly's own first release
+# with it is not pinned here, so no v2fly runs it by this table.
 TABLE: dict[str, dict[str, str]] = {
     "xray": {
         GRPC: "1.4.0",
@@ -45,6 +48,7 @@ TABLE: dict[str, dict[str, str]] = {
         REALITY: "1.8.0",
         VISION: "1.8.0",
         WIREGUARD: "1.8.0",
+        LOOPBACK: "1.5.1",
         HTTPUPGRADE: "1.8.9",
         SPLITHTTP: "1.8.16",
         XHTTP: "24.11.30",
@@ -64,7 +68,12 @@ TRANSPORT_FEATURES = {
     "splithttp": SPLITHTTP,
     "grpc": GRPC,
 }
-PROTOCOL_FEATURES = {"hysteria": HYSTERIA2, "hysteria2": HYSTERIA2, "wireguard": WIREGUARD}
+PROTOCOL_FEATURES = {
+    "hysteria": HYSTERIA2,
+    "hysteria2": HYSTERIA2,
+    "wireguard": WIREGUARD,
+    "loopback": LOOPBACK,
+}
 
 
 def _version(text: str) -> tuple[int, ...]:

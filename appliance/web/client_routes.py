@@ -184,6 +184,16 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         return bulk.bulk_create(body(BULK_BODY))
 
     @table.post(
+        "/bulkEnable",
+        "Switch many clients on or off",
+        resource="clients",
+        max_body=BULK_BODY,
+        body={"emails": "string[]", "enable": "boolean"},
+    )
+    def bulk_enable():
+        return bulk.bulk_enable(json_object(BULK_BODY))
+
+    @table.post(
         "/bulkAttach",
         "Attach many clients to inbounds",
         resource="clients",

@@ -1,5 +1,5 @@
-"""Operations over many clients: bulk create and import, bulk delete, adjust, attach,
-detach, traffic resets and the sweeps (depleted, orphans).
+"""Operations over many clients: bulk create and import, bulk delete, adjust, enable,
+attach, detach, traffic resets and the sweeps (depleted, orphans).
 
 Every bulk call is sequential in meaning: items are checked one by one, a bad item is
 reported in `skipped`/`errors` with its reason and never aborts the rest, and what
@@ -389,6 +389,29 @@ class ClientBulk:
                 row.updated_at = self.clients.now_ms()
                 affected += 1
         return {"affected": affected}
+
+    def bulk_enable(self, body: Any) -> dict:
+        """Switch many clients on or off in one transaction, as the switch of each one's
+        own form does; clients already in that state count as done."""
+        emails = in_lock_order(parse_emails(body))
+        enable = body.get("enable")
+        if not isinstance(enable, bool):
+            raise ServiceError("enable must be true or false")
+        changed, skipped = [], []
+        with db_session:
+            for email in emails:
+                try:
+                    row = self.clients.row(email)
+                except ServiceError as exc:
+                    skipped.append({"email": email, "reason": exc.msg})
+                    continue
+                if row.enable != enable:
+                    row.enable = enable
+                    row.updated_at = self.clients.now_ms()
+                    changed.append(row.email)
+        if changed:
+            self.clients.touched(changed)
+        return {"affected": len(emails) - len(skipped), "skipped": skipped}
 
     # ---- whole-table operations -------------------------------------------------------------
 

@@ -22,9 +22,10 @@ const FILTERS = ["", "online", "active", "deactive", "depleted", "expiring"];
 const SORTS = ["email", "enable", "traffic", "remaining", "expiryTime", "inboundIds"];
 const PAGE_SIZES = [25, 50, 100, 200];
 
-async function setEnabled(email, enable) {
-  const { client } = await api.get(`panel/api/clients/get/${encodeURIComponent(email)}`);
-  await api.post(`panel/api/clients/update/${encodeURIComponent(email)}`, { ...client, enable });
+// One request for any number of clients: the switch of a row and the bulk buttons alike.
+async function setEnabled(emails, enable) {
+  const reply = await api.post("panel/api/clients/bulkEnable", { emails, enable });
+  for (const item of reply.skipped || []) toast(`${item.email}: ${item.reason}`, "error");
 }
 
 export const ClientsPage = {
@@ -164,9 +165,7 @@ export const ClientsPage = {
         const path = group ? "panel/api/clients/groups/bulkAdd" : "panel/api/clients/groups/bulkRemove";
         return run(() => api.post(path, group ? { emails: list, group } : { emails: list }), t("clients.bulkDone", { count: list.length }));
       }
-      run(async () => {
-        for (const email of list) await setEnabled(email, kind === "enable");
-      }, t("clients.bulkDone", { count: list.length }));
+      run(() => setEnabled(list, kind === "enable"), t("clients.bulkDone", { count: list.length }));
     }
 
     function toggleRow(email, on) {
@@ -211,7 +210,7 @@ export const ClientsPage = {
                 places.value.get(item.email).map((guid) => placeName(guid, nodes.value)).join(", ")}</span>` : null}</div>
           ${staleClientMark(item.inboundIds)}${clientNodeMark(item.inboundIds, inbounds.value, nodes.value)}</td>
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
-          run(() => setEnabled(item.email, value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
+          run(() => setEnabled([item.email], value), value ? t("clients.enabledNow") : t("clients.disabledNow")),
           t("clients.enableName", { email: item.email }))}</td>
         <td data-label=${t("clients.traffic")}>${usageCell(item)}</td>
         <td data-label=${t("clients.expiry")}>${expiryCell(item, expireDiff.value)}</td>

@@ -8,7 +8,7 @@
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { checkbox, field, selectInput, textInput } from "../components.js";
+import { checkbox, field, textInput } from "../components.js";
 
 export const PROTOCOLS = ["freedom", "blackhole", "dns", "loopback", "http", "socks", "vless", "vmess", "trojan", "shadowsocks", "wireguard", "hysteria"];
 // Protocols whose server is an address and a port, and those that take stream settings.
@@ -21,6 +21,14 @@ const FINGERPRINTS = ["", "chrome", "firefox", "safari", "ios", "android", "edge
 const FREEDOM_STRATEGIES = ["AsIs", "UseIP", "UseIPv4", "UseIPv6", "ForceIP", "ForceIPv4", "ForceIPv6"];
 const VMESS_SECURITIES = ["auto", "aes-128-gcm", "chacha20-poly1305", "none", "zero"];
 const SS_METHODS = ["2022-blake3-aes-128-gcm", "2022-blake3-aes-256-gcm", "2022-blake3-chacha20-poly1305", "aes-128-gcm", "aes-256-gcm", "chacha20-poly1305", "xchacha20-poly1305", "none"];
+// The capability (server/coreCapabilities) each choice of protocol, transport and security
+// asks of the core; a choice the running core lacks is greyed out with the reason.
+const NEEDS = {
+  loopback: "Loopback", wireguard: "WireGuard", hysteria: "Hysteria 2", reality: "REALITY",
+  grpc: "gRPC", httpupgrade: "HTTPUpgrade", xhttp: "XHTTP",
+  "2022-blake3-aes-128-gcm": "Shadowsocks 2022", "2022-blake3-aes-256-gcm": "Shadowsocks 2022",
+  "2022-blake3-chacha20-poly1305": "Shadowsocks 2022",
+};
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const EMPTY = {
   protocol: "freedom", tag: "", address: "", port: "", user: "", pass: "", id: "", flow: "", vmessSecurity: "auto",
@@ -191,8 +199,22 @@ export const OutboundForm = {
         problem.value = error.message;
       }
     }
+    // Feature -> why the running core cannot run it.
+    const lacking = Vue.reactive({});
+    api.get("panel/api/server/coreCapabilities", { quiet: true }).then((table) => {
+      for (const [feature, about] of Object.entries(table.features)) if (!about.runs) lacking[feature] = about.reason;
+    }).catch(() => {});
+    const why = (choice) => (NEEDS[choice] && lacking[NEEDS[choice]]) || "";
     const input = (key, label, hint = "") => field(label, textInput(draft, key, { name: `new-${key}`, spellcheck: "false" }), hint);
-    const select = (key, label, choices) => field(label, selectInput(draft, key, choices.map((c) => (Array.isArray(c) ? c : [c, c])), { name: `new-${key}` }));
+    // A select whose choices the running core lacks are greyed out, each saying why in its
+    // title and, for screens without hover, together under the field.
+    function select(key, label, choices) {
+      const pairs = choices.map((c) => (Array.isArray(c) ? c : [c, c]));
+      const reasons = pairs.filter(([value]) => why(value)).map(([value, text]) => `${text}: ${why(value)}`).join(" ");
+      return field(label, html`<select name=${`new-${key}`} value=${draft[key]} onChange=${(event) => (draft[key] = event.target.value)}>${
+        pairs.map(([value, text]) => html`<option value=${value} selected=${draft[key] === value}
+          disabled=${!!why(value)} title=${why(value)}>${text}</option>`)}</select>`, reasons);
+    }
     function protocolFields() {
       const p = draft.protocol;
       if (p === "freedom") return html`${select("domainStrategy", t("core.domainStrategy"), FREEDOM_STRATEGIES)}${input("redirect", t("core.out.redirect"))}`;
