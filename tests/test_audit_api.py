@@ -35,6 +35,7 @@ READS = {
     "/panel/api/clients/counters",
     "/panel/api/core/",
     "/panel/api/core/balancerStatus",
+    "/panel/api/core/outboundFromLink",
     "/panel/api/core/routeTest",
     "/panel/api/server/corelogs/{count}",
     "/panel/api/server/logs/{count}",
