@@ -34,7 +34,7 @@ from pony.orm.dbproviders.sqlite import SQLiteProvider
 
 C_BUSY_SECONDS = 0.2
 # The README promises an answer within three seconds; the rest is for the request's work.
-WRITE_LOCK_WAIT_SECONDS = 2.5
+WRITE_LOCK_WAIT_SECONDS = 2.0
 WRITE_LOCK_POLL_SECONDS = 0.05
 
 LOCKED = "the database file is locked by another program; try again when it lets go"
