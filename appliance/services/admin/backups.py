@@ -263,5 +263,8 @@ def _count(number: int, noun: str) -> str:
 
 
 def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+    """Remove a scratch file and what SQLite may have left beside it: a write that failed
+    half-way (a full disk) can leave its rollback journal."""
+    for name in (path, f"{path}-journal", f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
