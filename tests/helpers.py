@@ -457,3 +457,34 @@ def write_self_signed(
         write_certificate(directory / "cert.pem", certificate),
         write_key(directory / "key.pem", key),
     )
+
+
+# ---- services built without a core or nodes -------------------------------------------
+
+
+def runs_every_feature(features) -> None:
+    """The core check of a service test without a core: nothing is refused."""
+
+
+def _config_passes(inbound_id: int) -> None:
+    """No core to test a save's config: every one passes."""
+
+
+def _on_no_node(before, after) -> None:
+    """No node to place an inbound on."""
+
+
+def _no_node_marks(node_ids) -> dict:
+    return {}
+
+
+def without_core_or_nodes() -> dict:
+    """What a service test hands `Inbounds` for the parts it runs without: no core tests
+    a save or holds a socket, and no inbound is placed on a node."""
+    return {
+        "held_sockets": list,
+        "check_config": _config_passes,
+        "place_on_node": _on_no_node,
+        "node_marks": _no_node_marks,
+        "node_save_failed": _on_no_node,
+    }

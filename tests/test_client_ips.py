@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from core_helpers import LOOPBACK, echo_server
 from core_panel import wait_until as poll_until
+from helpers import runs_every_feature, without_core_or_nodes
 from test_core_e2e import add_client, add_inbound, client_core, core_panel, ok, passes, route
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.ips import ACTIVE_WINDOW, ClientIps, host_addresses
@@ -76,7 +78,8 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
     collector tests here and those of the core's online-user API start from it."""
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    notice = ChangeNotice()
+    settings = Settings(store, FilePlaces(str(tmp_path)), notice)
     settings.load()
     settings.write(settings.check({"ipLimitEnable": True}))
     inbounds = Inbounds(
@@ -84,9 +87,11 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
         lambda: [],
         ClientQuery(store, settings, Presence()).by_inbound,
         places=settings.places,
+        notice=notice,
+        **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store)
+    clients = Clients(store, notice, runs_every_feature)
     for email, limit in limits.items():
         clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
     return store, settings, clients

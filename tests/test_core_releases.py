@@ -24,6 +24,7 @@ import pytest
 from helpers import free_port, ok, refused
 
 from appliance.errors import ServiceError
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.control import releases as core_releases
@@ -452,7 +453,7 @@ class CoreStandIn:
 def service(tmp_path, host):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
     settings.load()
     clock, core = Clock(), CoreStandIn()
     releases = CoreReleases(settings, str(tmp_path / "core"), core, clock=clock)
