@@ -1,8 +1,11 @@
 """The panel: builds the store, the services, the servers and the jobs, and runs them.
 
-`Panel` is the one object that knows every part; each route table is handed only the
-parts it calls, as declared beside its routes (`ClientRouteNeeds` and the like), by
-`routes_of` (routes.py). It also owns what spans services: the ports the panel holds
+`Panel` is the one object that knows every part. It builds them in the order they need
+each other, one named step per area, each part taking what it needs when it is made (no
+collaborator is filled in later or left to a silent default), then subscribes every
+consumer to the change notice (`follow_changes`, consumers.py). Each route table is
+handed only the parts it calls, as declared beside its routes (`ClientRouteNeeds` and
+the like), by `routes_of` (routes.py). It also owns what spans services: the ports the panel holds
 (which inbounds must not take), settings changes that involve two-factor, and restarting
 the process.
 """
