@@ -27,6 +27,7 @@ from ui_pages import (
     Watch,
     client_row,
     expect,
+    form_field,
     go,
     new_page,
     open_inbound_form,
@@ -154,30 +155,25 @@ def test_inbound_client_search_links_disable_and_live_update(browser, panel, wat
     other.context.close()
 
 
-def field(form, label: str):
-    """The input or select of the form field labelled `label`."""
-    return form.locator("label.field", has_text=label).locator("input, select").first
-
-
 def test_protocol_forms_save_transport_and_security(browser, panel, watches):
     api = panel.client()
     page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(page, "inbounds")
 
     form = open_inbound_form(page, "ui-reality", 24601)
-    field(form, "Transport").last.select_option("grpc")
-    field(form, "Service name").fill("tunnel")
-    field(form, "Security").select_option("reality")
+    form_field(form, "Transport").last.select_option("grpc")
+    form_field(form, "Service name").fill("tunnel")
+    form_field(form, "Security").select_option("reality")
     page.click("text=Generate keys")
-    expect(field(form, "Private key")).not_to_have_value("")
-    field(form, "Target (host:port)").fill("example.com:443")
-    field(form, "Server names").fill("example.com, www.example.com")
+    expect(form_field(form, "Private key")).not_to_have_value("")
+    form_field(form, "Target (host:port)").fill("example.com:443")
+    form_field(form, "Server names").fill("example.com, www.example.com")
     page.click("button[form=inbound-form]")
     page.wait_for_selector("text=ui-reality")
 
     form = open_inbound_form(page, "ui-ss", 24602)
     form.locator("select[name=protocol]").select_option("shadowsocks")
-    field(form, "Cipher").select_option("aes-256-gcm")
+    form_field(form, "Cipher").select_option("aes-256-gcm")
     page.click("button[form=inbound-form]")
     page.wait_for_selector("text=ui-ss")
 

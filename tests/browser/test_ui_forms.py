@@ -19,7 +19,7 @@ from core_panel import wait_until
 from helpers import free_port, ok
 from proving import carries, prove
 from sing_box_links import CERTS, SERVER_NAME, mutate, server_inbound
-from ui_pages import DESKTOP, client_row, expect, field, go, open_inbound_form, signed_in_page
+from ui_pages import DESKTOP, client_row, expect, form_field, go, open_inbound_form, signed_in_page
 
 # The fixtures that give a module one browser and fail a test whose pages logged errors
 # or left the origin.
@@ -290,7 +290,7 @@ def test_hysteria2_inbound_and_client_from_the_forms_give_a_link_that_carries_by
     form.locator("select[name=protocol]").select_option("hysteria2")
     # QUIC always speaks TLS: the section asks for the certificate straight away.
     expect(form.locator("select[name=security]")).to_have_count(0)
-    field(form, "Listen address").fill(LOOPBACK)
+    form_field(form, "Listen address").fill(LOOPBACK)
     form.locator("input[name=serverName]").fill(SERVER_NAME)
     form.locator("input[name=certificateFile]").fill(str(certs / "hy2.pem"))
     form.locator("input[name=keyFile]").fill(str(certs / "hy2.key"))

@@ -23,10 +23,6 @@ AD_TAG = "0123456789abcdef0123456789abcdef"
 HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
-def field(form, label: str):
-    return form.locator("label.field", has_text=label).locator("input, select").first
-
-
 def test_mtproto_inbound_client_key_tag_and_link(browser, panel, watches):
     api = panel.client()
     page = signed_in_page(browser, panel, watches, viewport=DESKTOP)

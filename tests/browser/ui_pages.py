@@ -132,6 +132,11 @@ def open_inbound_form(page, remark: str, port: int):
     return form
 
 
+def form_field(form, label: str):
+    """The input or select of the form field labelled `label`."""
+    return form.locator("label.field", has_text=label).locator("input, select").first
+
+
 def go(page, name: str) -> None:
     page.click(f"a[data-page={name}]")
     page.wait_for_selector(f"a[data-page={name}][aria-current=page]")

@@ -22,7 +22,8 @@ from access_log import (
     xray_line,
 )
 from core_helpers import LOOPBACK, echo_server
-from core_traffic import add_client, add_inbound, client_core, ok, passes, route, traffic_core_panel
+from core_traffic import add_client, add_inbound, client_core, passes, route, traffic_core_panel
+from helpers import ok
 
 from appliance.services.clients.ips import ACTIVE_WINDOW, ClientIps, host_addresses
 from appliance.services.control.logs import ACCESS_LOG_KEEP, ACCESS_LOG_LIMIT

@@ -21,8 +21,9 @@ import pytest
 import requests
 from core_helpers import LOOPBACK, V2RAY, running_core
 from core_panel import http_server as answering_server
-from core_traffic import add_inbound, in_core, ok, traffic, traffic_core_panel, wait_until
-from helpers import free_port
+from core_panel import wait_until
+from core_traffic import add_inbound, in_core, traffic, traffic_core_panel
+from helpers import free_port, ok
 
 CLIENTS = "/panel/api/clients"
 PROTOCOLS = ("vless", "vmess", "trojan", "shadowsocks")
