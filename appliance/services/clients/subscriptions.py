@@ -342,7 +342,7 @@ class Subscriptions:
             for inbound_id, inbound, client in pairs
             for proxy in _rendered(prepared_clash_proxies, inbound_id, inbound, client, ctx)
         ]
-        document = clash_document(_unique_names(proxies), self.settings.get("subRoutingRules"))
+        document = clash_document(proxies, self.settings.get("subRoutingRules"))
         return Rendered(True, document.encode())
 
     def _unfit(self) -> frozenset[int]:
@@ -605,18 +605,6 @@ def _usage(rows: list[tuple]) -> Usage:
         total=0 if 0 in totals else sum(totals),
         expire=0 if any(e <= 0 for e in expiries) else max(expiries) // 1000,
     )
-
-
-def _unique_names(proxies: list[dict]) -> list[dict]:
-    """Mihomo refuses two proxies of one name; later duplicates get " 2", " 3"..."""
-    seen: dict[str, int] = {}
-    unique = []
-    for proxy in proxies:
-        name = str(proxy.get("name", ""))
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        unique.append(proxy if count == 1 else {**proxy, "name": f"{name} {count}"})
-    return unique
 
 
 def _prefixed(columns: str, alias: str) -> str:
