@@ -63,7 +63,9 @@ from appliance.links import (
     singbox_profile,
 )
 from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.services.clients.usage import month_usage
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
+from appliance.store import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +201,17 @@ class Subscriptions:
 
     def close(self) -> None:
         self.reads.close()
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailable | None:
+        """`exc` as "the database is unavailable for now" (the subscription server answers
+        503 and client apps ask again later); None for any other failure."""
+        return self.store.unavailable(exc)
+
+    def month(self, lookup: Lookup) -> dict:
+        """This month's usage, day by day, of the subscription's own clients (its page and
+        `?format=info`)."""
+        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        return month_usage(self.reads.rows, keys, int(self.clock()))
 
     def render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
         """The body of format `kind` (links, json, yaml, singbox) for `lookup`, whose links point
