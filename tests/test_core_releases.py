@@ -24,9 +24,9 @@ import pytest
 from helpers import free_port, ok, refused
 
 from appliance.errors import ServiceError
+from appliance.runtime import downloads
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
-from appliance.services.control import releases as core_releases
 from appliance.services.control.releases import ASSET_SUFFIXES, CoreReleases
 from appliance.store import Store
 from tests.release_host import ReleaseHost
@@ -502,7 +502,7 @@ def test_a_list_that_stops_arriving_is_given_up_and_the_cached_one_kept(service,
     set_urls(settings, coreReleaseUrl=host.publish("slow", [good_release("v3.3.3", "3.3.3")]))
     assert releases.versions() == ["v3.3.3"]
 
-    monkeypatch.setattr(core_releases, "READ_TIMEOUT", 0.5)
+    monkeypatch.setattr(downloads, "READ_TIMEOUT", 0.5)
     clock.now += 15 * 60 + 1
     host.stalled.add("/slow/releases")
 
