@@ -48,6 +48,7 @@ from pony.orm import db_session
 
 from appliance.core.config import client_in_core
 from appliance.domain.client_rules import email_key
+from appliance.domain.client_views import CLIENT_COLUMNS, client_view
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.links import (
@@ -62,7 +63,6 @@ from appliance.links import (
     prepared_singbox_outbounds,
     singbox_profile,
 )
-from appliance.services.clients.records import CLIENT_COLUMNS, client_view
 from appliance.services.clients.usage import month_usage
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
 from appliance.store import DatabaseUnavailable
