@@ -37,9 +37,9 @@ from release_host import (
 )
 
 from appliance.errors import ServiceError
+from appliance.runtime import downloads
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
-from appliance.services.control import releases as core_releases
 from appliance.services.control.releases import CoreReleases
 from appliance.store import Store
 
@@ -411,7 +411,7 @@ def test_a_list_that_stops_arriving_is_given_up_and_the_cached_one_kept(service,
     set_urls(settings, coreReleaseUrl=host.publish("slow", [good_release("v3.3.3", "3.3.3")]))
     assert releases.versions() == ["v3.3.3"]
 
-    monkeypatch.setattr(core_releases, "READ_TIMEOUT", 0.5)
+    monkeypatch.setattr(downloads, "READ_TIMEOUT", 0.5)
     clock.now += 15 * 60 + 1
     host.stalled.add("/slow/releases")
 
