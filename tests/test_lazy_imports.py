@@ -6,7 +6,8 @@ metrics fetch uses, segno's QR tables serve only the subscription page a browser
 and zxcvbn's password lists (about 12 MiB) judge only a password being set. They are
 imported where they are used; this keeps a module-level import from bringing them back
 unnoticed. grpcio (its C core and the C++ runtime, about 12 MiB) is a test dependency
-only: the panel calls the core's API with its own HTTP/2 client.
+only: the panel calls the core's API through `h2`, pure Python, which stays imported
+because a panel with a core calls it at idle (the traffic tick).
 """
 
 from __future__ import annotations

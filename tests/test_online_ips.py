@@ -25,8 +25,7 @@ from helpers import ok
 from test_client_ips import NOW as LOG_NOW
 from test_client_ips import fail2ban_filter, ip_limited_store, wait_until, xray_line
 
-from appliance.core import wire
-from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported
+from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported, wire
 from appliance.services.clients import ips as client_ips
 from appliance.services.clients.ips import ClientIps, pick_online
 
