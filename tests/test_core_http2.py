@@ -5,8 +5,9 @@ than every flow-control window, a stats answer of 100,000 counters, errors in tr
 only with words that need percent-encoding, unknown methods, deadlines, calls at the same
 time (threads, and greenlets under gevent's monkey patching), a server restarted between
 calls on a connection the client kept, and servers that are not gRPC at all: one that
-hangs up, one that never answers. The real core (V2Ray, Go's HTTP/2) is exercised by
-tests/test_core_api.py.
+hangs up, one that never answers, and one scripted to refuse a stream, reset it or go
+away before it (those call for gRPC's transparent retry, or not). The real core (V2Ray,
+Go's HTTP/2) is exercised by tests/test_core_api.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import time
 from concurrent import futures
 
 import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import pytest
 from helpers import clean_env, free_port
 
@@ -312,3 +317,72 @@ def test_calls_in_greenlets_wait_side_by_side_under_gevent(served):
     assert outcome["answers"] == [str(number) for number in range(10)]
     # Ten calls of half a second each, one after the other, would take five.
     assert outcome["took"] < 3.5
+
+
+def _act(behaviour: str, server: h2.connection.H2Connection, stream: int, request: bytes) -> None:
+    if behaviour == "refuse":
+        server.reset_stream(stream, h2.errors.ErrorCodes.REFUSED_STREAM)
+    elif behaviour == "cancel":
+        server.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+    elif behaviour == "go away":
+        server.close_connection(last_stream_id=0)
+    else:
+        server.send_headers(stream, [(":status", "200"), ("content-type", "application/grpc")])
+        server.send_data(stream, request)
+        server.send_headers(stream, [("grpc-status", "0")], end_stream=True)
+
+
+def _scripted(listener: socket.socket, plan: list[str], seen: list[bytes]) -> None:
+    """One connection per behaviour of `plan`, each acting on the first call it gets."""
+    for behaviour in plan:
+        peer, _ = listener.accept()
+        peer.settimeout(5)
+        server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        server.initiate_connection()
+        peer.sendall(server.data_to_send())
+        body = bytearray()
+        with peer:
+            while data := peer.recv(65536):
+                for event in server.receive_data(data):
+                    if isinstance(event, h2.events.DataReceived):
+                        body += event.data
+                    elif isinstance(event, h2.events.StreamEnded):
+                        seen.append(bytes(body))
+                        _act(behaviour, server, event.stream_id, bytes(body))
+                peer.sendall(server.data_to_send())
+
+
+@pytest.mark.parametrize(
+    ("plan", "connections"),
+    [(["refuse", "answer"], 2), (["go away", "answer"], 2), (["answer"], 1)],
+    ids=["a refused stream", "a GOAWAY below the stream", "an answer"],
+)
+def test_a_call_the_server_never_started_is_sent_again_on_a_new_connection(plan, connections):
+    seen: list[bytes] = []
+    with _listening() as listener:
+        thread = threading.Thread(target=_scripted, args=(listener, plan, seen))
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        assert link.unary(SERVICE + "Echo", b"again", 5) == b"again"
+        link.close()
+        thread.join()
+    assert seen == [b"\0\0\0\0\x05again"] * connections
+
+
+@pytest.mark.parametrize(
+    ("plan", "code"),
+    [(["refuse", "refuse"], channel.UNAVAILABLE), (["cancel"], channel.CANCELLED)],
+    ids=["refused twice", "cancelled"],
+)
+def test_a_call_is_sent_at_most_twice_and_a_reset_one_not_again(plan, code):
+    seen: list[bytes] = []
+    with _listening() as listener:
+        thread = threading.Thread(target=_scripted, args=(listener, plan, seen))
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        with pytest.raises(channel.RpcError) as error:
+            link.unary(SERVICE + "Echo", b"x", 5)
+        link.close()
+        thread.join()
+    assert error.value.code == code
+    assert len(seen) == len(plan)

@@ -154,8 +154,8 @@ class _Connection:
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
-        # The request's headers are this module's own, valid as written: checking and
-        # normalising them again on every call is a third of h2's work for a small call.
+        # The request's headers are this module's own, in bytes and valid as written:
+        # checking, encoding and normalising them again on every call is work for nothing.
         config = h2.config.H2Configuration(
             client_side=True,
             header_encoding="utf-8",
@@ -244,13 +244,13 @@ class _Connection:
         call = _Call(self.h2.get_next_available_stream_id())
         milliseconds = max(1, min(int(_remaining(deadline) * 1000), 99_999_999))
         headers = [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", path),
-            (":authority", authority),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-            ("grpc-timeout", f"{milliseconds}m"),
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", path.encode()),
+            (b":authority", authority.encode()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+            (b"grpc-timeout", b"%dm" % milliseconds),
         ]
         self.h2.send_headers(call.stream, headers)
         pending = memoryview(b"\0" + len(request).to_bytes(4, "big") + request)
@@ -301,8 +301,8 @@ class _Connection:
             if event.last_stream_id is None or call.stream > event.last_stream_id:
                 raise _NeverStarted
             if not call.ended:
-                code = h2.errors.ErrorCodes(event.error_code).name if event.error_code else ""
-                raise RpcError(UNAVAILABLE, f"the server went away ({code or 'no error'})")
+                code = getattr(event.error_code, "name", event.error_code)
+                raise RpcError(UNAVAILABLE, f"the server went away (HTTP/2 error {code})")
         if getattr(event, "stream_id", None) != call.stream:
             return
         if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
@@ -313,8 +313,11 @@ class _Connection:
         elif isinstance(event, h2.events.StreamEnded):
             call.ended = True
         elif isinstance(event, h2.events.StreamReset):
+            # A reset after the whole answer (a server done with a request it no longer
+            # needs) costs the connection, not the answer.
             self.broken = True
-            _reset(event.error_code)
+            if not call.ended:
+                _reset(event.error_code)
 
     def _send_request(self, deadline: float) -> None:
         """Send what h2 has queued: a server that closed the connection cannot have read
