@@ -37,7 +37,9 @@ from h2.settings import SettingCodes
 # connection: one window covers any answer; h2 gives back what was read in large steps.
 RECEIVE_WINDOW = 1 << 30
 DEFAULT_WINDOW = 65_535
-READ_SIZE = 1 << 18
+# Reads go into one buffer per connection: a fresh bytes object of this size per read
+# would be a large allocation (and its release) on every call.
+READ_SIZE = 1 << 16
 KEPT_CONNECTIONS = 4
 
 # gRPC status codes (grpc/doc/statuscodes.md).
@@ -163,6 +165,7 @@ class _Connection:
             normalize_outbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=config)
+        self.buffer = memoryview(bytearray(READ_SIZE))
         # Set once the connection must not carry another call (a GOAWAY, a transport
         # error, a call cut short): it is closed instead of kept.
         self.broken = False
@@ -201,7 +204,7 @@ class _Connection:
             return False
         try:
             self.sock.settimeout(0.0)
-            while data := self.sock.recv(READ_SIZE):
+            while data := self._read():
                 for event in self._events(data):
                     if isinstance(event, h2.events.ConnectionTerminated):
                         return False
@@ -276,12 +279,16 @@ class _Connection:
 
     def _receive(self, call: _Call, deadline: float) -> None:
         self.sock.settimeout(_remaining(deadline))
-        data = self.sock.recv(READ_SIZE)
+        data = self._read()
         if not data:
             self.broken = True
             raise RpcError(UNAVAILABLE, "the server closed the connection")
         for event in self._events(data):
             self._on(event, call)
+
+    def _read(self) -> bytes:
+        size = self.sock.recv_into(self.buffer)
+        return self.buffer[:size].tobytes()
 
     def _events(self, data: bytes) -> list[h2.events.Event]:
         """h2's events for `data`. A GOAWAY closes h2's side of the connection, and h2
