@@ -6,7 +6,9 @@ metrics fetch uses, segno's QR tables serve only the subscription page a browser
 and zxcvbn's password lists (about 12 MiB) judge only a password being set. They are
 imported where they are used; this keeps a module-level import from bringing them back
 unnoticed. grpcio (its C core and the C++ runtime, about 12 MiB) is a test dependency
-only: the panel calls the core's API with its own HTTP/2 client.
+only: the panel calls the core's API through `h2`, pure Python, which stays imported
+because a panel with a core calls it at idle (the traffic tick). protobuf, too, is for the
+tests alone (they hold the panel's own wire code to it): the panel never imports it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import sys
 
 from helpers import clean_env
 
-LAZY = ("requests", "urllib3", "charset_normalizer", "segno", "grpc", "zxcvbn")
+LAZY = (
+    "requests",
+    "urllib3",
+    "charset_normalizer",
+    "segno",
+    "grpc",
+    "zxcvbn",
+    "google.protobuf",
+)
 
 
 def test_the_panel_starts_without_the_libraries_only_some_requests_need():

@@ -24,8 +24,7 @@ from core_helpers import (
 )
 from helpers import free_port
 
-from appliance.core import wire
-from appliance.core.api import CoreApi, CoreApiError
+from appliance.core.api import CoreApi, CoreApiError, wire
 
 # ---- the wire codec ------------------------------------------------------------------------
 

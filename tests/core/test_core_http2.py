@@ -1,28 +1,43 @@
-"""The core API's own HTTP/2 client, against an HTTP/2 server it shares no code with.
+"""The core API's gRPC channel (h2 underneath), against a gRPC server it shares no code with.
 
-The server is grpcio's (a test dependency only), on loopback: answers larger than every
-flow-control window, errors in trailers only with words that need percent-encoding,
-unknown methods, deadlines, calls at the same time, and a server restarted between
-calls on a connection the client kept. The HPACK decoder is checked against the
-examples of RFC 7541 Appendix C, which exercise the Huffman code and the dynamic table's
-eviction. The real core (V2Ray, Go's HTTP/2) is exercised by tests/core/test_core_api.py.
+The server is grpcio's (a test dependency only), on loopback: answers and requests larger
+than every flow-control window, a stats answer of 100,000 counters, errors in trailers
+only with words that need percent-encoding, unknown methods, deadlines, calls at the same
+time (threads, and greenlets under gevent's monkey patching), a server restarted between
+calls on a connection the client kept, and servers that are not gRPC at all: one that
+hangs up, one that never answers, and one scripted to refuse a stream, reset it or go
+away before it (those call for gRPC's transparent retry, or not). The real core (V2Ray,
+Go's HTTP/2) is exercised by tests/core/test_core_api.py.
 """
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
 
 import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import pytest
-from helpers import free_port
+from helpers import clean_env, free_port
 
-from appliance.core import hpack, http2
+from appliance.core.api import CoreApi, CoreApiError, CoreApiUnsupported, channel, wire
 
 SERVICE = "/test.Echo/"
 BIG = 12 * 1024 * 1024 + 7
 NOT_FOUND_WORDS = "user «ana» 100% gone: not found"
+MANY_COUNTERS = {
+    f"user>>>client-{number}@example.com>>>traffic>>>{way}": number * 1_000_003 + len(way)
+    for number in range(50_000)
+    for way in ("uplink", "downlink")
+}
 
 
 def _handlers(state: dict):
@@ -43,16 +58,51 @@ def _handlers(state: dict):
     def empty(request: bytes, context) -> bytes:
         return b""
 
-    methods = {"Echo": echo, "Big": big, "Missing": missing, "Slow": slow, "Empty": empty}
+    def pause(request: bytes, context) -> bytes:
+        time.sleep(0.5)
+        return request
+
+    methods = {
+        "Echo": echo,
+        "Big": big,
+        "Missing": missing,
+        "Slow": slow,
+        "Empty": empty,
+        "Pause": pause,
+    }
     return grpc.method_handlers_generic_handler(
         "test.Echo",
         {name: grpc.unary_unary_rpc_method_handler(handler) for name, handler in methods.items()},
     )
 
 
+def _core_handlers():
+    """The two StatsService and HandlerService methods the panel calls most, as a core
+    with 100,000 counters answers them, and the refusal of a core's Go layers."""
+
+    def query_stats(request: bytes, context) -> bytes:
+        return b"".join(
+            wire.bytes_field(1, wire.string_field(1, name) + wire.uint_field(2, value))
+            for name, value in MANY_COUNTERS.items()
+        )
+
+    def alter_inbound(request: bytes, context) -> bytes:
+        context.abort(grpc.StatusCode.UNKNOWN, "v2ray.com/core/proxy/vless: User x already exists.")
+
+    stats = grpc.method_handlers_generic_handler(
+        "xray.app.stats.command.StatsService",
+        {"QueryStats": grpc.unary_unary_rpc_method_handler(query_stats)},
+    )
+    handler = grpc.method_handlers_generic_handler(
+        "xray.app.proxyman.command.HandlerService",
+        {"AlterInbound": grpc.unary_unary_rpc_method_handler(alter_inbound)},
+    )
+    return [stats, handler]
+
+
 def _serve(port: int, state: dict) -> grpc.Server:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers([_handlers(state)])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    server.add_generic_rpc_handlers([_handlers(state), *_core_handlers()])
     assert server.add_insecure_port(f"127.0.0.1:{port}") == port
     server.start()
     return server
@@ -62,10 +112,10 @@ def _serve(port: int, state: dict) -> grpc.Server:
 def served():
     port = free_port()
     state = {"seen": []}
-    channel = http2.Channel(f"127.0.0.1:{port}")
-    served = {"channel": channel, "port": port, "state": state, "server": _serve(port, state)}
+    link = channel.Channel(f"127.0.0.1:{port}")
+    served = {"channel": link, "port": port, "state": state, "server": _serve(port, state)}
     yield served
-    channel.close()
+    link.close()
     served["server"].stop(None)
 
 
@@ -86,21 +136,21 @@ def test_an_answer_larger_than_every_window_arrives_whole(served):
 
 
 def test_a_status_in_the_trailers_becomes_an_error_with_the_servers_words(served):
-    with pytest.raises(http2.RpcError) as error:
+    with pytest.raises(channel.RpcError) as error:
         served["channel"].unary(SERVICE + "Missing", b"", 5)
-    assert (error.value.code, error.value.name) == (http2.NOT_FOUND, "NOT_FOUND")
+    assert (error.value.code, error.value.name) == (channel.NOT_FOUND, "NOT_FOUND")
     assert error.value.details == NOT_FOUND_WORDS
-    with pytest.raises(http2.RpcError) as unknown:
+    with pytest.raises(channel.RpcError) as unknown:
         served["channel"].unary(SERVICE + "Nothing", b"", 5)
-    assert unknown.value.code == http2.UNIMPLEMENTED
+    assert unknown.value.code == channel.UNIMPLEMENTED
     assert served["channel"].unary(SERVICE + "Echo", b"still", 5) == b"still"
 
 
 def test_a_call_past_its_deadline_fails_and_the_next_one_works(served):
     started = time.monotonic()
-    with pytest.raises(http2.RpcError) as error:
+    with pytest.raises(channel.RpcError) as error:
         served["channel"].unary(SERVICE + "Slow", b"", 0.5)
-    assert error.value.code == http2.DEADLINE_EXCEEDED
+    assert error.value.code == channel.DEADLINE_EXCEEDED
     assert time.monotonic() - started < 1.4
     assert served["channel"].unary(SERVICE + "Echo", b"next", 5) == b"next"
 
@@ -122,9 +172,9 @@ def test_calls_at_the_same_time_each_get_their_own_answer(served):
 def test_a_server_restarted_between_calls_is_called_on_a_new_connection(served):
     assert served["channel"].unary(SERVICE + "Echo", b"one", 5) == b"one"
     served["server"].stop(None).wait()
-    with pytest.raises(http2.RpcError) as error:
+    with pytest.raises(channel.RpcError) as error:
         served["channel"].unary(SERVICE + "Echo", b"down", 2)
-    assert error.value.code == http2.UNAVAILABLE
+    assert error.value.code == channel.UNAVAILABLE
     served["server"] = _serve(served["port"], served["state"])
     assert served["channel"].unary(SERVICE + "Echo", b"two", 5) == b"two"
     served["server"].stop(None).wait()
@@ -134,65 +184,205 @@ def test_a_server_restarted_between_calls_is_called_on_a_new_connection(served):
 
 
 def test_nothing_listening_is_unavailable():
-    channel = http2.Channel(f"127.0.0.1:{free_port()}")
-    with pytest.raises(http2.RpcError) as error:
-        channel.unary(SERVICE + "Echo", b"", 2)
-    assert error.value.code == http2.UNAVAILABLE
+    link = channel.Channel(f"127.0.0.1:{free_port()}")
+    with pytest.raises(channel.RpcError) as error:
+        link.unary(SERVICE + "Echo", b"", 2)
+    assert error.value.code == channel.UNAVAILABLE
 
 
-# ---- HPACK, RFC 7541 Appendix C ------------------------------------------------------------
+def test_a_request_larger_than_the_servers_window_is_sent_whole(served):
+    request = bytes(range(256)) * 4096 + b"tail"
+    assert served["channel"].unary(SERVICE + "Echo", request, 10) == request
+    assert served["state"]["seen"] == [request]
 
 
-def test_huffman_coded_request_headers_decode_as_in_the_rfc():
-    decoder = hpack.Decoder()
-    blocks = (
-        "828684418cf1e3c2e5f23a6ba0ab90f4ff",
-        "828684be5886a8eb10649cbf",
-        "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf",
+def test_a_stats_answer_of_100000_counters_arrives_through_flow_control(served):
+    api = CoreApi(f"127.0.0.1:{served['port']}", "xray", timeout=30)
+    try:
+        assert api.query_stats() == MANY_COUNTERS
+        assert api.query_stats() == MANY_COUNTERS
+    finally:
+        api.close()
+
+
+def test_the_cores_refusal_reaches_the_caller_in_its_own_words(served):
+    api = CoreApi(f"127.0.0.1:{served['port']}", "xray")
+    try:
+        with pytest.raises(CoreApiError) as refused:
+            api.remove_user("vless-in", "x")
+        assert (
+            refused.value.msg
+            == "cannot remove user x from inbound vless-in: User x already exists."
+        )
+        with pytest.raises(CoreApiUnsupported):
+            api.online_users()
+        assert len(api.query_stats()) == len(MANY_COUNTERS)
+    finally:
+        api.close()
+
+
+def test_a_dead_core_is_unavailable_in_words_that_name_it():
+    address = f"127.0.0.1:{free_port()}"
+    api = CoreApi(address, "xray", timeout=2)
+    with pytest.raises(CoreApiError) as error:
+        api.query_stats()
+    assert error.value.msg == (
+        f"cannot read stats: the core API at {address} is not reachable (is the core running?)"
     )
-    decoded = [decoder.decode(bytes.fromhex(block)) for block in blocks]
-    assert decoded[0] == [
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":path", "/"),
-        (":authority", "www.example.com"),
-    ]
-    assert decoded[1][-1] == ("cache-control", "no-cache")
-    assert decoded[2] == [
-        (":method", "GET"),
-        (":scheme", "https"),
-        (":path", "/index.html"),
-        (":authority", "www.example.com"),
-        ("custom-key", "custom-value"),
-    ]
-    assert decoder.size == 164
 
 
-def test_response_headers_evict_the_oldest_entries_of_a_small_table():
-    decoder = hpack.Decoder(256)
-    blocks = (
-        "488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff"
-        "6e919d29ad171863c78f0b97c8e9ae82ae43d3",
-        "4883640effc1c0bf",
-        "88c16196d07abe941054d444a8200595040b8166e084a62d1bffc05a839bd9ab77ad94e7821dd7f2"
-        "e6c7b335dfdfcd5b3960d5af27087f3672c1ab270fb5291f9587316065c003ed4ee5b1063d5007",
+def _listening() -> socket.socket:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
+
+
+def test_a_server_that_hangs_up_is_unavailable():
+    with _listening() as listener:
+
+        def hang_up() -> None:
+            peer, _ = listener.accept()
+            peer.recv(65536)
+            peer.close()
+
+        thread = threading.Thread(target=hang_up)
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        with pytest.raises(channel.RpcError) as error:
+            link.unary(SERVICE + "Echo", b"x", 5)
+        thread.join()
+    assert error.value.code == channel.UNAVAILABLE
+
+
+def test_a_server_that_never_answers_times_out_on_time():
+    with _listening() as listener:
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        started = time.monotonic()
+        with pytest.raises(channel.RpcError) as error:
+            link.unary(SERVICE + "Echo", b"x", 0.5)
+        assert time.monotonic() - started < 1.4
+        link.close()
+    assert error.value.code == channel.DEADLINE_EXCEEDED
+
+
+def test_a_server_that_speaks_no_http2_is_an_internal_error():
+    with _listening() as listener:
+
+        def talk_http1() -> None:
+            peer, _ = listener.accept()
+            peer.recv(65536)
+            peer.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            time.sleep(0.5)
+            peer.close()
+
+        thread = threading.Thread(target=talk_http1)
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        with pytest.raises(channel.RpcError) as error:
+            link.unary(SERVICE + "Echo", b"x", 5)
+        thread.join()
+    assert error.value.code in (channel.INTERNAL, channel.UNAVAILABLE)
+
+
+GEVENT_CALLS = """
+from gevent import monkey
+
+monkey.patch_all()
+import json, sys, time
+
+import gevent
+
+from appliance.core.api import channel
+
+link = channel.Channel(sys.argv[1])
+started = time.monotonic()
+calls = [gevent.spawn(link.unary, "/test.Echo/Pause", b"%d" % n, 10) for n in range(10)]
+gevent.joinall(calls, raise_error=True)
+took = time.monotonic() - started
+print(json.dumps({"answers": [c.value.decode() for c in calls], "took": took}))
+"""
+
+
+def test_calls_in_greenlets_wait_side_by_side_under_gevent(served):
+    result = subprocess.run(
+        [sys.executable, "-c", GEVENT_CALLS, f"127.0.0.1:{served['port']}"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
     )
-    decoded = [decoder.decode(bytes.fromhex(block)) for block in blocks]
-    assert decoded[1][0] == (":status", "307")
-    assert decoded[2] == [
-        (":status", "200"),
-        ("cache-control", "private"),
-        ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
-        ("location", "https://www.example.com"),
-        ("content-encoding", "gzip"),
-        ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
-    ]
-    assert [name for name, _ in decoder.table] == [b"set-cookie", b"content-encoding", b"date"]
-    assert decoder.size == 215
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout)
+    assert outcome["answers"] == [str(number) for number in range(10)]
+    # Ten calls of half a second each, one after the other, would take five.
+    assert outcome["took"] < 3.5
 
 
-def test_a_malformed_header_block_is_an_error():
-    with pytest.raises(hpack.HpackError):
-        hpack.Decoder().decode(bytes([0x80 | 70]))  # an index past both tables
-    with pytest.raises(hpack.HpackError):
-        hpack.huffman_decode(b"\xf1\xe3\x00")  # padding that is not all ones
+def _act(behaviour: str, server: h2.connection.H2Connection, stream: int, request: bytes) -> None:
+    if behaviour == "refuse":
+        server.reset_stream(stream, h2.errors.ErrorCodes.REFUSED_STREAM)
+    elif behaviour == "cancel":
+        server.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+    elif behaviour == "go away":
+        server.close_connection(last_stream_id=0)
+    else:
+        server.send_headers(stream, [(":status", "200"), ("content-type", "application/grpc")])
+        server.send_data(stream, request)
+        server.send_headers(stream, [("grpc-status", "0")], end_stream=True)
+
+
+def _scripted(listener: socket.socket, plan: list[str], seen: list[bytes]) -> None:
+    """One connection per behaviour of `plan`, each acting on the first call it gets."""
+    for behaviour in plan:
+        peer, _ = listener.accept()
+        peer.settimeout(5)
+        server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        server.initiate_connection()
+        peer.sendall(server.data_to_send())
+        body = bytearray()
+        with peer:
+            while data := peer.recv(65536):
+                for event in server.receive_data(data):
+                    if isinstance(event, h2.events.DataReceived):
+                        body += event.data
+                    elif isinstance(event, h2.events.StreamEnded):
+                        seen.append(bytes(body))
+                        _act(behaviour, server, event.stream_id, bytes(body))
+                peer.sendall(server.data_to_send())
+
+
+@pytest.mark.parametrize(
+    ("plan", "connections"),
+    [(["refuse", "answer"], 2), (["go away", "answer"], 2), (["answer"], 1)],
+    ids=["a refused stream", "a GOAWAY below the stream", "an answer"],
+)
+def test_a_call_the_server_never_started_is_sent_again_on_a_new_connection(plan, connections):
+    seen: list[bytes] = []
+    with _listening() as listener:
+        thread = threading.Thread(target=_scripted, args=(listener, plan, seen))
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        assert link.unary(SERVICE + "Echo", b"again", 5) == b"again"
+        link.close()
+        thread.join()
+    assert seen == [b"\0\0\0\0\x05again"] * connections
+
+
+@pytest.mark.parametrize(
+    ("plan", "code"),
+    [(["refuse", "refuse"], channel.UNAVAILABLE), (["cancel"], channel.CANCELLED)],
+    ids=["refused twice", "cancelled"],
+)
+def test_a_call_is_sent_at_most_twice_and_a_reset_one_not_again(plan, code):
+    seen: list[bytes] = []
+    with _listening() as listener:
+        thread = threading.Thread(target=_scripted, args=(listener, plan, seen))
+        thread.start()
+        link = channel.Channel(f"127.0.0.1:{listener.getsockname()[1]}")
+        with pytest.raises(channel.RpcError) as error:
+            link.unary(SERVICE + "Echo", b"x", 5)
+        link.close()
+        thread.join()
+    assert error.value.code == code
+    assert len(seen) == len(plan)

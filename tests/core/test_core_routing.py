@@ -17,8 +17,7 @@ import pytest
 from core_panel import core_panel, loopback_template, use_template
 from helpers import ok, refused
 
-from appliance.core import wire
-from appliance.core.api import CoreApi, CoreApiUnsupported
+from appliance.core.api import CoreApi, CoreApiUnsupported, wire
 
 CORE = "/panel/api/core"
 BALANCED = {"type": "field", "domain": ["full:balanced.test"], "balancerTag": "spread"}

@@ -24,8 +24,7 @@ from fake_xray_panel import add_clients, calls, fake_xray_panel, write_state
 from helpers import ok
 from panels import stop_and_drop
 
-from appliance.core import wire
-from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported
+from appliance.core.api import CoreApi, CoreApiNotFound, CoreApiUnsupported, wire
 from appliance.services.clients import ips as client_ips
 from appliance.services.clients.ips import ClientIps, pick_online
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.core import wire
+from appliance.core.api import wire
 
 names = st.text(max_size=150)
 values = st.integers(min_value=-(2**63), max_value=2**63 - 1)

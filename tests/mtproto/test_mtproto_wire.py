@@ -14,7 +14,8 @@ from mtproto_helpers import client_hello, ctr
 from telethon.network.connection.tcpintermediate import RandomizedIntermediatePacketCodec
 from telethon.network.connection.tcpmtproxy import MTProxyIO
 
-from appliance.core.mtproto_wire import (
+from appliance.domain.protocols import mtproto_link_secret
+from appliance.mtproto.wire import (
     PADDED_TAG,
     SeenOpenings,
     accept_client_hello,
@@ -24,7 +25,6 @@ from appliance.core.mtproto_wire import (
     server_hello,
     server_name,
 )
-from appliance.domain.protocols import mtproto_link_secret
 
 KEYS = [("alice", bytes(range(16))), ("bob", bytes(range(16, 32)))]
 

@@ -28,7 +28,9 @@ ALLOWED = {
     "store": BOTTOM | {"runtime"},
     "links": BOTTOM | {"domain"},
     "core": BOTTOM | {"runtime", "domain"},
-    "services": BOTTOM | {"runtime", "domain", "store", "links", "core"},
+    # The MTProto proxy and its driver: child environment and egress guard, nothing more.
+    "mtproto": BOTTOM | {"runtime"},
+    "services": BOTTOM | {"runtime", "domain", "store", "links", "core", "mtproto"},
     "sub": BOTTOM | {"runtime", "domain", "services"},
     "web": BOTTOM | {"runtime", "domain", "services"},
     "config": BOTTOM,
@@ -37,8 +39,8 @@ ALLOWED = {
     # A subscription worker process: composed like `app`, without the core or the panel.
     "sub_worker": BOTTOM | {"runtime", "domain", "store", "links", "services", "sub", "web"},
     "cli": BOTTOM | {"runtime", "domain", "store", "core", "services", "app", "config"},
-    # `mtproto-proxy` starts the MTProto process (core) without the command line's set-up.
-    "__main__": {"cli", "sub_worker", "core"},
+    # `mtproto-proxy` starts the MTProto process without the command line's set-up.
+    "__main__": {"cli", "sub_worker", "mtproto"},
 }
 
 SERVICES = PACKAGE / "services"

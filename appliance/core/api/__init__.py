@@ -5,7 +5,7 @@ The core serves StatsService and HandlerService on a loopback port named in its 
 Xray and V2Ray serve the same messages under different package prefixes (`xray.` and
 `v2ray.core.`), in the method paths and in TypedMessage type names alike, so the prefix
 of the detected core is the one thing this client needs besides the address. Calls are
-unary gRPC calls (`appliance.core.http2`) carrying bytes built by `appliance.core.wire`.
+unary gRPC calls (`channel`, on the `h2` library) carrying bytes built by `wire`.
 
 Every failure (core not listening, a deadline, a refusal such as "proxy is not a
 UserManager" for Shadowsocks) becomes a `CoreApiError` carrying the core's own words.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from appliance.core import http2, wire
+from appliance.core.api import channel, wire
 from appliance.errors import ServiceError
 
 CALL_TIMEOUT = 5.0
@@ -76,7 +76,7 @@ class CoreApi:
         self.address = address
         self.prefix = prefix
         self.timeout = timeout
-        self._channel = http2.Channel(address)
+        self._channel = channel.Channel(address)
         self._stats = f"/{prefix}.app.stats.command.StatsService/"
         self._handler = f"/{prefix}.app.proxyman.command.HandlerService/"
         self._routing = f"/{prefix}.app.router.command.RoutingService/"
@@ -200,10 +200,10 @@ class CoreApi:
     def _call(self, method: str, request: bytes, decode: Callable[[bytes], object], what: str):
         try:
             response = self._channel.unary(method, request, self.timeout)
-        except http2.RpcError as exc:
-            if exc.code == http2.UNIMPLEMENTED:
+        except channel.RpcError as exc:
+            if exc.code == channel.UNIMPLEMENTED:
                 raise CoreApiUnsupported(f"cannot {what}: {self._reason(exc)}") from None
-            if exc.code == http2.NOT_FOUND:
+            if exc.code == channel.NOT_FOUND:
                 raise CoreApiNotFound(f"cannot {what}: {self._reason(exc)}") from None
             raise CoreApiError(f"cannot {what}: {self._reason(exc)}") from None
         try:
@@ -211,9 +211,9 @@ class CoreApi:
         except wire.WireError as exc:
             raise CoreApiError(f"cannot {what}: the core sent a malformed answer ({exc})") from None
 
-    def _reason(self, exc: http2.RpcError) -> str:
-        if exc.code == http2.UNAVAILABLE:
+    def _reason(self, exc: channel.RpcError) -> str:
+        if exc.code == channel.UNAVAILABLE:
             return f"the core API at {self.address} is not reachable (is the core running?)"
-        if exc.code == http2.DEADLINE_EXCEEDED:
+        if exc.code == channel.DEADLINE_EXCEEDED:
             return f"the core API at {self.address} did not answer within {self.timeout:g} s"
         return core_words(exc.details) if exc.details else exc.name

@@ -2,7 +2,7 @@
 
 The core has no Telegram proxy, so the panel runs this one (`appliance mtproto-proxy
 CONFIG`). It is a gevent server: a greenlet makes each connection's handshake and hands
-the established connection to the event loop's watchers (mtproto_relay), so thousands of
+the established connection to the event loop's watchers (appliance.mtproto.relay), so thousands of
 idle Telegram apps cost their sockets and ciphers, about 8 KiB each, and no thread.
 
 - **Config file** (written by the panel): the listener (`listen`, `port`), the fake-TLS
@@ -27,7 +27,7 @@ idle Telegram apps cost their sockets and ciphers, about 8 KiB each, and no thre
   restarted proxy from one whose counters moved. `GET /secrets` lists the names with
   their advertising tags.
 - **Relay.** Towards the data centre named in the app's opening the proxy opens its own
-  obfuscated2 stream (mtproto_wire), so the data centre receives exactly what the app
+  obfuscated2 stream (appliance.mtproto.wire), so the data centre receives exactly what the app
   framed; advertising tags are held per secret for the panel to read back.
 """
 
@@ -52,8 +52,8 @@ from gevent import socket
 from gevent.pywsgi import WSGIServer
 from gevent.server import StreamServer
 
-from appliance.core.mtproto_relay import Relay
-from appliance.core.mtproto_wire import (
+from appliance.mtproto.relay import Relay
+from appliance.mtproto.wire import (
     INIT_SIZE,
     PADDED_TAG,
     TLS_APPLICATION_DATA,
@@ -252,7 +252,7 @@ class Proxy:
         )
         self.open.setdefault(name, set()).add(relay)
         self.ips.setdefault(name, Counter())[ip] += 1
-        # The greenlet ends here: the event loop relays from now on (mtproto_relay).
+        # The greenlet ends here: the event loop relays from now on (appliance.mtproto.relay).
         relay.start(client.buffer, client.plain)
 
     def _closed(self, name: str, ip: str, relay: Relay) -> None:

@@ -63,6 +63,13 @@ def string_field(number: int, text: str) -> bytes:
     return bytes_field(number, text.encode())
 
 
+def repeated_field(number: int, items: list[bytes]) -> bytes:
+    """A repeated length-delimited field: every item is written, an empty one too (only
+    a singular field holding its default is left out)."""
+    key = varint(number << 3 | LENGTH_DELIMITED)
+    return b"".join(key + varint(len(item)) + item for item in items)
+
+
 # ---- decoding -------------------------------------------------------------------------
 
 
@@ -324,7 +331,7 @@ def routing_context(
     return (
         string_field(1, inbound_tag)
         + uint_field(2, NETWORKS[network])
-        + b"".join(bytes_field(4, ip) for ip in target_ips or [])
+        + repeated_field(4, target_ips or [])
         + uint_field(6, target_port)
         + string_field(7, target_domain)
         + string_field(8, protocol)
@@ -335,7 +342,8 @@ def routing_context(
 def route_test_request(context: bytes, field_selectors: list[str]) -> bytes:
     """TestRouteRequest{RoutingContext = 1; repeated FieldSelectors = 2; PublishResult = 3},
     never published: a test must not show up as traffic in the routing statistics."""
-    return bytes_field(1, context) + b"".join(string_field(2, name) for name in field_selectors)
+    selectors = [name.encode() for name in field_selectors]
+    return bytes_field(1, context) + repeated_field(2, selectors)
 
 
 def decode_routed(data: bytes) -> dict:
@@ -388,7 +396,7 @@ def override_balancer_request(balancer_tag: str, target: str) -> bytes:
 
 def outbound_status_request(tags: list[str]) -> bytes:
     """GetOutboundStatusRequest{repeated string outbound_tags = 1}; none: every outbound."""
-    return b"".join(string_field(1, tag) for tag in tags)
+    return repeated_field(1, [tag.encode() for tag in tags])
 
 
 def decode_outbound_status(data: bytes) -> list[dict]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import gevent
 
-from appliance.core.mtproto_wire import (
+from appliance.mtproto.wire import (
     TLS_APPLICATION_DATA,
     TLS_CHANGE_CIPHER,
     tls_record_length,

@@ -1,4 +1,4 @@
-"""The panel's hold on one MTProto proxy process (appliance.core.mtproto_proxy).
+"""The panel's hold on one MTProto proxy process (appliance.mtproto.proxy).
 
 One `MtprotoProcess` per MTProto inbound: it writes the proxy's config file, starts the
 process (this program again, `environment.self_command("mtproto-proxy", FILE)`, with the
