@@ -3,7 +3,7 @@
 `sub-worker` is the one subcommand that skips the command line's set-up: it is how the
 panel starts a subscription worker (appliance.sub_worker), which needs neither gRPC nor
 anything else the panel loads, so each worker stays small. `mtproto-proxy` is the same
-for the MTProto proxy the panel runs beside the core (appliance.core.mtproto_proxy).
+for the MTProto proxy the panel runs beside the core (appliance.mtproto.proxy).
 """
 
 import sys
@@ -11,7 +11,7 @@ import sys
 if sys.argv[1:2] == ["sub-worker"]:
     from appliance.sub_worker import main
 elif sys.argv[1:2] == ["mtproto-proxy"]:
-    from appliance.core.mtproto_proxy import main as proxy_main
+    from appliance.mtproto.proxy import main as proxy_main
 
     sys.exit(proxy_main(sys.argv[2:]))
 else:

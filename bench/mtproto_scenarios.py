@@ -24,7 +24,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from harness import Context, log, scenario
 
-from appliance.core.mtproto_wire import PADDED_TAG, accept_opening
+from appliance.mtproto.wire import PADDED_TAG, accept_opening
 
 PEERS = str(Path(__file__).with_name("mtproto_peers.py"))
 IDLE_CONNECTIONS = 5000

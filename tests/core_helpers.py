@@ -26,7 +26,7 @@ LOOPBACK = "127.0.0.1"
 # A stream V2Ray 4.34 refuses in its own test ("unknown transport protocol: meek"), which
 # the capability table leaves to that test: v2fly 5's meek transport, as a database restored
 # from a panel on a newer V2Ray holds it. What 4.34 lacks and would not refuse (REALITY,
-# XHTTP...) the panel leaves out before the core sees it (tests/test_core_capabilities.py).
+# XHTTP...) the panel leaves out before the core sees it (tests/core/test_core_capabilities.py).
 REFUSED_STREAM = {"network": "meek", "security": "none"}
 
 

@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from conftest import PanelServer, start_panel
 from core_helpers import V2RAY
 from helpers import ok
+from panels import PanelServer, start_panel
 
 CORE_ENV = {"APPLIANCE_CORE": V2RAY}
 WAIT = 15

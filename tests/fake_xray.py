@@ -23,7 +23,7 @@ before the request is read). Run it with the test's Python:
 `python fake_xray.py run -c config.json`.
 
 The few protobuf bytes it reads and writes are coded here rather than with the panel's
-`appliance.core.wire`, so the panel's codec is checked against a second, independent one.
+`appliance.core.api.wire`, so the panel's codec is checked against a second, independent one.
 """
 
 from __future__ import annotations

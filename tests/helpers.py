@@ -3,7 +3,8 @@ envelope checks, adding an inbound through the API, requests fired at once from 
 sessions, reading and writing the panel's database (its SQLite file, or the
 PostgreSQL/MariaDB database of a `--db` run), fresh databases on the local PostgreSQL and
 MariaDB servers, a clean environment and a free port for a server, the stream settings
-most inbound samples use, and a self-signed certificate written to files.
+most inbound samples use, a self-signed certificate written to files, the `appliance`
+command run to its end, the panel's WebSocket, and where the suite's own files are.
 
 They were once copied into each module that used them; one copy means a fix or a stricter
 check reaches every test at once. Helpers particular to one module stay in that module.
@@ -15,6 +16,7 @@ import base64
 import contextlib
 import datetime
 import itertools
+import json
 import os
 import random
 import re
@@ -22,13 +24,16 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
+import websocket
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -55,6 +60,11 @@ REALITY = {
         "shortIds": ["", "0123abcd"],
     },
 }
+
+# The folder of the test suite and the project's root, for files the tests read.
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+GOLDEN = TESTS / "golden"
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -457,6 +467,53 @@ def write_self_signed(
         write_certificate(directory / "cert.pem", certificate),
         write_key(directory / "key.pem", key),
     )
+
+
+def run_appliance(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m appliance ARGS` run to its end, in a clean environment plus `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", "appliance", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(**(env or {})),
+    )
+
+
+# ---- the WebSocket ------------------------------------------------------------------------
+
+# Seconds a test waits for a push.
+PUSH_WAIT = 10
+
+
+def ws_url(panel) -> str:
+    return panel.url.replace("http", "ws", 1) + "/ws"
+
+
+def cookie_header(client) -> str:
+    return "; ".join(f"{name}={value}" for name, value in client.http.cookies.items())
+
+
+def connect(panel, client, timeout: float = PUSH_WAIT, **options) -> websocket.WebSocket:
+    return websocket.create_connection(
+        ws_url(panel), timeout=timeout, cookie=cookie_header(client), **options
+    )
+
+
+def next_message(ws, wanted: str, deadline: float, **match) -> dict:
+    """The next message of type `wanted` (whose fields equal `match`) before `deadline`."""
+    while time.time() < deadline:
+        ws.settimeout(max(deadline - time.time(), 0.1))
+        message = json.loads(ws.recv())
+        if message.get("type") == wanted and all(message.get(k) == v for k, v in match.items()):
+            return message
+    raise AssertionError(f"no {wanted} message {match} before the deadline")
+
+
+def panel_origin(panel) -> str:
+    """The origin of the panel's pages, as a browser showing them sends it."""
+    scheme, _, rest = panel.url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
 # ---- services built without a core or nodes -------------------------------------------

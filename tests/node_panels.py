@@ -25,9 +25,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import requests
-from conftest import PanelServer, start_panel
 from core_panel import CORE_ENV, loopback_template, wait_until
 from helpers import INBOUNDS, create_inbound, free_port, ok
+from panels import PanelServer, start_panel
 
 NODES = "/panel/api/nodes"
 

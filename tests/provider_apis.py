@@ -12,6 +12,7 @@ values of the test's making.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from dataclasses import dataclass, field
@@ -170,3 +171,20 @@ def nord_server(number: int, station: str, public_key: str | None) -> dict:
         "locations": [{"country": {"id": 81, "name": "Germany", "code": "DE"}}],
         "technologies": technologies,
     }
+
+
+# RFC 7748 6.1: Alice's private key and the public key that goes with it.
+ALICE_PRIVATE = base64.b64encode(
+    bytes.fromhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+).decode()
+
+
+ALICE_PUBLIC = base64.b64encode(
+    bytes.fromhex("8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a")
+).decode()
+
+
+SERVERS_PATH = (
+    "/v1/servers/recommendations?filters[country_id]=81"
+    "&filters[servers_technologies][identifier]=wireguard_udp&limit=20"
+)

@@ -1,6 +1,8 @@
 """A release host on loopback for the tests of the panel's own updates and of the core
 releases: a threaded HTTP server that answers GET requests from a table of paths and
-publishes GitHub-shaped release lists.
+publishes GitHub-shaped release lists; and what it publishes for the core: zips holding a
+tiny shell-script core that reports its version as Xray does, their digests, geo files
+with their checksums, and the settings that point a panel at them.
 
 Both features download from a GitHub-like host; one server class here means both test
 modules exercise their clients against the same HTTP behaviour. What each release entry
@@ -10,9 +12,18 @@ carries beyond the tag, flags and assets is up to the module (`describe`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
+import os
+import platform
 import threading
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from helpers import ok
+
+from appliance.services.control.releases import ASSET_SUFFIXES
 
 
 class ReleaseHost:
@@ -102,3 +113,107 @@ class ReleaseHost:
         self.closing.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+SERVER = "/panel/api/server"
+
+
+SETTINGS = "/panel/api/setting/update"
+
+
+ASSET = f"Xray-linux-{ASSET_SUFFIXES.get(platform.machine(), '64')}.zip"
+
+
+GEOIP = b"geoip bytes of the release host\x00\x01"
+
+
+GEOSITE = b"geosite bytes of the release host\x02\x03"
+
+
+def core_script(version: str) -> bytes:
+    """A core that answers `-version`/`version` like Xray, accepts any config in test
+    mode and otherwise runs until it is stopped."""
+    return (
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f'  version|-version) echo "Xray {version} (Xray, Penetrates Everything.) Custom"\n'
+        '    echo "A unified platform for anti-censorship."; exit 0 ;;\n'
+        '  run) for arg in "$@"; do [ "$arg" = -test ] && exit 0; done; exec sleep 600 ;;\n'
+        "esac\n"
+        "exit 1\n"
+    ).encode()
+
+
+def release_zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for name, data in files.items():
+            bundle.writestr(name, data)
+    return buffer.getvalue()
+
+
+def dgst(data: bytes) -> bytes:
+    """A digest file laid out like Xray's (openssl dgst lines with the file name cut)."""
+    lines = [
+        f"MD5= {hashlib.md5(data).hexdigest()}",
+        f"SHA1= {hashlib.sha1(data).hexdigest()}",
+        f"SHA2-256= {hashlib.sha256(data).hexdigest()}",
+        f"SHA2-512= {hashlib.sha512(data).hexdigest()}",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sha256sum(data: bytes, name: str) -> bytes:
+    return f"{hashlib.sha256(data).hexdigest()}  {name}\n".encode()
+
+
+def good_release(tag: str, version: str) -> dict:
+    archive = release_zip(
+        {
+            "xray": core_script(version),
+            "geoip.dat": GEOIP,
+            "geosite.dat": GEOSITE,
+            "README.md": b"readme",
+        }
+    )
+    return {"tag": tag, "files": {ASSET: archive, ASSET + ".dgst": dgst(archive)}}
+
+
+# The release host runs on loopback: the panel is opted in to reach it, as an admin would.
+PRIVATE_OK = {"allowPrivateDestinations": "coreReleaseUrl,geoipUrl,geositeUrl"}
+
+
+def configure(api, **values: str) -> None:
+    ok(api.post(SETTINGS, json={**PRIVATE_OK, **values}))
+
+
+def bin_dir(panel) -> str:
+    return os.path.join(panel.data_dir, "core", "bin")
+
+
+def installed(panel, name: str = "xray") -> bytes | None:
+    path = os.path.join(bin_dir(panel), name)
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def core_status(api) -> dict:
+    return ok(api.get(SERVER + "/status"))["core"]
+
+
+def publish_geofiles(
+    host, name: str, geoip: bytes, geosite: bytes, sums: dict[str, bytes] | None = None
+) -> dict:
+    """Serve the two geo files and a .sha256sum for each, unless `sums` overrides it
+    (empty bytes: no checksum file); returns the settings that point at them."""
+    sums = sums or {}
+    urls = {}
+    for key, file_name, data in (("geoipUrl", "geoip", geoip), ("geositeUrl", "geosite", geosite)):
+        path = f"/{name}/{file_name}.dat"
+        urls[key] = host.put(path, data)
+        checksum = sums.get(file_name, sha256sum(data, f"{file_name}.dat"))
+        if checksum:
+            host.put(path + ".sha256sum", checksum)
+    return urls

@@ -5,36 +5,29 @@ browsers' WebSockets, as it would after a call."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 import requests
-from core_panel import WAIT, wait_until
-from test_core_e2e import (
+from core_panel import wait_until
+from core_traffic import (
     add_client,
     add_inbound,
     client_core,
-    client_record,
-    core_panel,
     core_pid,
-    core_socket,
     in_core,
     passes,
     push,
     route,
+    traffic_core_panel,
 )
+from helpers import PUSH_WAIT, connect, next_message, ok
+
+CLIENTS = "/panel/api/clients"
 
 
-def next_invalidation(ws, resource: str) -> dict:
-    """The next `invalidate` push for `resource`, skipping the messages between."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        ws.settimeout(max(deadline - time.monotonic(), 0.1))
-        message = json.loads(ws.recv())
-        if message.get("type") == "invalidate" and message.get("resource") == resource:
-            return message
-    raise AssertionError(f"no invalidate push for {resource}")
+def enabled(api, email: str) -> bool:
+    return ok(api.get(f"{CLIENTS}/get/{email}"))["client"]["enable"]
 
 
 def subscription(panel, sub_id: str) -> int:
@@ -44,7 +37,7 @@ def subscription(panel, sub_id: str) -> int:
 def test_the_sweep_disabling_a_client_reaches_the_core_its_subscription_and_the_browsers(
     tmp_path, echo
 ):
-    panel = core_panel(tmp_path / "panel")
+    panel = traffic_core_panel(tmp_path / "panel")
     try:
         api = panel.client()
         inbound = add_inbound(api, "vless")
@@ -55,13 +48,14 @@ def test_the_sweep_disabling_a_client_reaches_the_core_its_subscription_and_the_
         with client_core(tmp_path, [capped_route, other_route]):
             wait_until(lambda: passes(capped_route[0], echo), "the capped client connects")
             assert subscription(panel, capped["subId"]) == 200
-            ws = core_socket(panel, api)
+            ws = connect(panel, api)
             try:
                 push(capped_route[0], echo, 100_000)
-                next_invalidation(ws, "clients")
+                deadline = time.time() + PUSH_WAIT
+                next_message(ws, "invalidate", deadline, resource="clients")
             finally:
                 ws.close()
-            assert client_record(api, capped["email"])["enable"] is False
+            assert enabled(api, capped["email"]) is False
             wait_until(
                 lambda: not passes(capped_route[0], echo), "the core refuses the swept client"
             )

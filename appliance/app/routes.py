@@ -53,6 +53,7 @@ def routes_of(panel: Panel) -> list[Route]:
         inbound_routes(
             InboundRouteNeeds(
                 inbounds=panel.inbounds,
+                fallbacks=panel.inbounds.fallbacks,
                 client_bulk=panel.client_bulk,
                 subscriptions=panel.subscriptions,
                 settings=panel.settings,

@@ -29,6 +29,7 @@ The text is written by `appliance.links.yaml_text`, which writes exactly what
 from __future__ import annotations
 
 from appliance.links import transport as tr
+from appliance.links.names import with_unique_names
 from appliance.links.plan import LinkPlan
 from appliance.links.share import bandwidth_mbps
 from appliance.links.yaml_text import dump_yaml
@@ -188,7 +189,7 @@ def clash_profile(proxies: list[dict], routing_rules: str) -> dict:
     without a comma are skipped. The rules target the group "PROXY", "DIRECT" or
     "REJECT". `MATCH,PROXY` is appended unless the setting ends in a MATCH rule itself.
     """
-    named = _unique_names(proxies)
+    named = with_unique_names(proxies, "name", "proxy", {GROUP_NAME, "DIRECT", "REJECT"})
     names = [proxy["name"] for proxy in named]
     rules = parse_rules(routing_rules)
     if not rules or not rules[-1].upper().startswith("MATCH,"):
@@ -215,19 +216,3 @@ def parse_rules(routing_rules: str) -> list[str]:
         if rule and not rule.startswith("#") and "," in rule:
             rules.append(rule)
     return rules
-
-
-def _unique_names(proxies: list[dict]) -> list[dict]:
-    """Copies of the proxies whose names are unique ("x", "x 2", "x 3" ...), because
-    Mihomo refuses a profile with two proxies of one name."""
-    seen: set[str] = {GROUP_NAME, "DIRECT", "REJECT"}
-    named = []
-    for proxy in proxies:
-        base = str(proxy.get("name") or proxy.get("type") or "proxy")
-        name, counter = base, 1
-        while name in seen:
-            counter += 1
-            name = f"{base} {counter}"
-        seen.add(name)
-        named.append({**proxy, "name": name})
-    return named

@@ -30,6 +30,7 @@ from appliance.links.import_links import (
     read_link,
 )
 from appliance.links.json_config import proxy_outbound
+from appliance.links.names import free_name
 from appliance.links.plan import LinkPlan
 
 MAX_ENTRIES = 1000
@@ -127,7 +128,7 @@ def tagged_outbounds(plans: list[LinkPlan], prefix: str, previous: list[dict]) -
     for plan in plans:
         key = server_key(plan)
         earlier = known.get(key)
-        tag = earlier.pop(0) if earlier else _fresh_tag(prefix, _name(plan), taken)
+        tag = earlier.pop(0) if earlier else free_name(prefix + _name(plan), taken, "-")
         taken.add(tag)
         outbound = proxy_outbound(plan)
         outbound["tag"] = tag
@@ -144,11 +145,3 @@ def core_outbound(stored: dict) -> dict:
 def _name(plan: LinkPlan) -> str:
     name = _NAME_SPOILERS.sub("-", plan.remark).strip("-")[:NAME_LENGTH]
     return name or f"{SCHEME_NAMES.get(plan.protocol, plan.protocol)}-{plan.address}-{plan.port}"
-
-
-def _fresh_tag(prefix: str, name: str, taken: set[str]) -> str:
-    tag, counter = f"{prefix}{name}", 1
-    while tag in taken:
-        counter += 1
-        tag = f"{prefix}{name}-{counter}"
-    return tag

@@ -34,6 +34,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from appliance.links import transport as tr
+from appliance.links.names import with_unique_names
 from appliance.links.plan import LinkPlan, Security
 from appliance.links.share import bandwidth_mbps
 
@@ -193,7 +194,7 @@ def _early_data(path: str) -> tuple[str, int]:
 
 def singbox_profile(outbounds: list[dict]) -> dict:
     """The sing-box config for `outbounds` (from `singbox_outbound`), ready to run."""
-    servers = _unique_tags(outbounds)
+    servers = with_unique_names(outbounds, "tag", "server", RESERVED_TAGS)
     tags = [server["tag"] for server in servers]
     # No server sing-box can reach (all on XHTTP, say): the selector offers going direct,
     # as sing-box refuses a group without members.
@@ -254,19 +255,3 @@ def singbox_profile(outbounds: list[dict]) -> dict:
         },
         "experimental": {"cache_file": {"enabled": True}},
     }
-
-
-def _unique_tags(outbounds: list[dict]) -> list[dict]:
-    """Copies whose tags are unique ("x", "x 2", "x 3" ...) and clear of the profile's
-    own tags: sing-box refuses a config with two outbounds of one tag."""
-    seen: set[str] = set(RESERVED_TAGS)
-    named = []
-    for outbound in outbounds:
-        base = str(outbound.get("tag") or outbound.get("type") or "server")
-        tag, counter = base, 1
-        while tag in seen:
-            counter += 1
-            tag = f"{base} {counter}"
-        seen.add(tag)
-        named.append({**outbound, "tag": tag})
-    return named

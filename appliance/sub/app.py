@@ -34,15 +34,12 @@ import base64
 import json
 import logging
 import re
-import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
-from appliance.domain.client_rules import email_key
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import request_host
-from appliance.services.clients.subscriptions import EMAIL, Lookup, Subscriptions
-from appliance.services.clients.usage import month_usage
+from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import SCRIPT_HASH, info_page
 
 log = logging.getLogger(__name__)
@@ -95,7 +92,7 @@ class SubscriptionApp:
         try:
             status, headers, body = self.respond(environ)
         except Exception as exc:
-            unavailable = self.subscriptions.store.unavailable(exc)
+            unavailable = self.subscriptions.unavailable(exc)
             if unavailable is not None:
                 # Client apps keep what they have and ask again later.
                 log.warning("subscription request: %s", unavailable.msg)
@@ -163,7 +160,7 @@ class SubscriptionApp:
                 "download": usage.download,
                 "total": usage.total,
                 "expire": usage.expire,
-                "month": self._month(lookup),
+                "month": self.subscriptions.month(lookup),
             }
             headers.append(("Content-Type", CONTENT_TYPES["json"]))
             return "200 OK", headers, json.dumps(answer).encode()
@@ -171,7 +168,7 @@ class SubscriptionApp:
             body = info_page(
                 title=self._title(lookup),
                 usage=lookup.usage,
-                month=self._month(lookup),
+                month=self.subscriptions.month(lookup),
                 links=rendered.links,
                 sub_url=page_url,
                 json_url=self._url(environ, authority, "subJsonPath", sub_id)
@@ -224,11 +221,6 @@ class SubscriptionApp:
         if get("subEnableRouting") and rules:
             headers.append(("Routing", _routing_value(rules)))
         return headers
-
-    def _month(self, lookup: Lookup) -> dict:
-        """This month's usage, day by day, of the subscription's own clients."""
-        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
-        return month_usage(self.subscriptions.reads.rows, keys, int(time.time()))
 
     def _title(self, lookup: Lookup) -> str:
         return self.settings.get("subTitle") or lookup.title

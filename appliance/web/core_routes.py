@@ -68,7 +68,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
 
     @table.get("/getCoreResult", "The core's latest output")
     def core_result():
-        return "\n".join(core.process.output(200))
+        return "\n".join(core.output(200))
 
     @table.get("/getOutboundsTraffic", "Traffic per outbound")
     def outbounds_traffic():
@@ -186,7 +186,7 @@ def core_routes(needs: CoreRouteNeeds) -> RouteTable:
     def core_log_lines(count):
         form = json_object(8192)
         config = core.running_config()
-        output = core.process.output(500)
+        output = core.output(500)
         return core_logs.recent_core_logs(config, output, count, form, needs.places)
 
     table.routes.extend(server.routes)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.sub_address import SubscriptionAddress
     from appliance.services.clients.subscriptions import Subscriptions
     from appliance.services.clients.usage import UsageHistory
+    from appliance.services.inbounds.fallbacks import Fallbacks
     from appliance.services.inbounds.records import Inbounds
     from appliance.services.nodes.master_traffic import MasterTraffic
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class InboundRouteNeeds:
     inbounds: Inbounds
+    fallbacks: Fallbacks  # the fallback rules of master inbounds
     client_bulk: ClientBulk  # deleting an inbound's clients
     subscriptions: Subscriptions  # an inbound's share links, client by client
     settings: Settings  # the subscription domain the links point to
@@ -172,7 +174,7 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
 
     @table.get("/<id>/fallbacks", "Fallback rules of a master inbound")
     def list_fallbacks(id):
-        return inbounds.fallbacks.list(id)
+        return needs.fallbacks.list(id)
 
     @table.post(
         "/<id>/fallbacks",
@@ -181,6 +183,6 @@ def inbound_routes(needs: InboundRouteNeeds) -> RouteTable:
         body={"fallbacks": "object[]"},
     )
     def replace_fallbacks(id):
-        return Reply("fallbacks saved", inbounds.fallbacks.replace(id, body(1 << 20)))
+        return Reply("fallbacks saved", needs.fallbacks.replace(id, body(1 << 20)))
 
     return table

@@ -12,7 +12,7 @@ in sha256sum form; a release with neither is refused.
 Only a frozen panel (the PyInstaller binary, `sys.frozen`) replaces itself: a panel that
 runs from a Python package belongs to pip, and overwriting the interpreter it runs on
 would break it. The new binary is downloaded and verified by the same helpers that
-install the core (`core_releases.download_verified`), written beside the running one,
+install the core (`runtime.downloads.download_verified`), written beside the running one,
 made executable, asked for its `version` (it must run here and name the release), and
 only then moved over the old path with `os.replace`, which is atomic on one file
 system. Any failure before that removes the download and leaves the old binary as it
@@ -39,10 +39,9 @@ from urllib.parse import urlsplit
 from appliance import __version__
 from appliance.core.process import child_environment
 from appliance.errors import ServiceError
+from appliance.runtime.downloads import LIST_LIMIT, download_verified, fetch, published_releases
 from appliance.runtime.egress import for_url
-from appliance.services.control.releases import download_verified, fetch, published_releases
 
-LIST_LIMIT = 8 << 20
 BINARY_LIMIT = 300 << 20
 VERSION_TIMEOUT = 30  # a onefile binary unpacks itself before it answers
 ASSET_PREFIX = "appliance-linux-"

@@ -14,17 +14,17 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from pony.orm import db_session
 
 from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
+from appliance.domain.client_views import CLIENT_COLUMNS, client_view, traffic_flag, traffic_of
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace, breathe
 from appliance.services.clients.groups import labels_of
-from appliance.services.clients.records import CLIENT_COLUMNS, CORE_SELECT, client_view, core_view
+from appliance.services.clients.records import CORE_SELECT, core_view
 from appliance.services.clients.summary import ClientSummary, Summary
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
@@ -280,7 +280,7 @@ class ClientQuery:
                     "reset": reset,
                     "group": group,
                     "inboundIds": attachments.get(client_id, []),
-                    "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
+                    "traffic": {"up": up or 0, "down": down or 0, "enable": traffic_flag(t_enable)},
                     "createdAt": created,
                     "updatedAt": updated,
                 }
@@ -445,7 +445,7 @@ class ClientQuery:
             last = rows[-1][0]
             yield [
                 client_view(
-                    row[1 : WIDTH + 1], attachments.get(row[0], []), _traffic(row[WIDTH + 1 :])
+                    row[1 : WIDTH + 1], attachments.get(row[0], []), traffic_of(row[WIDTH + 1 :])
                 )
                 for row in rows
             ]
@@ -582,43 +582,6 @@ def _source_and_order(sort: str, direction: str, filter_reads_traffic: bool) -> 
         return BY_TRAFFIC, f"ORDER BY (t.up + t.down) {direction}, t.id {direction}"
     source = FROM if filter_reads_traffic or sort == "remaining" else "FROM client c"
     return source, f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
-
-
-def client_api_view(row: tuple) -> dict:
-    """A `by_inbound` row as the client's API view (without inboundIds)."""
-    return client_view(row[:WIDTH], [], _traffic(row[WIDTH : WIDTH + 3]))
-
-
-def slim_entry(row: tuple) -> dict:
-    """What list/slim keeps of a client inside an inbound, from a slim `by_inbound` row."""
-    email, enable, comment = row
-    return {"email": email, "enable": bool(enable), "comment": comment}
-
-
-def client_stat(inbound_id: int, view: dict, row: tuple) -> dict:
-    """A clientStats entry: the client's counters as seen from one inbound."""
-    return {
-        "inboundId": inbound_id,
-        "email": view["email"],
-        "up": view["traffic"]["up"],
-        "down": view["traffic"]["down"],
-        "total": view["totalGB"],
-        "expiryTime": view["expiryTime"],
-        "reset": view["reset"],
-        "enable": view["enable"] and view["traffic"]["enable"],
-        "lastOnline": row[WIDTH + 3] or 0,
-    }
-
-
-def _traffic(values: tuple) -> tuple:
-    """(up, down, enable) of a LEFT JOINed traffic row, which may be all NULL."""
-    up, down, enable = values
-    return (up or 0, down or 0, _flag(enable))
-
-
-def _flag(value: Any) -> bool:
-    """A traffic flag; a client without a traffic row counts as enabled."""
-    return True if value is None else bool(value)
 
 
 def _contains(text: str) -> str:

@@ -27,9 +27,11 @@ from pony.orm import TransactionIntegrityError, db_session, select
 from appliance.core.capabilities import VISION
 from appliance.domain import client_rules, inbound_rules
 from appliance.domain.client_rules import email_key
+from appliance.domain.client_views import CLIENT_COLUMNS, client_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
+from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
 from appliance.store.natural_order import natural_order
@@ -391,32 +393,6 @@ def secret_taken(secret: str, holder: str) -> str:
     )
 
 
-# Column order shared by `client_view` and the raw SQL readers in client_query.
-CLIENT_COLUMNS = (
-    "uuid",
-    "email",
-    "sub_id",
-    "password",
-    "auth",
-    "flow",
-    "security",
-    "reverse_tag",
-    "total_bytes",
-    "expiry_time",
-    "limit_ip",
-    "reset_days",
-    "tg_id",
-    "comment",
-    "enable",
-    "group_name",
-    "ad_tag",
-    "mt_secret",
-    "method",
-    "created_at",
-    "updated_at",
-)
-
-
 # What the config builder reads of a client, in `core_view` order (c: client, t: traffic).
 CORE_SELECT = (
     "c.uuid, c.email, c.flow, c.security, c.password, c.auth, c.method, c.reverse_tag, "
@@ -442,59 +418,6 @@ def core_view(row: tuple) -> dict:
         "expiryTime": expiry,
         # A client without a traffic row counts as enabled.
         "traffic": {"up": up or 0, "down": down or 0, "enable": t_enable is None or bool(t_enable)},
-    }
-
-
-def client_view(row: tuple, inbound_ids: list[int], traffic: tuple) -> dict:
-    """The API shape of a client from a tuple in `CLIENT_COLUMNS` order."""
-    (
-        uuid,
-        email,
-        sub_id,
-        password,
-        auth,
-        flow,
-        security,
-        reverse_tag,
-        total,
-        expiry,
-        limit_ip,
-        reset,
-        tg_id,
-        comment,
-        enable,
-        group,
-        ad_tag,
-        mt_secret,
-        method,
-        created,
-        updated,
-    ) = row
-    up, down, traffic_enable = traffic
-    return {
-        "id": uuid,
-        "email": email,
-        "subId": sub_id,
-        "password": password,
-        "auth": auth,
-        "flow": flow,
-        "security": security,
-        "reverse": {"tag": reverse_tag} if reverse_tag else None,
-        "totalGB": total,
-        "expiryTime": expiry,
-        "limitIp": limit_ip,
-        "reset": reset,
-        "tgId": tg_id,
-        "comment": comment,
-        "enable": bool(enable),
-        "group": group,
-        "adTag": ad_tag,
-        "secret": mt_secret,
-        "method": method,
-        "createdAt": created,
-        "updatedAt": updated,
-        "inboundIds": inbound_ids,
-        "traffic": {"up": up or 0, "down": down or 0, "enable": bool(traffic_enable)},
     }
 
 
@@ -533,14 +456,6 @@ def search_key(email: str, sub_id: str, comment: str) -> str:
     keys, so one LIKE over one plain column does it on every backend, without per-row
     function calls."""
     return "\n".join(email_key(text) for text in (email, sub_id, comment))
-
-
-def refit(row, inbounds: list) -> None:
-    """Re-check a client row's secrets against a set of inbound rows (a 2022 key of the
-    wrong length is replaced, a legacy cipher copied); the caller holds the db_session."""
-    record = {"password": row.password, "method": row.method}
-    client_rules.fit_inbounds(record, [record_of(i) for i in inbounds])
-    row.password, row.method = record["password"], record["method"]
 
 
 def inbound_ids_of(body: Any) -> list[int]:

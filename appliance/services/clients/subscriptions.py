@@ -48,6 +48,7 @@ from pony.orm import db_session
 
 from appliance.core.config import client_in_core
 from appliance.domain.client_rules import email_key
+from appliance.domain.client_views import CLIENT_COLUMNS, client_view
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.links import (
@@ -62,8 +63,9 @@ from appliance.links import (
     prepared_singbox_outbounds,
     singbox_profile,
 )
-from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.services.clients.usage import month_usage
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
+from appliance.store import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +201,17 @@ class Subscriptions:
 
     def close(self) -> None:
         self.reads.close()
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailable | None:
+        """`exc` as "the database is unavailable for now" (the subscription server answers
+        503 and client apps ask again later); None for any other failure."""
+        return self.store.unavailable(exc)
+
+    def month(self, lookup: Lookup) -> dict:
+        """This month's usage, day by day, of the subscription's own clients (its page and
+        `?format=info`)."""
+        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        return month_usage(self.reads.rows, keys, int(self.clock()))
 
     def render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
         """The body of format `kind` (links, json, yaml, singbox) for `lookup`, whose links point
@@ -342,7 +355,7 @@ class Subscriptions:
             for inbound_id, inbound, client in pairs
             for proxy in _rendered(prepared_clash_proxies, inbound_id, inbound, client, ctx)
         ]
-        document = clash_document(_unique_names(proxies), self.settings.get("subRoutingRules"))
+        document = clash_document(proxies, self.settings.get("subRoutingRules"))
         return Rendered(True, document.encode())
 
     def _unfit(self) -> frozenset[int]:
@@ -605,18 +618,6 @@ def _usage(rows: list[tuple]) -> Usage:
         total=0 if 0 in totals else sum(totals),
         expire=0 if any(e <= 0 for e in expiries) else max(expiries) // 1000,
     )
-
-
-def _unique_names(proxies: list[dict]) -> list[dict]:
-    """Mihomo refuses two proxies of one name; later duplicates get " 2", " 3"..."""
-    seen: dict[str, int] = {}
-    unique = []
-    for proxy in proxies:
-        name = str(proxy.get("name", ""))
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        unique.append(proxy if count == 1 else {**proxy, "name": f"{name} {count}"})
-    return unique
 
 
 def _prefixed(columns: str, alias: str) -> str:

@@ -1,7 +1,8 @@
 """MTProto inbounds as the panel runs them: one proxy process each, kept in step.
 
-Every enabled MTProto inbound of this host gets a proxy process (core.mtproto_process).
-What it should run is read from the database at each sync: the listener (address, port,
+Every enabled MTProto inbound of this host gets a proxy process, which the driver
+(appliance.mtproto.driver) starts and keeps; this service decides what it runs. That is
+read from the database at each sync: the listener (address, port,
 fake-TLS domain, data-centre addresses from the `mtprotoDataCenters` setting) and the
 secrets of its active clients, each the client's own 16-byte key (`secret`: generated
 when omitted, re-keyed by a new value, stored on the client row, so the clients page
@@ -15,10 +16,9 @@ of each MTProto inbound says why. The proxy checks each address again when it co
 (a name may resolve elsewhere later), allowing internal ones only when the admin listed
 mtprotoDataCenters in allowPrivateDestinations.
 
-A change of secrets or tags alone goes to the running process through `PUT /secrets`
-(nobody else's connection drops; the config file is rewritten too, so a process started
-again starts with them); a change of the listener restarts that one process. Changes are
-coalesced: `mark_dirty` wakes one sync shortly after.
+A change of secrets or tags alone reaches the running process without a restart (the
+driver's part); a change of the listener restarts that one process, after its last
+counters are read. Changes are coalesced: `mark_dirty` wakes one sync shortly after.
 
 Each traffic tick reads every process's `GET /stats` into the same exactly-once
 accounting as the core's (services.clients.mtproto_traffic), records the addresses of
@@ -37,10 +37,10 @@ from gevent.event import Event
 from pony.orm import db_session
 
 from appliance.core.config import client_in_core
-from appliance.core.mtproto_process import MtprotoProcess
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
+from appliance.mtproto.driver import ProxyDriver
 from appliance.runtime.egress import ALLOW_SETTING, allowed
 from appliance.services.admin.settings_rules import DATA_CENTRES, check_data_centres
 
@@ -71,16 +71,11 @@ class MtprotoService:
         self.store = store
         self.settings = settings
         self.accounting = accounting
-        self.workdir = workdir
         self.sweep = sweep
         self.on_state = on_state
         self.client_ips = client_ips
         self.clock = clock
-        self.processes: dict[int, MtprotoProcess] = {}
-        self.listeners: dict[int, dict] = {}
-        # The secrets each process should hold, and those it confirmed it holds.
-        self.pushed: dict[int, dict] = {}
-        self.applied: dict[int, dict] = {}
+        self.driver = ProxyDriver(workdir, on_state)
         self.tags: dict[int, str] = {}
         # inbound id -> (port, why no proxy runs) while the data centres are refused.
         self.refused: dict[int, tuple[int, str]] = {}
@@ -174,41 +169,21 @@ class MtprotoService:
             self._refuse(wanted, refused)
             return
         self.refused.clear()
-        for inbound_id in [i for i in self.processes if i not in wanted]:
+        for inbound_id in [i for i in self.driver.inbound_ids() if i not in wanted]:
             self._collect(inbound_id)
-            self._stop(inbound_id)
+            self.driver.stop(inbound_id)
         for inbound_id, (tag, listener, entries) in wanted.items():
             self.tags[inbound_id] = tag
-            process = self.processes.get(inbound_id)
-            if process is not None and self.listeners.get(inbound_id) != listener:
+            if self.driver.runs_another_listener(inbound_id, listener):
                 self._collect(inbound_id)
-                self._stop(inbound_id)
-                process = None
-            config = {**listener, "secrets": entries}
-            if process is None:
-                process = self.processes[inbound_id] = MtprotoProcess(
-                    inbound_id, self.workdir, self._state_changed
-                )
-                self.listeners[inbound_id] = listener
-                self.pushed[inbound_id] = entries
-                process.start(config)
-            elif self.pushed.get(inbound_id) != entries:
-                process.write(config)
-                self.pushed[inbound_id] = entries
-                if process.state != "running":
-                    continue  # it gets them once it runs (`_push_current`)
-                if process.put_secrets(entries):
-                    self.applied[inbound_id] = entries
-                else:
-                    log.warning("MTProto inbound %d: secrets not taken; restarting", inbound_id)
-                    process.stop()
-                    process.start(config)
+                self.driver.stop(inbound_id)
+            self.driver.run(inbound_id, listener, entries)
 
     def _refuse(self, wanted: dict, reason: str) -> None:
         """Run no proxy: stop those that run, and report each inbound's reason once."""
-        for inbound_id in list(self.processes):
+        for inbound_id in self.driver.inbound_ids():
             self._collect(inbound_id)
-            self._stop(inbound_id)
+            self.driver.stop(inbound_id)
         before = self.refused
         self.refused = {i: (listener["port"], reason) for i, (_, listener, _) in wanted.items()}
         for inbound_id in self.refused:
@@ -216,27 +191,21 @@ class MtprotoService:
                 log.warning("MTProto inbound %d: %s", inbound_id, reason)
                 self.on_state({"inboundId": inbound_id, "state": "error", "errorMsg": reason})
 
-    def _stop(self, inbound_id: int) -> None:
-        self.processes.pop(inbound_id).stop()
-        self.listeners.pop(inbound_id, None)
-        self.pushed.pop(inbound_id, None)
-        self.applied.pop(inbound_id, None)
-
     # ---- traffic ---------------------------------------------------------------------------
 
     def tick(self) -> None:
         """Count what moved, then disable clients that ran out or expired (the core's
         tick does too, but only while a core runs): their secrets go in the sync that
         the change starts."""
-        if not self.processes:
+        inbound_ids = self.driver.inbound_ids()
+        if not inbound_ids:
             return
-        for inbound_id in list(self.processes):
+        for inbound_id in inbound_ids:
             self._collect(inbound_id)
         self.sweep()
 
     def _collect(self, inbound_id: int) -> None:
-        process = self.processes.get(inbound_id)
-        stats = process.stats() if process is not None else None
+        stats = self.driver.stats(inbound_id)
         if not stats:
             return
         self.accounting.tick(inbound_id, self.tags.get(inbound_id, ""), stats)
@@ -253,31 +222,8 @@ class MtprotoService:
 
     # ---- status ----------------------------------------------------------------------------
 
-    def _state_changed(self, inbound_id: int, state: str, error: str) -> None:
-        if state == "running":
-            # The process read its config file when it started, and the secrets may have
-            # changed between that read and now: it gets the current set once more.
-            gevent.spawn(self._push_current, inbound_id)
-        self.on_state({"inboundId": inbound_id, "state": state, "errorMsg": error})
-
-    def _push_current(self, inbound_id: int) -> None:
-        process = self.processes.get(inbound_id)
-        entries = self.pushed.get(inbound_id)
-        if process is not None and entries is not None and process.put_secrets(entries):
-            self.applied[inbound_id] = entries
-
     def info(self) -> list[dict]:
-        running = [
-            {
-                "inboundId": inbound_id,
-                "port": self.listeners.get(inbound_id, {}).get("port", 0),
-                "state": process.state,
-                "errorMsg": process.error,
-                "pid": process.pid if process.state == "running" else 0,
-                "secrets": len(self.applied.get(inbound_id, {})),
-            }
-            for inbound_id, process in self.processes.items()
-        ]
+        running = self.driver.info()
         refused = [
             {
                 "inboundId": i,
@@ -293,18 +239,14 @@ class MtprotoService:
 
     def held_sockets(self) -> list[tuple[str, int, frozenset]]:
         """(listen, port, transports) the running proxies hold: theirs, not a stranger's."""
-        return [
-            (self.listeners[i]["listen"], self.listeners[i]["port"], frozenset({"tcp"}))
-            for i, process in self.processes.items()
-            if process.state == "running" and i in self.listeners
-        ]
+        return self.driver.held_sockets()
 
     def shutdown(self) -> None:
         if self._loop is not None:
             self._loop.kill()
-        for inbound_id in list(self.processes):
+        for inbound_id in self.driver.inbound_ids():
             try:
                 self._collect(inbound_id)
             except Exception as exc:
                 log.warning("MTProto inbound %d: last counters not read: %s", inbound_id, exc)
-            self._stop(inbound_id)
+            self.driver.stop(inbound_id)

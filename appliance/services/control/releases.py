@@ -20,7 +20,6 @@ accepted the new ones: when the hand-off to the core fails, they are put back.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import platform
@@ -38,17 +37,19 @@ from urllib.parse import urlsplit
 
 from appliance.core.process import DETECT_TIMEOUT, VERSION_LINE, version_output
 from appliance.errors import ServiceError
-from appliance.runtime.egress import Egress, FetchFailed, Reply, for_url
-from appliance.runtime.reader import Unreadable, parse_json
+from appliance.runtime.downloads import (
+    DIGEST_LIMIT,
+    LIST_LIMIT,
+    SHA256SUM,
+    download,
+    fetch,
+    published_releases,
+)
+from appliance.runtime.egress import Egress, for_url
 
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 15 * 60
-CONNECT_TIMEOUT = 10
-READ_TIMEOUT = 60
-DOWNLOAD_SECONDS = 600  # a whole download, however slowly the bytes trickle in
-LIST_LIMIT = 8 << 20
-DIGEST_LIMIT = 64 << 10
 ARCHIVE_LIMIT = 200 << 20
 GEOFILE_LIMIT = 200 << 20
 MEMBER_LIMIT = 300 << 20  # one unpacked file: a zip bomb stops here
@@ -56,7 +57,6 @@ CHUNK = 64 << 10
 BIN_DIR = "bin"
 BINARY_NAME = "xray"
 STAGING_PREFIX = ".staging-"
-HEADERS = {"Accept": "application/vnd.github+json", "User-Agent": "appliance-panel"}
 
 # platform.machine() -> the suffix of Xray's release asset (its friendly build names).
 ASSET_SUFFIXES = {
@@ -76,7 +76,6 @@ GEOFILES = {"geoip.dat": "geoipUrl", "geosite.dat": "geositeUrl"}
 # `openssl dgst -sha256` prints "SHA2-256" (OpenSSL 3) or "SHA256" (older); Xray's
 # release job strips the "(file)" part, but a digest that kept it is read as well.
 DGST_SHA256 = re.compile(r"^SHA2?-?256(?:\([^)]*\))?\s*=\s*([0-9a-fA-F]{64})\s*$", re.MULTILINE)
-SHA256SUM = re.compile(r"^\s*([0-9a-fA-F]{64})\b")
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class CoreReleases:
         if cached and cached.url == url and now - cached.fetched_at < CACHE_SECONDS:
             return cached.releases
         try:
-            raw = _fetch(self._egress("coreReleaseUrl"), url, LIST_LIMIT, "the core release list")
+            raw = fetch(self._egress("coreReleaseUrl"), url, LIST_LIMIT, "the core release list")
             releases = _parse_releases(raw, url)
         except ServiceError as exc:
             if cached and cached.url == url:
@@ -188,10 +187,10 @@ class CoreReleases:
                 )
             egress = self._egress("coreReleaseUrl")
             with self._staging() as staging:
-                digest = _fetch(egress, digest_url, DIGEST_LIMIT, f"{asset}.dgst")
+                digest = fetch(egress, digest_url, DIGEST_LIMIT, f"{asset}.dgst")
                 expected = _dgst_sha256(digest, asset)
                 archive = os.path.join(staging, asset)
-                _download(egress, release.assets[asset], archive, ARCHIVE_LIMIT, asset, expected)
+                download(egress, release.assets[asset], archive, ARCHIVE_LIMIT, asset, expected)
                 names = _unpack(archive, staging, asset)
                 found = _core_version(os.path.join(staging, BINARY_NAME), release.tag)
                 # The binary moves in last, so it never runs beside geo files of the past.
@@ -216,12 +215,12 @@ class CoreReleases:
             for file_name in names:
                 key = GEOFILES[file_name]
                 url, egress = self._setting_url(key), self._egress(key)
-                published = _fetch(
+                published = fetch(
                     egress, url + ".sha256sum", DIGEST_LIMIT, file_name, missing_ok=True
                 )
                 expected = _sha256sum(published, file_name) if published is not None else None
                 path = os.path.join(staging, file_name)
-                if _download(egress, url, path, GEOFILE_LIMIT, file_name, expected) == 0:
+                if download(egress, url, path, GEOFILE_LIMIT, file_name, expected) == 0:
                     raise ServiceError(f"{url} sent an empty {file_name}; nothing was replaced")
             moved = self._move_in(staging, names)
             updated = " and ".join(names)
@@ -330,130 +329,7 @@ def _put_back(moved: list[tuple[str, str | None]]) -> None:
             os.replace(previous, target)
 
 
-# ---- downloads -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _get(
-    egress: Egress, url: str, label: str, *, missing_ok: bool = False
-) -> Iterator[Reply | None]:
-    """The answer to a GET of `url` through `egress` (None: a 404 with `missing_ok`); a
-    failure, also one while the body is read inside the block, becomes a `ServiceError`
-    that names the status or the reason, never what the server sent."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServiceError(f"{label} has no http(s) download URL (got {url[:200]!r})")
-    try:
-        with egress.request(
-            url,
-            headers=HEADERS,
-            connect_timeout=CONNECT_TIMEOUT,
-            read_timeout=READ_TIMEOUT,
-            total_timeout=DOWNLOAD_SECONDS,
-        ) as reply:
-            if reply.status == 404 and missing_ok:
-                yield None
-                return
-            if reply.status != 200:
-                raise ServiceError(
-                    f"downloading {label} from {url} failed: HTTP {reply.status}, where "
-                    f"200 with {label} was expected"
-                )
-            yield reply
-    except FetchFailed as exc:
-        raise ServiceError(f"downloading {label} from {url} failed: {exc.msg}") from None
-
-
-def _fetch(
-    egress: Egress, url: str, limit: int, label: str, *, missing_ok: bool = False
-) -> bytes | None:
-    """A small body in memory (None: a 404 with `missing_ok`)."""
-    with _get(egress, url, label, missing_ok=missing_ok) as reply:
-        return None if reply is None else reply.read(limit)
-
-
-def _download(
-    egress: Egress, url: str, path: str, limit: int, label: str, expected: str | None
-) -> int:
-    """Stream `url` into `path`, checking its SHA-256 against `expected` (None: no
-    published checksum); returns the size."""
-    digest, size = hashlib.sha256(), 0
-    with _get(egress, url, label) as reply, open(path, "wb") as out:
-        for chunk in reply.chunks(limit):
-            digest.update(chunk)
-            out.write(chunk)
-            size += len(chunk)
-    if expected is not None and digest.hexdigest() != expected:
-        raise ServiceError(
-            f"the SHA-256 of the downloaded {label} ({digest.hexdigest()}) does not match the "
-            f"published one ({expected}); nothing was replaced"
-        )
-    return size
-
-
-def fetch(egress: Egress, url: str, limit: int, label: str) -> bytes:
-    """A small document (a release list) in memory, bounded like every download here:
-    for installers of other published files."""
-    return _fetch(egress, url, limit, label)
-
-
-def download_verified(
-    egress: Egress,
-    url: str,
-    path: str,
-    limit: int,
-    label: str,
-    *,
-    expected: str = "",
-    digest_url: str = "",
-) -> int:
-    """Stream `url` into `path` and check it against the hex SHA-256 `expected`, or else
-    against the first hash in the sha256sum-style file at `digest_url`; returns the size.
-    A file with neither is refused: nothing unverified is installed."""
-    if not expected:
-        if not digest_url:
-            raise ServiceError(f"{label} has no published SHA-256; it is not installed unverified")
-        raw = _fetch(egress, digest_url, DIGEST_LIMIT, f"the checksum of {label}")
-        match = SHA256SUM.match(raw.decode("utf-8", "replace"))
-        if match is None:
-            raise ServiceError(
-                f"the checksum file of {label} holds no SHA-256; nothing was replaced"
-            )
-        expected = match.group(1)
-    return _download(egress, url, path, limit, label, expected.lower())
-
-
 # ---- release list and digests ----------------------------------------------------------------
-
-
-def published_releases(raw: bytes, url: str, what: str) -> list[tuple[str, dict, dict]]:
-    """(tag, release object, {asset name: asset object}) of each published release in a
-    GitHub releases-API answer (a list, or one release), in the order listed (GitHub:
-    newest first). Drafts and prereleases are left out: what the list offers is what
-    GitHub calls a release. `what` names the list in errors ("the core release list")."""
-    try:
-        data = parse_json(raw, LIST_LIMIT)
-    except Unreadable as exc:
-        raise ServiceError(f"{what} at {url} is not JSON the panel can read: {exc.msg}") from None
-    items = [data] if isinstance(data, dict) and "tag_name" in data else data
-    if not isinstance(items, list):
-        raise ServiceError(f"{what} at {url} is not a release or a list of them")
-    releases = []
-    for item in items:
-        if not isinstance(item, dict) or item.get("draft") or item.get("prerelease"):
-            continue
-        tag = item.get("tag_name")
-        if not isinstance(tag, str) or not tag:
-            continue
-        assets = {
-            asset["name"]: asset
-            for asset in item.get("assets") or []
-            if isinstance(asset, dict)
-            and isinstance(asset.get("name"), str)
-            and isinstance(asset.get("browser_download_url"), str)
-        }
-        releases.append((tag, item, assets))
-    return releases
 
 
 def _parse_releases(raw: bytes, url: str) -> list[Release]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from appliance.core import wire
-from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api
+from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api, wire
 from appliance.domain.parse import parse_port, parse_text
 from appliance.errors import ServiceError
 

@@ -464,6 +464,10 @@ class CoreService:
                 log.warning("cannot read the running core's config: %s", exc)
         return self.build()
 
+    def output(self, count: int) -> list[str]:
+        """The last `count` lines the core printed: its latest result, the log view."""
+        return self.process.output(count)
+
     def info(self) -> dict:
         return {
             "state": self.process.state,

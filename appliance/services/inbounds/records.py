@@ -33,6 +33,7 @@ from pony.orm import db_session, select
 from appliance.core.entries import client_entry
 from appliance.domain import inbound_rules
 from appliance.domain.client_rules import legacy_method
+from appliance.domain.client_views import client_api_view, client_stat, slim_entry
 from appliance.domain.parse import parse_id, parse_json_text
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
@@ -41,12 +42,7 @@ from appliance.runtime.file_paths import (
     check_inbound_paths,
     missing_certificate_file,
 )
-from appliance.services.clients.query import (
-    client_api_view,
-    client_stat,
-    slim_entry,
-)
-from appliance.services.clients.records import refit
+from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.core_reads import ReservedPorts
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by

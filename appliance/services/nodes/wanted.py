@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from appliance.domain.client_rules import email_key
-from appliance.services.clients.records import CLIENT_COLUMNS, client_view
+from appliance.domain.client_views import CLIENT_COLUMNS, client_view
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
 from appliance.store.batches import chunks
 
