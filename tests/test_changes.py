@@ -108,4 +108,4 @@ def test_a_consumer_that_raises_is_logged_and_the_others_still_hear(caplog):
     seen = recording(notice, "clients")
     notice.publish(Change("clients", ["a"]))
     assert seen == [Change("clients", ["a"])]
-    assert "a consumer of clients changes failed" in caplog.text
+    assert "a consumer of clients changes failed: test_a_consumer_that_raises" in caplog.text

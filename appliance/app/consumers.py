@@ -63,7 +63,7 @@ def whichever(action: Callable[[], object]) -> Consumer:
     def consumer(change: Change) -> None:
         action()
 
-    return consumer
+    return _named(consumer, action)
 
 
 def by_resource(action: Callable[[str], object]) -> Consumer:
@@ -72,7 +72,7 @@ def by_resource(action: Callable[[str], object]) -> Consumer:
     def consumer(change: Change) -> None:
         action(change.resource)
 
-    return consumer
+    return _named(consumer, action)
 
 
 def by_ids(action: Callable[[frozenset[Hashable] | None], object]) -> Consumer:
@@ -81,4 +81,11 @@ def by_ids(action: Callable[[frozenset[Hashable] | None], object]) -> Consumer:
     def consumer(change: Change) -> None:
         action(change.ids)
 
+    return _named(consumer, action)
+
+
+def _named(consumer: Consumer, action: Callable) -> Consumer:
+    """`consumer` under the name of what it calls, which the log names should it fail."""
+    target = action.func if isinstance(action, partial) else action
+    consumer.__qualname__ = getattr(target, "__qualname__", repr(target))
     return consumer

@@ -142,7 +142,8 @@ class ChangeNotice:
             try:
                 consumer(change)
             except Exception:
-                log.exception("a consumer of %s changes failed: %r", change.resource, consumer)
+                name = getattr(consumer, "__qualname__", repr(consumer))
+                log.exception("a consumer of %s changes failed: %s", change.resource, name)
 
     def _kind(self, resource: str) -> list[Consumer]:
         consumers = self._consumers.get(resource)
