@@ -42,6 +42,7 @@ import gevent  # noqa: E402
 from gevent.event import Event  # noqa: E402
 from gevent.fileobject import FileObject  # noqa: E402
 
+from appliance.runtime.changes import ChangeNotice  # noqa: E402
 from appliance.runtime.file_paths import FilePlaces  # noqa: E402
 from appliance.runtime.logbuffer import parse_level  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
@@ -142,7 +143,10 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.spawn(_until_eof, FileObject(sys.stdin.fileno(), "rb", close=False), stopped)
     store = Store(spec["db"])
-    settings = Settings(store, FilePlaces(spec["dataDir"], tuple(spec["certDirs"])))
+    # A worker only reads: its notice has nothing to tell and nobody following it; the
+    # panel's changes reach it through the change counter.
+    places = FilePlaces(spec["dataDir"], tuple(spec["certDirs"]))
+    settings = Settings(store, places, ChangeNotice())
     subscriptions = Subscriptions(store, settings)
     # The counter is read before the settings: a change meanwhile is followed at once.
     follow = FollowChanges(ChangeCounter.attach(spec["counterFd"]), settings, subscriptions)

@@ -12,8 +12,9 @@ import re
 import time
 
 from core_panel import wait_until as poll_until
-from helpers import ROOT
+from helpers import ROOT, runs_every_feature, without_core_or_nodes
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
@@ -72,7 +73,8 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
     collector tests here and those of the core's online-user API start from it."""
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    notice = ChangeNotice()
+    settings = Settings(store, FilePlaces(str(tmp_path)), notice)
     settings.load()
     settings.write(settings.check({"ipLimitEnable": True}))
     inbounds = Inbounds(
@@ -80,9 +82,11 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
         lambda: [],
         ClientQuery(store, settings, Presence()).by_inbound,
         places=settings.places,
+        notice=notice,
+        **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store)
+    clients = Clients(store, notice, runs_every_feature)
     for email, limit in limits.items():
         clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
     return store, settings, clients

@@ -514,3 +514,34 @@ def panel_origin(panel) -> str:
     """The origin of the panel's pages, as a browser showing them sends it."""
     scheme, _, rest = panel.url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+# ---- services built without a core or nodes -------------------------------------------
+
+
+def runs_every_feature(features) -> None:
+    """The core check of a service test without a core: nothing is refused."""
+
+
+def _config_passes(inbound_id: int) -> None:
+    """No core to test a save's config: every one passes."""
+
+
+def _on_no_node(before, after) -> None:
+    """No node to place an inbound on."""
+
+
+def _no_node_marks(node_ids) -> dict:
+    return {}
+
+
+def without_core_or_nodes() -> dict:
+    """What a service test hands `Inbounds` for the parts it runs without: no core tests
+    a save or holds a socket, and no inbound is placed on a node."""
+    return {
+        "held_sockets": list,
+        "check_config": _config_passes,
+        "place_on_node": _on_no_node,
+        "node_marks": _no_node_marks,
+        "node_save_failed": _on_no_node,
+    }

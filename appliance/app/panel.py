@@ -1,8 +1,11 @@
 """The panel: builds the store, the services, the servers and the jobs, and runs them.
 
-`Panel` is the one object that knows every part; each route table is handed only the
-parts it calls, as declared beside its routes (`ClientRouteNeeds` and the like), by
-`routes_of` (routes.py). It also owns what spans services: the ports the panel holds
+`Panel` is the one object that knows every part. It builds them in the order they need
+each other, one named step per area, each part taking what it needs when it is made (no
+collaborator is filled in later or left to a silent default), then subscribes every
+consumer to the change notice (`follow_changes`, consumers.py). Each route table is
+handed only the parts it calls, as declared beside its routes (`ClientRouteNeeds` and
+the like), by `routes_of` (routes.py). It also owns what spans services: the ports the panel holds
 (which inbounds must not take), settings changes that involve two-factor, and restarting
 the process.
 """
@@ -19,6 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
 
@@ -26,12 +30,15 @@ import gevent
 from gevent.event import Event
 
 from appliance import __version__
+from appliance.app.consumers import follow_changes
+from appliance.app.door_tls import ask_for_node_certificates, door_tls, trusted_ca
 from appliance.app.routes import routes_of
 from appliance.config import ENV, SETTING_OVERRIDES, Options
 from appliance.core.process import CoreProcess
 from appliance.errors import ServiceError
 from appliance.links import YAML_EMITTER
 from appliance.runtime.browser_addresses import browser_urls
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
 from appliance.runtime.jobs import breathe, every
@@ -72,6 +79,7 @@ from appliance.services.control.probe import OutboundProbe
 from appliance.services.control.releases import CoreReleases, installed_binary
 from appliance.services.control.routing import CoreRouting
 from appliance.services.control.supervisor import CoreService
+from appliance.services.inbounds.core_reads import CoreInbounds
 from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
 from appliance.services.nodes.deploy import NodeDeploy
@@ -86,20 +94,18 @@ from appliance.services.nodes.sealing import KEY_FILE, NODE_KEY_ENV, TokenSeal, 
 from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
-from appliance.services.outbounds.subscriptions import OutboundSubs
+from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
-from appliance.web.api import SESSION_KEY, ApiNeeds, TouchedClients, build_app
+from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
 from appliance.web.connections import ConnectionLimits
 from appliance.web.http import host_allowed
 from appliance.web.hub import Hub
 from appliance.web.server import (
     BasePath,
     HostCheck,
-    ask_client_certificates,
     listen,
     make_server,
-    tls_context,
 )
 from appliance.web.session_routes import websocket_refusal
 
@@ -114,6 +120,7 @@ log = logging.getLogger(__name__)
 TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
+RESTART_AFTER_UPDATE = 3
 AUDIT_PRUNE_SECONDS = 3600
 # How often the refresh job looks for an outbound subscription whose interval passed.
 OUTBOUND_SUBS_CHECK_SECONDS = 2
@@ -122,53 +129,65 @@ OUTBOUND_SUBS_CHECK_SECONDS = 2
 class Panel:
     def __init__(self, options: Options):
         self.options = options
+        self._build_foundation()
+        self._build_clients()
+        self._build_nodes()
+        self._build_core()
+        self._build_inbounds()
+        self._build_administration()
+        self._build_doors()
+        follow_changes(self.notice, self)
+
+    # ---- building, in the order the parts need each other ---------------------------
+
+    def _build_foundation(self) -> None:
+        """The store, the change notice, the settings and what only counts or tells."""
+        options = self.options
         self.store = Store(options.db)
         self.places = FilePlaces(options.data_dir, options.cert_dirs)
-        self.settings = Settings(self.store, self.places)
+        self.notice = ChangeNotice()
+        self.settings = Settings(self.store, self.places, self.notice)
         self.hub = Hub()
-        self.auth = Auth(
-            self.store,
-            self.settings,
-            on_sessions_ended=self.hub.close_sessions,
-            on_sign_in=lambda *sign_in: self.bot_notices.sign_in(*sign_in),
-        )
-        self.tokens = Tokens(self.store)
-        self.audit = AuditLog(self.store, self.settings)
         self.presence = Presence()
         self.counter_journal = CounterJournal()
         self.store.client_writes.watch(self.counter_journal.note)
         self.counter_feed = CounterFeed(self.store, self.counter_journal)
-        self.touched_clients = TouchedClients()
-        self.clients = Clients(
-            self.store,
-            touched=self.touched_clients.note,
-            check_core=lambda features: self.core.check_features(features),
-        )
-        self.client_query = ClientQuery(self.store, self.settings, self.presence)
+        self.bound: dict[str, tuple[str, int]] = {}
+        # The core's process, before anything that asks what the core can run.
+        core_dir = self.places.core_dir
+        binary = options.core or installed_binary(core_dir)
+        self.core_process = CoreProcess(binary, core_dir, self._core_state, pause=breathe)
+
+    def _build_clients(self) -> None:
+        store = self.store
+        self.clients = Clients(store, self.notice, self.core_process.check_features)
+        self.client_query = ClientQuery(store, self.settings, self.presence)
         self.managing_panel = ManagingPanel(self.settings)
         self.client_bulk = ClientBulk(self.clients, self.client_query, self.managing_panel.guid)
-        self.master_traffic = MasterTraffic(self.store, self.managing_panel.guid)
-        self.groups = Groups(self.store)
-        self.inbounds = Inbounds(
-            self.store,
-            self.reserved_ports,
-            self.client_query.by_inbound,
-            held_sockets=lambda: self.core.held_sockets() + self.mtproto.held_sockets(),
-            places=self.places,
-            check_config=lambda inbound_id: self.core.check_candidate(inbound_id),
-            place_on_node=lambda before, after: self.deploy.inbound_saved(before, after),
-            node_marks=lambda node_ids: self.deploy.marks(node_ids),
-            touched=self.touched_clients.note,
-            node_save_failed=lambda before, after: self.deploy.save_failed(before, after),
+        self.master_traffic = MasterTraffic(store, self.managing_panel.guid)
+        self.groups = Groups(store)
+        self.subscriptions = Subscriptions(store, self.settings)
+        self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
+        self.accounting = TrafficAccounting(store, self.presence)
+        self.usage = UsageHistory(store)
+        # Built before the core starts: it begins reading at the access log's end.
+        self.client_ips = ClientIps(
+            store,
+            self.settings,
+            access_log=self.places.core_log("access"),
+            limit_log=os.path.join(self.options.data_dir, "logs", "ip-limit.log"),
         )
-        self.hosts = Hosts(self.store)
-        seal = TokenSeal(lambda: node_key(options.data_dir, dict(os.environ)))
-        self.nodes = Nodes(self.store, seal)
-        self.node_health = NodeHealth(
-            self.nodes,
-            self.node_identity,
-            on_change=lambda *change: self.deploy.status_changed(*change),
-        )
+
+    def _build_nodes(self) -> None:
+        """The panels this one manages: records, heartbeat, traffic and what runs there."""
+        data_dir = self.options.data_dir
+        seal = TokenSeal(partial(node_key, data_dir, dict(os.environ)))
+        self.nodes = Nodes(self.store, seal, self.notice)
+        self.mtls = MutualTls(data_dir, self.guid)
+        # Whether node-token callers must bring a client certificate signed by the
+        # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
+        self.node_certificates_needed = False
+        self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice)
         self.node_traffic = NodeTraffic(
             self.nodes,
             self.node_health,
@@ -176,7 +195,7 @@ class Panel:
             self.presence,
             self.client_query,
             self.counter_journal,
-            sweep=self.sweep_depleted,
+            sweep=self.client_bulk.disable_depleted,
         )
         self.fleet = Fleet(
             self.nodes,
@@ -190,81 +209,88 @@ class Panel:
         )
         self.node_operations = NodeOperations(self.nodes, self.node_health, self.node_identity)
         self.node_tree = NodeTree(self.nodes, self.node_health, self.node_identity)
-        self.mtls = MutualTls(options.data_dir, self.guid)
-        # Whether node-token callers must bring a client certificate signed by the
-        # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
-        self.node_certificates_needed = False
-        self.web_tls = False  # whether the panel port serves TLS in this run
-        self.subscriptions = Subscriptions(self.store, self.settings)
-        self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
-        self.accounting = TrafficAccounting(self.store, self.presence)
-        self.usage = UsageHistory(self.store)
+
+    def _build_core(self) -> None:
+        """The core and the MTProto proxies, from the reads they need of inbounds and
+        outbound subscriptions; the services that ask them to test a save come after."""
         core_dir = self.places.core_dir
-        # Built before the core starts: it begins reading at the access log's end.
-        self.client_ips = ClientIps(
-            self.store,
-            self.settings,
-            access_log=self.places.core_log("access"),
-            limit_log=os.path.join(options.data_dir, "logs", "ip-limit.log"),
-        )
-        self.outbound_subs = OutboundSubs(
-            self.store,
-            lambda: self.core.mark_dirty(),
-            check=lambda extra: self.core.check_outbounds(extra),
-        )
+        self.subscribed_outbounds = SubscribedOutbounds(self.store)
         self.core = CoreService(
             store=self.store,
-            process=CoreProcess(
-                options.core or installed_binary(core_dir),
-                core_dir,
-                self._core_state,
-                pause=breathe,
-            ),
+            process=self.core_process,
             workdir=core_dir,
             places=self.places,
-            inbounds=self.inbounds,
+            inbounds=CoreInbounds(self.store, self.places, self.reserved_ports),
             core_clients=self.client_query.core_clients,
             client_views=self.clients.core_views,
             settings=self.settings,
             accounting=self.accounting,
             sweep=self.client_bulk.disable_depleted,
             hub=self.hub,
-            on_change=self.changed,
+            notice=self.notice,
             client_ips=self.client_ips,
-            extra_outbounds=self.outbound_subs.core_outbounds,
+            extra_outbounds=self.subscribed_outbounds.core_outbounds,
         )
+        self.outbound_subs = OutboundSubs(self.store, self.notice, check=self.core.check_outbounds)
         self.mtproto = MtprotoService(
             store=self.store,
             settings=self.settings,
             accounting=MtprotoAccounting(self.store, self.presence),
-            workdir=os.path.join(options.data_dir, "mtproto"),
-            sweep=self._sweep_for_mtproto,
+            workdir=os.path.join(self.options.data_dir, "mtproto"),
+            sweep=self.client_bulk.disable_depleted,
             on_state=self._mtproto_state,
             client_ips=self.client_ips,
         )
         self.core_releases = CoreReleases(self.settings, core_dir, self.core)
-        self.backups = Backups(self.store, options.data_dir, self.core, self.after_restore)
+        self.core_probe = OutboundProbe(
+            self.core.process, self.settings, os.path.join(self.options.data_dir, "probes")
+        )
+        self.core_routing = CoreRouting(self.core)
+        self.core_metrics = CoreMetrics(self.core)
+
+    def _build_inbounds(self) -> None:
+        """Inbounds, tested by the core and placed on nodes as they are saved."""
+        self.inbounds = Inbounds(
+            self.store,
+            self.reserved_ports,
+            self.client_query.by_inbound,
+            places=self.places,
+            notice=self.notice,
+            held_sockets=self.held_sockets,
+            check_config=self.core.check_candidate,
+            place_on_node=self.deploy.inbound_saved,
+            node_marks=self.deploy.marks,
+            node_save_failed=self.deploy.save_failed,
+        )
+        self.hosts = Hosts(self.store, self.notice)
+
+    def _build_administration(self) -> None:
+        """Backups, the chat bot, accounts, the audit log and panel updates."""
+        self.backups = Backups(self.store, self.options.data_dir, self.core, self.after_restore)
         self.chat_bot = ChatBot(self.settings, self.backups)
         self.bot_notices = BotNotices(
             self.settings, self.chat_bot, self.client_query.nearing_limits, self.clients.traffic
         )
-        self.core_probe = OutboundProbe(
-            self.core.process, self.settings, os.path.join(options.data_dir, "probes")
+        self.auth = Auth(self.store, self.settings, self.notice, self.bot_notices.sign_in)
+        self.tokens = Tokens(self.store)
+        self.audit = AuditLog(self.store, self.settings)
+        self.panel_update = PanelUpdate(
+            self.settings, partial(self.restart_later, RESTART_AFTER_UPDATE)
         )
-        self.core_routing = CoreRouting(self.core)
-        self.core_metrics = CoreMetrics(self.core)
-        self.panel_update = PanelUpdate(self.settings, lambda: self.restart_later(3))
+
+    def _build_doors(self) -> None:
+        """What the ports, the status page and the sub-workers keep while serving."""
+        self.web_tls = False  # whether the panel port serves TLS in this run
         self.history = History()
         self.started = time.time()
         self.request_timings = TimingsByName()  # panel calls by route group, for /metrics
-        self.sampler = StatusSampler(
-            __version__, self.core_info, lambda: len(self.presence.online())
-        )
+        self.sampler = StatusSampler(__version__, self.core_info, self.presence.online_count)
         self.base_path = "/"
         self.connection_limits = ConnectionLimits(
-            options.header_timeout, options.body_timeout, options.sub_connections_per_address
+            self.options.header_timeout,
+            self.options.body_timeout,
+            self.options.sub_connections_per_address,
         )
-        self.bound: dict[str, tuple[str, int]] = {}
         self._status: tuple[float, dict | None] = (0.0, None)
         self._servers: list = []
         # Subscription workers (up to one per core) and what they share with the panel.
@@ -321,7 +347,7 @@ class Panel:
         needs = ApiNeeds(
             auth=self.auth,
             tokens=self.tokens,
-            changed=self.changed,
+            collect_changes=self.notice.collecting,
             unavailable=self.store.unavailable,
             audit=self.audit,
             trusted_proxies=self.trusted_proxies,
@@ -336,7 +362,7 @@ class Panel:
         """Listen on both ports and run until stopped; never returns on restart.
         `on_listening` gets the URLs a browser can use once both ports are bound."""
         self.base_path = self.settings.get("webBasePath")
-        trusted_ca = self._trusted_ca()
+        node_ca = self._trusted_ca()
         panel_app = HostCheck(BasePath(self.web_app(), self.base_path), self.allowed_hosts)
         web_host = self.options.listen or self.settings.get("webListen") or "0.0.0.0"
         sub_host = self.settings.get("subListen") or web_host
@@ -351,8 +377,8 @@ class Panel:
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
         tls = self._tls("web")
         self.web_tls = tls is not None
-        if tls is not None and trusted_ca:
-            self._ask_client_certificates(tls, trusted_ca)
+        if tls is not None and node_ca:
+            ask_for_node_certificates(tls, node_ca)
         sub_tls = self._tls("sub")
         limits = self.connection_limits
         self._servers = [
@@ -473,101 +499,30 @@ class Panel:
             self.sub_workers.grow()
 
     def _tls(self, door: str) -> ssl.SSLContext | None:
-        """The TLS context of the `web` (panel) or `sub` (subscription) port from its
-        certificate pair in the settings, or None for plain HTTP.
-
-        A stored pair was valid when saved, but the files can change on disk before the
-        next start (a renewal gone wrong, a deleted key), and a pair stored by an older
-        release or an imported backup may lie outside the certificate directories, which
-        is not read (services.file_paths). Refusing to start would lock the
-        owner out for good, since only the panel can change the setting; serving plain
-        HTTP with an error in the log keeps the way in open, as peer panels do."""
-        cert_key, key_key = f"{door}CertFile", f"{door}KeyFile"
-        certfile, keyfile = self.settings.get(cert_key), self.settings.get(key_key)
-        if not certfile or not keyfile:
-            return None
-        try:
-            for key, path in ((cert_key, certfile), (key_key, keyfile)):
-                self.places.certificate(path, key)
-            return tls_context(certfile, keyfile)
-        except ServiceError as exc:
-            log.error("%s; serving plain HTTP on that port until it is fixed", exc.msg)
-            return None
-        except OSError as exc:
-            log.error(
-                "%s %s and %s %s cannot be used (%s); serving plain HTTP on that port "
-                "until they are fixed in the panel settings",
-                cert_key,
-                certfile,
-                key_key,
-                keyfile,
-                exc,
-            )
-            return None
+        """The TLS context of the `web` (panel) or `sub` (subscription) port, or None."""
+        return door_tls(self.settings, self.places, door)
 
     def _trusted_ca(self) -> str:
         """The CA node-token callers must be signed by in this run ("" for none); notes
-        whether they must bring a certificate. One stored but unreadable still counts:
-        such calls are refused (the log says why), never let through without the
-        certificate the admin asked for."""
-        try:
-            trusted = self.mtls.trusted()
-        except (OSError, ServiceError) as exc:
-            log.error(
-                "the managing panel's CA stored by nodes/mtls/trustCA cannot be read (%s); "
-                "calls with a node token are refused until it is stored again",
-                getattr(exc, "msg", None) or exc,
-            )
-            self.node_certificates_needed = True
-            return ""
-        self.node_certificates_needed = bool(trusted)
+        whether they must bring a certificate (see `trusted_ca`)."""
+        trusted, self.node_certificates_needed = trusted_ca(self.mtls)
         return trusted
 
-    def _ask_client_certificates(self, context: ssl.SSLContext, ca_pem: str) -> None:
-        try:
-            ask_client_certificates(context, ca_pem)
-        except (ssl.SSLError, ValueError) as exc:
-            log.error(
-                "the managing panel's CA stored by nodes/mtls/trustCA cannot be used (%s); "
-                "calls with a node token are refused until it is stored again",
-                exc,
-            )
-            return
-        log.info("the panel port asks for client certificates signed by the managing panel's CA")
+    def count_change(self, change: Change) -> None:
+        """Tell the subscription workers a change they render arrived (while they run)."""
+        if self._changes is not None:
+            self._changes.bump(inbounds=drops_inbounds(change.resource))
 
-    def changed(self, resource: str, emails: list[str] | None = None) -> None:
-        """After a successful change: drop what caches it, tell every open browser, bring
-        the core in step: with the clients of `emails` or of those the API call named
-        client by client (`TouchedClients`) alone, else with everything stored. `emails`
-        comes from the core itself, which then already took them."""
-        if resource in ("clients", "inbounds", "hosts", "settings", "nodes"):
-            self.subscriptions.invalidate(resource)
-            if self._changes is not None:
-                self._changes.bump(inbounds=drops_inbounds(resource))
-        if resource in ("inbounds", "nodes"):
-            self.deploy.forget_bound(nodes_changed=resource == "nodes")
-        if resource == "nodes":
-            # A node enabled again or pointed elsewhere is reconciled now, not at the next beat.
-            gevent.spawn(self.deploy.catch_up)
-        touched = None
-        if resource in ("clients", "inbounds", "settings"):
-            self.client_query.invalidate()
-            if emails is None:
-                touched = self.touched_clients.take() if resource == "clients" else None
-                self.core.mark_dirty(touched)
-            self.mtproto.mark_dirty()
-        if resource == "clients":
-            # The nodes take what the core took: the clients the call named, else all.
-            self.deploy.clients_changed(emails if emails is not None else touched)
-        self.hub.invalidate(resource)
+    def close_sockets_of(self, change: Change) -> None:
+        """Sessions ended: close their WebSockets (any of them: ask which still live)."""
+        if change.ids is None:
+            self.close_ended_sockets()
+        else:
+            self.hub.close_sessions(set(change.ids))
 
-    def sweep_depleted(self) -> None:
-        """After node traffic was added: disable the clients it took past their quota
-        (or whose expiry passed), here and, through the change notice, on their nodes."""
-        disabled = self.client_bulk.disable_depleted()
-        if disabled:
-            self.core.mark_dirty(disabled)
-            self.changed("clients", disabled)
+    def held_sockets(self) -> list:
+        """The sockets the core and the MTProto proxies listen on now."""
+        return self.core.held_sockets() + self.mtproto.held_sockets()
 
     def _websocket_allowed(self, environ: dict) -> bool:
         """Upgrade only `/ws` under the base path, only from the panel's own pages and
@@ -710,14 +665,6 @@ class Panel:
     def _core_state(self, state: str) -> None:
         """Called from the core's watcher: push the new state to every browser."""
         self.hub.publish({"type": "coreState", "data": state})
-
-    def _sweep_for_mtproto(self) -> None:
-        """The invalid-client sweep after the MTProto proxies' counters were read: who it
-        disables leaves the core at once and every proxy with the sync that follows."""
-        disabled = self.client_bulk.disable_depleted()
-        if disabled:
-            self.core.mark_dirty(disabled)
-            self.changed("clients", disabled)
 
     def _mtproto_state(self, state: dict) -> None:
         """Called when an MTProto proxy process changes state: push it to every browser."""

@@ -32,9 +32,10 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
+from appliance.core import capabilities
 from appliance.core.api import core_words
 from appliance.errors import ServiceError
 from appliance.runtime.environment import child_environment
@@ -130,6 +131,15 @@ class CoreProcess:
     @property
     def version(self) -> str:
         return self.info.version if self.info else ""
+
+    def check_features(self, features: Iterable[str]) -> None:
+        """Raise `ServiceError` naming the core and the feature when the detected core
+        does not run all of `features`; without a core, nothing is refused. Asked of the
+        process, not of the service around it, so the services that ask (client saves)
+        need nothing built after them."""
+        reason = capabilities.check(features, self.info)
+        if reason:
+            raise ServiceError(reason)
 
     @property
     def pid(self) -> int:

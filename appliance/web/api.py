@@ -3,7 +3,8 @@
 One plugin does what every route needs, so no handler repeats it: authenticate (session
 cookie or `Authorization: Bearer`, within the token's scope), enforce CSRF for cookie
 sessions on unsafe methods, turn the handler's result or `ServiceError` into the
-envelope, push `invalidate` after a successful change, add to the message of a client
+envelope, gather the changes a call publishes and deliver them once it succeeded (with
+the route's declared `resource` for any its services did not name), add to the message of a client
 change that it is stored but not running while the core is out of step, write the audit
 log entry of every call that may change something (after the answer when the database
 failed the call: a locked SQLite file would hold the answer up a second time), and turn
@@ -28,6 +29,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +39,7 @@ from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
 from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized
+from appliance.runtime.changes import KINDS, CallChanges
 from appliance.runtime.timings import TimingsByName
 from appliance.services.admin.audit import Action
 from appliance.web.http import (
@@ -79,41 +82,14 @@ NODE_CERTIFICATE_MISSING = (
     "node token must come over HTTPS with a client certificate that CA signed, and this one "
     "came without; set the node's tlsVerifyMode to mtls on the managing panel"
 )
-TOUCHED_KEY = "appliance.touched-clients"
-
-
-class TouchedClients:
-    """The emails of the clients one API call changed client by client, kept with that
-    call's request: a call that named none (a bulk call, a group) leaves nothing here,
-    so what it changed is looked for everywhere; outside a request nothing is kept."""
-
-    def note(self, emails: list[str]) -> None:
-        environ = _request_environ()
-        if environ is not None:
-            environ.setdefault(TOUCHED_KEY, set()).update(emails)
-
-    def take(self) -> set[str] | None:
-        """What this request's calls noted (an empty set: they changed no core entry),
-        or None when none noted anything."""
-        environ = _request_environ()
-        return None if environ is None else environ.pop(TOUCHED_KEY, None)
-
-
-def _request_environ() -> dict | None:
-    """The environ of the request this greenlet serves; None outside one (Bottle binds
-    an empty one to the thread that imported it)."""
-    try:
-        environ = request.environ
-    except RuntimeError:
-        return None
-    return environ if "REQUEST_METHOD" in environ else None
 
 
 @dataclass(frozen=True)
 class ApiNeeds:
     auth: Auth  # session cookies
     tokens: Tokens  # bearer tokens
-    changed: Callable[[str], None]  # after a successful change to a resource
+    # Opens the collector of one call's changes (ChangeNotice.collecting).
+    collect_changes: Callable[[], AbstractContextManager[CallChanges]]
     # The error to answer with when `exc` means the database cannot be reached, else None.
     unavailable: Callable[[BaseException], ServiceError | None]
     audit: AuditLog  # where every change and sign-in is written down
@@ -137,6 +113,9 @@ class ApiPlugin:
 
     def apply(self, callback, route):
         spec: Route = route.config["spec"]
+        undeclared = set(_declared(spec)) - set(KINDS)
+        if undeclared:
+            raise ValueError(f"{spec.path} names no declared kind of change: {undeclared}")
         handle = self.handler(callback, spec)
         timings = self.needs.request_timings.named(spec.tags[0] if spec.tags else "other")
 
@@ -154,51 +133,58 @@ class ApiPlugin:
 
         def wrapper(*args, **kwargs):
             request.environ[ACTOR_KEY] = None
-            try:
-                request.environ[SESSION_KEY] = self.identify(spec)
-                _check_declared_length(spec.max_body)
-                refuse_nul(kwargs, "the address")
-                for name, value in request.query.allitems():
-                    refuse_nul(value, name)
-                result = callback(*args, **kwargs)
-            except ServiceError as exc:
-                if isinstance(exc, TooManyRequests):
-                    response.set_header("Retry-After", str(exc.retry_after))
-                self.audit(spec, kwargs, exc.status, exc.msg)
-                return fail(exc.msg, exc.status)
-            except HTTPResponse as exc:
-                refusal = exc.status_line if exc.status_code >= 400 else ""
-                self.audit(spec, kwargs, exc.status_code, refusal)
-                raise
-            except Exception as exc:
-                msg, status = self.failure(exc)
-                # The database failed this call: its entry would wait for the same lock or
-                # server, so it is written once the answer has gone.
-                self.audit(spec, kwargs, status, msg, later=status == 503)
-                return fail(msg, status)
-            status = (
-                result.status_code if isinstance(result, HTTPResponse) else response.status_code
-            )
-            self.audit(spec, kwargs, status, "")
-            if spec.resource and request.method in UNSAFE_METHODS:
-                resources = (spec.resource,) if isinstance(spec.resource, str) else spec.resource
-                for resource in resources:
-                    self.needs.changed(resource)
-            if spec.raw or isinstance(result, HTTPResponse):
-                return result
-            if request.environ.get(SCOPE_KEY) == "read":
-                result = _redacted(result)
-            if isinstance(result, JsonStream):
-                return result.envelope()
-            if not isinstance(result, Reply):
-                result = Reply("", result)
-            msg = result.msg
-            note = self.lag_note(spec)
-            if note:
-                msg = f"{msg}; {note}" if msg else note
-            return envelope(True, msg, result.obj, extra=result.extra)
+            with self.needs.collect_changes() as changes:
+                try:
+                    request.environ[SESSION_KEY] = self.identify(spec)
+                    _check_declared_length(spec.max_body)
+                    refuse_nul(kwargs, "the address")
+                    for name, value in request.query.allitems():
+                        refuse_nul(value, name)
+                    result = callback(*args, **kwargs)
+                except ServiceError as exc:
+                    changes.drop()
+                    if isinstance(exc, TooManyRequests):
+                        response.set_header("Retry-After", str(exc.retry_after))
+                    self.audit(spec, kwargs, exc.status, exc.msg)
+                    return fail(exc.msg, exc.status)
+                except HTTPResponse as exc:
+                    changes.drop()
+                    refusal = exc.status_line if exc.status_code >= 400 else ""
+                    self.audit(spec, kwargs, exc.status_code, refusal)
+                    raise
+                except Exception as exc:
+                    changes.drop()
+                    msg, status = self.failure(exc)
+                    # The database failed this call: its entry would wait for the same lock
+                    # or server, so it is written once the answer has gone.
+                    self.audit(spec, kwargs, status, msg, later=status == 503)
+                    return fail(msg, status)
+                status = (
+                    result.status_code if isinstance(result, HTTPResponse) else response.status_code
+                )
+                self.audit(spec, kwargs, status, "")
+                if request.method in UNSAFE_METHODS:
+                    for resource in _declared(spec):
+                        changes.declare(resource)
+            return self.answer(spec, result)
 
         return wrapper
+
+    def answer(self, spec: Route, result):
+        """The envelope of a call that succeeded (its changes already delivered)."""
+        if spec.raw or isinstance(result, HTTPResponse):
+            return result
+        if request.environ.get(SCOPE_KEY) == "read":
+            result = _redacted(result)
+        if isinstance(result, JsonStream):
+            return result.envelope()
+        if not isinstance(result, Reply):
+            result = Reply("", result)
+        msg = result.msg
+        note = self.lag_note(spec)
+        if note:
+            msg = f"{msg}; {note}" if msg else note
+        return envelope(True, msg, result.obj, extra=result.extra)
 
     def lag_note(self, spec: Route) -> str:
         """What to add to the answer of a change to clients while the core is out of
@@ -337,6 +323,13 @@ def _redacted(result):
 
 class CsrfError(ServiceError):
     status = 403
+
+
+def _declared(spec: Route) -> tuple[str, ...]:
+    """The resources a successful unsafe call of `spec` changes (its declared effect)."""
+    if not spec.resource:
+        return ()
+    return (spec.resource,) if isinstance(spec.resource, str) else spec.resource
 
 
 def _check_declared_length(max_bytes: int) -> None:

@@ -29,6 +29,7 @@ from helpers import (
 )
 
 from appliance.errors import ServiceError
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.tools.cert_hash import remote_cert_hashes
@@ -348,7 +349,7 @@ def test_remote_server_must_be_text(api):
 def test_a_silent_server_times_out(tmp_path):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
     settings.load()
     settings.write(settings.check({"allowPrivateDestinations": "getRemoteCertHash"}))
     silent = socket.create_server(("127.0.0.1", 0))

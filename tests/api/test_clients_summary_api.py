@@ -20,10 +20,19 @@ import random
 import time
 
 import pytest
-from helpers import create_database, create_inbound, free_port, ok, refused
+from helpers import (
+    create_database,
+    create_inbound,
+    free_port,
+    ok,
+    refused,
+    runs_every_feature,
+    without_core_or_nodes,
+)
 from panels import backend, created_databases
 from pony.orm import db_session
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients import summary
@@ -276,18 +285,26 @@ def world(tmp_path):
         created_databases.append(url)
     store = Store(url)
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    notice = ChangeNotice()
+    settings = Settings(store, FilePlaces(str(tmp_path)), notice)
     settings.load()
     wall = {"now": time.time()}
     clock = lambda: wall["now"]  # noqa: E731
     presence = Presence(clock=clock)
     query = ClientQuery(store, settings, presence, clock=clock)
-    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
+    inbounds = Inbounds(
+        store,
+        lambda: [],
+        query.by_inbound,
+        places=settings.places,
+        notice=notice,
+        **without_core_or_nodes(),
+    )
     ids = [
         inbounds.add({"protocol": "vless", "port": 4431 + n, "tag": f"in-{n}"})["id"]
         for n in range(2)
     ]
-    clients = Clients(store, clock=clock)
+    clients = Clients(store, notice, runs_every_feature, clock=clock)
     yield {
         "store": store,
         "settings": settings,

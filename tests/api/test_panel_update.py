@@ -23,6 +23,7 @@ from release_host import ReleaseHost
 
 from appliance import __version__
 from appliance.errors import ServiceError
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.admin.update import NOT_FROZEN, PanelUpdate
@@ -146,7 +147,7 @@ def test_a_missing_list_and_a_bad_url_are_reported(api, host):
 def updater(tmp_path):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
     settings.load()
     binary = tmp_path / "install" / "appliance"
     binary.parent.mkdir()
@@ -278,7 +279,7 @@ def test_a_package_install_refuses_before_any_download(tmp_path, host):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
     try:
-        settings = Settings(store, FilePlaces(str(tmp_path)))
+        settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
         settings.load()
         use(settings, host.url + "/never/fetched")
         service = PanelUpdate(settings, lambda: None, binary=str(tmp_path / "x"), frozen=False)

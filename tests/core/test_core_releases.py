@@ -38,6 +38,7 @@ from release_host import (
 
 from appliance.errors import ServiceError
 from appliance.runtime import downloads
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.control.releases import CoreReleases
@@ -361,7 +362,7 @@ class CoreStandIn:
 def service(tmp_path, host):
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
     settings.load()
     clock, core = Clock(), CoreStandIn()
     releases = CoreReleases(settings, str(tmp_path / "core"), core, clock=clock)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.nodes.parent import RELEASE_SECONDS, ManagingPanel
@@ -32,7 +33,7 @@ def node(tmp_path):
     clock = Clock()
 
     def start() -> ManagingPanel:
-        settings = Settings(store, FilePlaces(str(tmp_path)))
+        settings = Settings(store, FilePlaces(str(tmp_path)), ChangeNotice())
         settings.load()
         return ManagingPanel(settings, clock)
 

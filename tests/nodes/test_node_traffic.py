@@ -8,8 +8,10 @@ path, with real panels and bytes through a node's core, is tests/nodes/test_node
 from __future__ import annotations
 
 import pytest
+from helpers import runs_every_feature, without_core_or_nodes
 from pony.orm import db_session
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.bulk import ClientBulk
@@ -34,15 +36,23 @@ def world(tmp_path):
     """A node (id 1) with inbound `n1-edge` here, clients Alice and bob on it."""
     store = Store(str(tmp_path / "panel.db"))
     store.open()
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    notice = ChangeNotice()
+    settings = Settings(store, FilePlaces(str(tmp_path)), notice)
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store, TokenSeal(lambda: "a test key"))
+    nodes = Nodes(store, TokenSeal(lambda: "a test key"), notice)
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
-    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
+    inbounds = Inbounds(
+        store,
+        lambda: [],
+        query.by_inbound,
+        places=settings.places,
+        notice=notice,
+        **without_core_or_nodes(),
+    )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})
-    clients = Clients(store)
+    clients = Clients(store, notice, runs_every_feature)
     for email, total in (("Alice", 0), ("bob", 1000)):
         clients.add({"client": {"email": email, "totalGB": total}, "inboundIds": [inbound["id"]]})
     bulk = ClientBulk(clients, query)
@@ -55,7 +65,7 @@ def counting(world) -> NodeTraffic:
     _, nodes, presence, query, _, _, bulk = world
     return NodeTraffic(
         nodes,
-        NodeHealth(nodes, lambda: IDENTITY),
+        NodeHealth(nodes, lambda: IDENTITY, ChangeNotice()),
         lambda: IDENTITY,
         presence,
         query,

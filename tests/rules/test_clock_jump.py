@@ -16,6 +16,7 @@ from access_log import ip_limited_store
 from pony.orm import db_session
 
 from appliance.errors import ServiceError
+from appliance.runtime.changes import ChangeNotice
 from appliance.services.accounts.auth import Auth, LoginThrottle
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.presence import Presence
@@ -34,7 +35,7 @@ def world(tmp_path):
     clock = lambda: wall["now"]  # noqa: E731
     clients.clock = clock
     bulk = ClientBulk(clients, ClientQuery(store, settings, Presence(), clock=clock))
-    auth = Auth(store, settings, clock=clock)
+    auth = Auth(store, settings, ChangeNotice(), lambda username, address, ok: None, clock=clock)
     yield {"store": store, "clients": clients, "bulk": bulk, "auth": auth, "wall": wall}
     store.close()
 

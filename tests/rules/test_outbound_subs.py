@@ -18,6 +18,7 @@ from links_cases import CASES, CTX
 from appliance.errors import ServiceError
 from appliance.links import client_links
 from appliance.links.outbound_feed import read_feed
+from appliance.runtime.changes import ChangeNotice
 from appliance.services.outbounds.subscriptions import OutboundSubs, screen_servers
 
 
@@ -26,7 +27,7 @@ def subs_resolving(table: dict[str, list[str]], calls: list[str]) -> OutboundSub
         calls.append(name)
         return table[name]
 
-    return OutboundSubs(None, lambda: None, resolve=resolve)
+    return OutboundSubs(None, ChangeNotice(), check=lambda extra: None, resolve=resolve)
 
 
 def test_a_name_that_resolves_to_this_machine_is_refused_without_a_connection(internal):

@@ -7,9 +7,10 @@ import time
 
 import gevent
 import pytest
-from helpers import locked_externally, write_protected
+from helpers import locked_externally, runs_every_feature, without_core_or_nodes, write_protected
 from pony.orm import db_session
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.runtime.jobs import every
 from appliance.services.admin.settings import Settings
@@ -49,13 +50,21 @@ def world(store, tmp_path):
 def populate(store, tmp_path) -> tuple:
     """(presence, inbounds, clients) of `store` given inbound `in-1` (id 1) with clients
     Alice and bob (who starts on first use)."""
-    settings = Settings(store, FilePlaces(str(tmp_path)))
+    notice = ChangeNotice()
+    settings = Settings(store, FilePlaces(str(tmp_path)), notice)
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence)
-    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
+    inbounds = Inbounds(
+        store,
+        lambda: [],
+        query.by_inbound,
+        places=settings.places,
+        notice=notice,
+        **without_core_or_nodes(),
+    )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store)
+    clients = Clients(store, notice, runs_every_feature)
     clients.add({"client": {"email": "Alice"}, "inboundIds": [inbound["id"]]})
     clients.add(
         {"client": {"email": "bob", "expiryTime": -3 * DAY_MS}, "inboundIds": [inbound["id"]]}

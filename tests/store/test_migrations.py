@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
-from helpers import NETWORKED, fresh_database
+from helpers import NETWORKED, fresh_database, without_core_or_nodes
 from panels import start_panel
 
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
@@ -191,6 +192,8 @@ def test_networked_store_round_trips_an_inbound(kind):
                 lambda ids, slim: {},
                 clock=lambda: 1_700_000_000.0,
                 places=PLACES,
+                notice=ChangeNotice(),
+                **without_core_or_nodes(),
             )
             created = inbounds.add(
                 {
@@ -212,7 +215,14 @@ def test_networked_store_round_trips_an_inbound(kind):
         reopened = Store(url)
         assert reopened.open() == []  # already at LATEST: nothing to apply
         try:
-            again = Inbounds(reopened, lambda: [], lambda ids, slim: {}, places=PLACES)
+            again = Inbounds(
+                reopened,
+                lambda: [],
+                lambda ids, slim: {},
+                places=PLACES,
+                notice=ChangeNotice(),
+                **without_core_or_nodes(),
+            )
             assert again.get(created["id"])["remark"] == "Grüße 🚀 'quoted'"
         finally:
             reopened.close()

@@ -6,8 +6,9 @@ cookie carries a random session id plus an HMAC of it under the panel's session 
 the database keeps only the id's SHA-256, so a leaked database holds no usable cookie.
 
 Whoever holds something open under a session (the WebSocket) hears of sessions ended
-here through `on_sessions_ended`, and asks `live_sessions` from time to time for the
-ones ended elsewhere (expiry, `admin reset` run offline, another process).
+here through the change notice (`Change("sessions", ids)`), and asks `live_sessions` from
+time to time for the ones ended elsewhere (expiry, `admin reset` run offline, another
+process).
 
 Failed sign-ins are limited per address and username, per username, and per browser that
 signed in before (`throttle`): a guesser cannot lock the owner's known browser out.
@@ -28,6 +29,7 @@ import pyotp
 from pony.orm import db_session, select
 
 from appliance.errors import ServiceError, TooManyRequests
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.accounts import passwords
 from appliance.services.accounts.throttle import (
     DEVICE,
@@ -73,16 +75,22 @@ class Auth:
         self,
         store,
         settings,
+        notice: ChangeNotice,
+        on_sign_in: Callable[[str, str, bool], None],
         clock=time.time,
-        on_sessions_ended: Callable[[set[int]], None] = lambda ids: None,
-        on_sign_in: Callable[[str, str, bool], None] = lambda username, address, ok: None,
     ):
         self.store = store
         self.settings = settings
+        self.notice = notice
+        # (username, address, whether it succeeded) of every sign-in, for the chat bot.
+        self.on_sign_in = on_sign_in
         self.clock = clock
         self.throttle = LoginThrottle()
-        self.on_sessions_ended = on_sessions_ended
-        self.on_sign_in = on_sign_in
+
+    def _ended(self, session_ids: set[int]) -> None:
+        """After a commit: the sessions of `session_ids` ended."""
+        if session_ids:
+            self.notice.publish(Change("sessions", session_ids))
 
     # ---- first run and offline administration -------------------------------------
 
@@ -124,7 +132,7 @@ class Auth:
             admin.password_hash = passwords.hash_password(password)
             admin.updated_at = int(self.clock())
             ended = self._end_other_sessions(admin, None)
-        self.on_sessions_ended(ended)
+        self._ended(ended)
         return username, password
 
     def disable_two_factor(self) -> None:
@@ -299,7 +307,7 @@ class Auth:
                 return
             ended = {row.id}
             row.delete()
-        self.on_sessions_ended(ended)
+        self._ended(ended)
 
     def session_lifetime(self) -> int:
         return self.settings.get("sessionMaxAge") * 60
@@ -346,7 +354,7 @@ class Auth:
             admin.password_hash = passwords.hash_password(new_password)
             admin.updated_at = int(self.clock())
             ended = self._end_other_sessions(admin, current)
-        self.on_sessions_ended(ended)
+        self._ended(ended)
 
     def update_two_factor(self, current: SessionInfo | None, enable, secret, code) -> bool:
         """Turn two-factor on, off or to a new secret. Returns True when it changed.
@@ -387,7 +395,7 @@ class Auth:
                 admin.totp_secret, admin.totp_enabled = secret, True
             admin.updated_at = int(self.clock())
             ended = self._end_other_sessions(admin, current)
-        self.on_sessions_ended(ended)
+        self._ended(ended)
         return True
 
     def _require_current_code(self, admin, code) -> None:

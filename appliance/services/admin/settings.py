@@ -8,6 +8,10 @@ every read goes through `get()`.
 
 Secrets (chat-bot token, SMTP password) never leave through `all()`: they come back as
 `REDACTED`, and an update that sends `REDACTED` back keeps the stored value.
+
+A committed write of settings publishes `Change("settings", keys)` on the change notice.
+Internal values (`set_internal`: secrets, offsets, what the core leaves out) do not: the
+few whose change matters elsewhere are published by the service that owns them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pony.orm import db_session, select
 
 from appliance.core.template import default_template
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings_rules import parse_host_names
 from appliance.services.admin.settings_table import (
@@ -54,8 +59,9 @@ INTERNAL_KEYS = frozenset(
 class Settings:
     """Typed access to panel settings with an in-memory cache."""
 
-    def __init__(self, store, places: FilePlaces):
+    def __init__(self, store, places: FilePlaces, notice: ChangeNotice):
         self.store = store
+        self.notice = notice
         # Where the certificate files and core logs the settings name may be.
         self.places = places
         self._values: dict[str, Any] = {}
@@ -147,6 +153,9 @@ class Settings:
                 else:
                     Setting(key=key, value=raw)
         self._values.update(values)
+        changed = [key for key in values if key not in INTERNAL_KEYS]
+        if changed:
+            self.notice.publish(Change("settings", changed))
 
 
 def core_template(settings: Settings) -> dict:

@@ -410,7 +410,7 @@ class ClientBulk:
                     row.updated_at = self.clients.now_ms()
                     changed.append(row.email)
         if changed:
-            self.clients.touched(changed)
+            self.clients.announce(changed)
         return {"affected": len(emails) - len(skipped), "skipped": skipped}
 
     # ---- whole-table operations -------------------------------------------------------------
@@ -438,7 +438,8 @@ class ClientBulk:
 
     def disable_depleted(self) -> list[str]:
         """The invalid-client sweep: clients still enabled whose quota is used up or whose
-        expiry passed are disabled (client row and traffic row). Returns their emails.
+        expiry passed are disabled (client row and traffic row), and the change notice
+        told which. Returns their emails.
 
         On a node, a client its managing panel pushed totals for is judged by those
         totals (`services/nodes/master_traffic.py`), not by this node's share of them."""
@@ -464,7 +465,11 @@ class ClientBulk:
                     f"WHERE email_key IN ({', '.join('?' * len(keys))})",
                     [False, *keys],
                 )
-            return [row[1] for row in rows]
+            disabled = [row[1] for row in rows]
+        if disabled:
+            # Those clients alone: the core and the nodes take them, not a full compare.
+            self.clients.announce(disabled)
+        return disabled
 
     def delete_orphans(self) -> int:
         with db_session:

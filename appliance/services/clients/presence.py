@@ -33,6 +33,10 @@ class Presence:
         for tag in inbound_tags:
             inbounds[tag] = now
 
+    def online_count(self) -> int:
+        """How many clients are online, here or on any node."""
+        return len(self.online())
+
     def online(self) -> set[str]:
         """Email keys seen within the window, here or on any node."""
         found: set[str] = set()

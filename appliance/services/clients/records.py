@@ -9,15 +9,16 @@ Reads over many clients (lists, pages, summaries, exports) are in `client_query`
 operations in `client_bulk`; groups in `groups`. This module holds the single-client
 operations and the rules they share.
 
-A single-client write names the emails it changed to `touched` once its transaction has
-committed (the old and the new one of a rename; none for what the core does not carry,
-such as external links), so the core takes that client alone instead of comparing every
-client it runs. A write that names nothing leaves the core to compare them all.
+A single-client write publishes `Change("clients", emails)` on the change notice once its
+transaction has committed (the old and the new email of a rename; none for what the core
+does not carry, such as external links), so the core takes that client alone instead of
+comparing every client it runs.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +30,7 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.client_views import CLIENT_COLUMNS, client_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
@@ -50,22 +52,24 @@ SHARE_SCHEMES = (
 MAX_LINKS = 50
 
 
-def _nobody_listens(emails: list[str]) -> None:
-    """The default `touched`: nobody keeps a core in step."""
-
-
-def _any_core(features: set[str]) -> None:
-    """The default `check_core`: no core to hold a save against."""
-
-
 class Clients:
-    def __init__(self, store, clock=time.time, touched=_nobody_listens, check_core=_any_core):
+    def __init__(
+        self,
+        store,
+        notice: ChangeNotice,
+        check_core: Callable[[Iterable[str]], None],
+        clock: Callable[[], float] = time.time,
+    ):
         self.store = store
-        self.clock = clock
-        self.touched = touched
+        self.notice = notice
         # features -> None, raising ServiceError when the running core lacks one of them
-        # (see CoreService.check_features).
+        # (see CoreProcess.check_features).
         self.check_core = check_core
+        self.clock = clock
+
+    def announce(self, emails: Iterable[str] | None) -> None:
+        """After a commit: the clients of `emails` (None: any of them) changed."""
+        self.notice.publish(Change("clients", emails))
 
     def check_flow(self, flow: str, inbounds: list[dict]) -> None:
         """Refuse a client whose flow (XTLS Vision) an inbound of this host would carry
@@ -153,7 +157,7 @@ class Clients:
             self.check_flow(record["flow"], records)
             row = self.create(record, inbounds)
             view = self.view(row)
-        self.touched([view["email"]])
+        self.announce([view["email"]])
         return view
 
     def create(self, record: dict, inbounds: list) -> Any:
@@ -215,7 +219,7 @@ class Clients:
                 traffic.email = record["email"]
             self._flush_unique(record)
             view = self.view(row)
-        self.touched([before, view["email"]])
+        self.announce([before, view["email"]])
         return view
 
     def delete(self, email, keep_traffic: bool) -> None:
@@ -223,7 +227,7 @@ class Clients:
             row = self.row(email)
             gone = row.email
             self.delete_row(row, keep_traffic)
-        self.touched([gone])
+        self.announce([gone])
 
     def delete_row(self, row, keep_traffic: bool) -> None:
         key = row.email_key
@@ -249,7 +253,7 @@ class Clients:
                 self.store.ClientInbound(client=row, inbound=inbound)
             row.updated_at = self.now_ms()
             changed = row.email
-        self.touched([changed])
+        self.announce([changed])
         return sorted(attached | {i.id for i in new})
 
     def detach(self, email, body: Any) -> list[int]:
@@ -261,7 +265,7 @@ class Clients:
                     attachment.delete()
             row.updated_at = self.now_ms()
             changed, left = row.email, sorted(a.inbound.id for a in row.attachments)
-        self.touched([changed])
+        self.announce([changed])
         return left
 
     def set_external_links(self, email, body: Any) -> None:
@@ -275,7 +279,7 @@ class Clients:
             row.links.clear()
             for n, link in enumerate(links):
                 self.store.ClientLink(client=row, sort_order=n, **link)
-        self.touched([])
+        self.announce([])
 
     def reset_traffic(self, email) -> None:
         """Zero the counters and re-enable a client the sweep disabled."""
@@ -287,7 +291,7 @@ class Clients:
             row.enable = True
             row.updated_at = self.now_ms()
             changed = row.email
-        self.touched([changed])
+        self.announce([changed])
 
     def update_traffic(self, email, body: Any) -> None:
         if not isinstance(body, dict):
@@ -303,13 +307,13 @@ class Clients:
             traffic = self.traffic_row(row)
             traffic.up, traffic.down = values["upload"], values["download"]
             changed = row.email
-        self.touched([changed])
+        self.announce([changed])
 
     def clear_ips(self, email) -> None:
         with db_session:
             key = self.row(email).email_key
             select(i for i in self.store.ClientIp if i.email_key == key).delete(bulk=True)
-        self.touched([])
+        self.announce([])
 
     # ---- shared helpers --------------------------------------------------------------------
 

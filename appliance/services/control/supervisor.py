@@ -82,6 +82,7 @@ from appliance.core.template import default_template
 from appliance.domain.client_rules import normalize_client
 from appliance.domain.protocols import CLIENT_PROTOCOLS
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.file_paths import FilePlaces, drop_misplaced_inbound, drop_misplaced_paths
 from appliance.runtime.jobs import breathe
 from appliance.runtime.memory import return_freed_memory
@@ -123,7 +124,7 @@ class CoreService:
         accounting,
         sweep,
         hub,
-        on_change,
+        notice: ChangeNotice,
         client_ips=None,
         extra_outbounds=None,
     ):
@@ -137,9 +138,11 @@ class CoreService:
         self.inbounds = inbounds
         self.settings = settings
         self.accounting = accounting
+        # The invalid-client sweep after each tick (ClientBulk.disable_depleted): it
+        # publishes whom it disabled, and the change notice brings them back here.
         self.sweep = sweep
         self.hub = hub
-        self.on_change = on_change
+        self.notice = notice
         # Collects client IPs each tick (services.client_ips): from Xray's online API, else
         # from the access log; None: off.
         self.client_ips = client_ips
@@ -328,15 +331,13 @@ class CoreService:
                     log.warning("the core is out of step: %s", reason)
             self.unfit = unfit
             self.settings.set_internal(UNFIT, ids)
-            self.on_change("settings")
+            self.notice.publish(Change("settings", [UNFIT]))
         return views
 
     def check_features(self, features: Iterable[str]) -> None:
         """Raise `ServiceError` naming the core and the feature when the detected core
         does not run all of `features`; without a core, nothing is refused."""
-        reason = capabilities.check(features, self.process.info)
-        if reason:
-            raise ServiceError(reason)
+        self.process.check_features(features)
 
     def check_outbounds(self, extra: tuple[list[dict], list[dict]]) -> None:
         """Raise `ServiceError` with the core's words when the installed core refuses the
@@ -746,10 +747,7 @@ class CoreService:
         moved = self.accounting.tick(counters, generation)
         if moved:
             self.hub.publish({"type": "traffic", "clients": len(moved.clients)})
-        disabled = self.sweep()
-        if disabled:
-            self.mark_dirty(disabled)
-            self.on_change("clients", disabled)
+        self.sweep()
         if self.client_ips is not None:
             skeleton = self.running.skeleton if self.running is not None else None
             # Xray lists who is online from where; other cores leave the access log.

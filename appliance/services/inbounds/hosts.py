@@ -9,18 +9,23 @@ whole record back can never move a host by accident.
 
 Tags are free labels for the admin (filtering, grouping); they are stored as a JSON array
 in one text column, since hosts are few (tens, not thousands) and read whole.
+
+Every committed write publishes `Change("hosts", ids)` on the change notice: the
+subscriptions render hosts, so their caches follow.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pony.orm import db_session, select
 
 from appliance.domain.parse import parse_id, parse_port, parse_text
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 
 SECURITIES = ("same", "none", "tls", "reality")
 MAX_TEXT = 255
@@ -35,8 +40,9 @@ SNI_SHAPE = re.compile(r"^[A-Za-z0-9._*-]+$")
 
 
 class Hosts:
-    def __init__(self, store):
+    def __init__(self, store, notice: ChangeNotice):
         self.store = store
+        self.notice = notice
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -82,7 +88,9 @@ class Hosts:
                 **fields,
             )
             row.flush()
-            return host_view(row)
+            view = host_view(row)
+        self._announce([view["id"]])
+        return view
 
     def update(self, host_id, payload: Any) -> dict:
         """Replace the editable fields; `inboundId` and `sortOrder` in the payload are
@@ -94,16 +102,24 @@ class Hosts:
             if "enable" in payload:
                 fields["enable"] = _enable(payload["enable"])
             row.set(**fields)
-            return host_view(row)
+            view = host_view(row)
+        self._announce([view["id"]])
+        return view
 
     def delete(self, host_id) -> None:
         with db_session:
-            self._row(host_id).delete()
+            row = self._row(host_id)
+            gone = row.id
+            row.delete()
+        self._announce([gone])
 
     def set_enable(self, host_id, enable: Any) -> None:
         enable = _enable(enable)
         with db_session:
-            self._row(host_id).enable = enable
+            row = self._row(host_id)
+            row.enable = enable
+            changed = row.id
+        self._announce([changed])
 
     def reorder(self, body: Any) -> None:
         """`ids` lists every host of one inbound in the wanted order; position i gets
@@ -132,6 +148,7 @@ class Hosts:
                 )
             for position, row in enumerate(rows):
                 row.sort_order = position
+        self._announce(ids)
 
     def bulk_set_enable(self, body: Any) -> dict:
         ids = _ids(body)
@@ -146,7 +163,7 @@ class Hosts:
     def _each(self, ids: list[int], action, counted: str) -> dict:
         """Apply `action` to every known host in one transaction; unknown ids are skipped
         with the reason, the rest still happen."""
-        done, skipped = 0, []
+        done, skipped = [], []
         with db_session:
             for host_id in dict.fromkeys(ids):
                 row = self.store.Host.get(id=host_id)
@@ -154,8 +171,13 @@ class Hosts:
                     skipped.append({"id": host_id, "reason": f"no host with id {host_id}"})
                     continue
                 action(row)
-                done += 1
-        return {counted: done, "skipped": skipped}
+                done.append(host_id)
+        self._announce(done)
+        return {counted: len(done), "skipped": skipped}
+
+    def _announce(self, host_ids: Iterable[int]) -> None:
+        """After a commit: the hosts of `host_ids` changed."""
+        self.notice.publish(Change("hosts", host_ids))
 
     def _row(self, host_id):
         host_id = parse_id(host_id, "host id")

@@ -12,6 +12,10 @@ its still open transaction (`check_config`): a refusal rolls it back with the co
 An inbound bound to a node is placed on that node first (`place_on_node`): the node's
 refusal refuses the save with the node's words. Its views carry `nodeStatus`,
 `nodeOutOfStep` and `nodeError` (`node_marks`), so a list shows which run out of step.
+Each of these is required: a wiring that forgot one would skip a test or a node in
+silence. A committed save publishes `Change("inbounds", [id])` on the change notice, and
+`Change("clients", emails)` for the clients it changed where they run (those of an
+inbound bound to a node, and those whose secrets were re-fitted).
 """
 
 from __future__ import annotations
@@ -32,22 +36,20 @@ from appliance.domain.client_rules import legacy_method
 from appliance.domain.client_views import client_api_view, client_stat, slim_entry
 from appliance.domain.parse import parse_id, parse_json_text
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.file_paths import (
     FilePlaces,
     check_inbound_paths,
     missing_certificate_file,
 )
 from appliance.services.inbounds.client_fit import refit
+from appliance.services.inbounds.core_reads import ReservedPorts
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by
 from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
 
-# (listen, port, what) of sockets the panel itself holds.
-ReservedPorts = Callable[[], list[tuple[str, int, str]]]
 # (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
-# inbound id -> its client views for the core, see ClientQuery.core_clients.
-CoreClientsOf = Callable[[int], Iterable[dict]]
 # The sockets the running core holds, see CoreService.held_sockets.
 HeldSockets = Callable[[], list[Socket]]
 # Raises ServiceError when the core refuses the config of the open transaction, see
@@ -79,15 +81,15 @@ class Inbounds:
         store,
         reserved_ports: ReservedPorts,
         clients_of: ClientsOf,
-        clock=time.time,
-        held_sockets: HeldSockets = list,
         *,
         places: FilePlaces,
-        check_config: CheckConfig = lambda inbound_id: None,
-        place_on_node: PlaceOnNode = lambda before, after: None,
-        node_marks: NodeMarks = lambda node_ids: {},
-        touched: Callable[[list[str]], None] = lambda emails: None,
-        node_save_failed: PlaceOnNode = lambda before, after: None,
+        notice: ChangeNotice,
+        held_sockets: HeldSockets,
+        check_config: CheckConfig,
+        place_on_node: PlaceOnNode,
+        node_marks: NodeMarks,
+        node_save_failed: PlaceOnNode,
+        clock: Callable[[], float] = time.time,
     ):
         self.store = store
         # Where the files and sockets inbounds name may be (runtime.file_paths).
@@ -98,10 +100,7 @@ class Inbounds:
         self.check_config = check_config
         self.place_on_node = place_on_node
         self.node_marks = node_marks
-        # Told the emails of the clients a save changed for the places that run them: those
-        # of an inbound bound to a node, and those whose secrets were re-fitted; see
-        # services.clients.records.
-        self.touched = touched
+        self.notice = notice
         self.node_save_failed = node_save_failed
         self.clock = clock
         self.fallbacks = Fallbacks(store, places)
@@ -115,21 +114,6 @@ class Inbounds:
         for view in views:
             del view["clientRows"]
         return self._marked(views)
-
-    def for_core(self, core_clients: CoreClientsOf) -> list[dict]:
-        """Every inbound view with `clientRows`, the views of its attached clients as the
-        config builder reads them (`ClientQuery.core_clients`, read as the builder goes).
-        The builder renders the entries itself, so they and clientStats are left empty."""
-        with db_session:
-            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
-            fallbacks = self.fallbacks.by_master()
-        views = []
-        for row in rows:
-            view = self._view(row, fallbacks.get(row[0], []), [], slim=True)
-            view["settings"].pop("clients", None)
-            view["clientRows"] = core_clients(row[0])
-            views.append(view)
-        return views
 
     def _views(self, slim: bool) -> list[dict]:
         with db_session:
@@ -198,7 +182,9 @@ class Inbounds:
                 row.flush()
                 self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
                 self._check_core(row.id, record)
-                return self._view_of(row.id)
+                view = self._view_of(row.id)
+        self._announce(view["id"])
+        return view
 
     def update(self, inbound_id, payload) -> dict:
         with db_session:
@@ -229,7 +215,7 @@ class Inbounds:
                         changed.append(client.email)
                 self._check_core(row.id, record)
                 view = self._view_of(row.id)
-        self.touched(changed)
+        self._announce(view["id"], changed)
         return view
 
     def import_(self, data) -> dict:
@@ -261,15 +247,15 @@ class Inbounds:
     def delete(self, inbound_id) -> None:
         with db_session:
             row = self._row(inbound_id)
-            before = (row.node_id, row.tag)
+            row_id, before = row.id, (row.node_id, row.tag)
             detached = [a.client.email for a in row.attachments] if before[0] is not None else []
             with self._node_first(before, None):
                 row.delete()
                 self.store.db.flush()
                 # Its history goes with it (a client's stays: see clients/usage.py).
                 for name in ("inbound_usage", "inbound_usage_day"):
-                    self.store.execute(f"DELETE FROM {name} WHERE inbound_id = ?", [inbound_id])
-        self.touched(detached)
+                    self.store.execute(f"DELETE FROM {name} WHERE inbound_id = ?", [row_id])
+        self._announce(row_id, detached)
 
     def bulk_delete(self, ids) -> dict:
         if not isinstance(ids, list):
@@ -294,16 +280,28 @@ class Inbounds:
                 row.enable = enable
                 row.updated_at = int(self.clock() * 1000)
                 self._check_core(row.id, record_of(row))
+                row_id = row.id
+        self._announce(row_id)
 
     def reset_traffic(self, inbound_id) -> None:
         with db_session:
             row = self._row(inbound_id)
             row.up = row.down = 0
+            row_id = row.id
+        self._announce(row_id)
 
     def reset_all_traffics(self) -> None:
         with db_session:
             for row in select(i for i in self.store.Inbound if i.up > 0 or i.down > 0):
                 row.up = row.down = 0
+        self.notice.publish(Change("inbounds"))
+
+    def _announce(self, inbound_id: int, emails: Iterable[str] | None = None) -> None:
+        """After a commit: inbound `inbound_id` changed, and where they run, the clients
+        of `emails` (the inbound first: the nodes read where inbounds are before clients)."""
+        self.notice.publish(Change("inbounds", [inbound_id]))
+        if emails is not None:
+            self.notice.publish(Change("clients", emails))
 
     # ---- helpers ---------------------------------------------------------------------
 

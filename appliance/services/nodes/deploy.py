@@ -5,11 +5,11 @@ own inbound API inside the save's transaction, before it writes anything: a node
 refuses (a port in use there, its core refusing the config) fails the save with the
 node's words and nothing changes here, and no write of the panel waits for the node's
 answer. A save that fails here after the node took it is undone there by a reconcile
-(`save_failed`). Client changes are pushed once they are committed, within the same request:
-a call that named its clients (`TouchedClients`) costs those clients' work on the nodes
-that hold or should hold them; any other call (bulk operations, an inbound's clients)
-compares each node's client list with what it should hold and sends the differences in
-batches (`bulkCreate`, `bulkDel`, `bulkAttach`, `bulkDetach`).
+(`save_failed`). Client changes are pushed once they are committed, as the change notice
+delivers them: a change that names its clients (`Change("clients", emails)`) costs those
+clients' work on the nodes that hold or should hold them; any other (bulk operations, an
+inbound's clients) compares each node's client list with what it should hold and sends
+the differences in batches (`bulkCreate`, `bulkDel`, `bulkAttach`, `bulkDetach`).
 
 A node that is offline, disabled or cannot be reached misses nothing: it is marked dirty
 (`node.dirty`, kept in the database) and reconciled (`reconcile`) as soon as the heartbeat
@@ -38,6 +38,7 @@ from gevent.lock import RLock
 from pony.orm import db_session
 
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Details, Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
@@ -351,12 +352,13 @@ class NodeDeploy:
             if record["enable"] and (record["outOfStep"] or node_id not in self._held):
                 gevent.spawn(self._reconcile_quietly, node_id)
 
-    def status_changed(self, node_id: int, old: str, new: str) -> None:
-        """The heartbeat saw a node change status: one back online is reconciled now."""
-        if new != "online":
-            self._held.pop(node_id, None)
-            return
-        gevent.spawn(self._reconcile_quietly, node_id)
+    def status_changed(self, change: Change) -> None:
+        """The heartbeat saw nodes change status: one back online is reconciled now."""
+        for node_id in change.ids or ():
+            if not self.health.online(node_id):
+                self._held.pop(node_id, None)
+                continue
+            gevent.spawn(self._reconcile_quietly, node_id)
 
     def _reconcile_quietly(self, node_id: int) -> None:
         lock = self._lock(node_id)

@@ -28,6 +28,7 @@ from typing import Any
 import gevent
 from gevent.pool import Pool
 
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.admin.status import History
 from appliance.services.nodes.link import (
     Details,
@@ -52,12 +53,13 @@ class NodeHealth:
         self,
         nodes: Nodes,
         identity: Callable[[], Identity],
-        on_change: Callable[[int, str, str], None] = lambda node_id, old, new: None,
+        notice: ChangeNotice,
         clock: Callable[[], float] = time.time,
     ):
         self.nodes = nodes
         self.identity = identity
-        self.on_change = on_change
+        # Told `Change("nodeStatus", [id])` when a heartbeat finds a node's status changed.
+        self.notice = notice
         self.clock = clock
         self._snapshots: dict[int, dict] = {}
         self._histories: dict[int, History] = {}
@@ -173,7 +175,7 @@ class NodeHealth:
                 snapshot["status"],
                 f" ({snapshot['lastError']})" if snapshot.get("lastError") else "",
             )
-            self.on_change(node_id, old, snapshot["status"])
+            self.notice.publish(Change("nodeStatus", [node_id]))
 
     def _forget(self, node_id: int) -> None:
         self._snapshots.pop(node_id, None)

@@ -10,6 +10,10 @@ with a key kept outside the database (`sealing.py`).
 Deleting a node leaves the inbounds bound to it in place, here and on the node: they are
 not migrated anywhere (the admin rebinds or deletes them), and the view of each says its
 node is gone.
+
+Every committed write of a record publishes `Change("nodes", [id])` on the change notice;
+what the heartbeat notes of a node (`note_identity`, `set_dirty`) does not: it is the
+node's state, not the admin's record.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pony.orm import count, db_session, select
 
 from appliance.domain.parse import parse_id, parse_text
 from appliance.errors import ServiceError
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.nodes.link import MODES, Details, normalize_pin
 from appliance.services.nodes.sealing import TokenSeal, is_sealed
 
@@ -50,8 +55,15 @@ FIELDS = (
 
 
 class Nodes:
-    def __init__(self, store, seal: TokenSeal, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        store,
+        seal: TokenSeal,
+        notice: ChangeNotice,
+        clock: Callable[[], float] = time.time,
+    ):
         self.store = store
+        self.notice = notice
         self.clock = clock
         # How API tokens are kept at rest: sealed, with a key kept outside the database.
         self.seal = seal
@@ -86,7 +98,9 @@ class Nodes:
             self._check_name(record["name"], None)
             row = self.store.Node(**self._columns(record), created_at=now, updated_at=now)
             row.flush()
-            return self._record(row)
+            made = self._record(row)
+        self._announce(made["id"])
+        return made
 
     def update(self, node_id, payload: Any) -> tuple[dict, dict]:
         """The record before and after; the token is kept when `apiToken` is empty."""
@@ -97,7 +111,9 @@ class Nodes:
             record = parse_node(payload, before)
             self._check_name(record["name"], node_id)
             row.set(**self._columns(record), updated_at=int(self.clock()))
-            return before, self._record(row)
+            after = self._record(row)
+        self._announce(node_id)
+        return before, after
 
     def set_enable(self, node_id, enable: Any) -> dict:
         node_id = parse_id(node_id, "node id")
@@ -106,7 +122,9 @@ class Nodes:
         with db_session:
             row = self._row(node_id)
             row.set(enable=enable, updated_at=int(self.clock()))
-            return self._record(row)
+            changed = self._record(row)
+        self._announce(node_id)
+        return changed
 
     def delete(self, node_id) -> tuple[dict, int]:
         """The deleted record and how many inbounds stay bound to it."""
@@ -117,7 +135,12 @@ class Nodes:
             row.delete()
             self.store.NodeCounter.select(lambda c: c.node_id == node_id).delete(bulk=True)
             bound = count(i for i in self.store.Inbound if i.node_id == node_id)
+        self._announce(node_id)
         return gone, bound
+
+    def _announce(self, node_id: int) -> None:
+        """After a commit: the record of node `node_id` changed."""
+        self.notice.publish(Change("nodes", [node_id]))
 
     def note_identity(self, node_id: int, **fields: Any) -> None:
         """Keep what a node said of itself (guid, parentGuid, versions, last heartbeat)

@@ -7,9 +7,11 @@ A subscription record names that URL; each refresh fetches it through the egress
 `links.outbound_feed`, and keeps the outbounds made, tags stable from one refresh to the
 next. The outbounds of enabled subscriptions join the template's in the core config
 (`core_outbounds`): those marked `prepend` before the template's own, the others after,
-each group in priority order (`move`). A refresh that changed the outbounds marks the
-core dirty once, so the core restarts at most once for it; one that failed keeps the last
-good outbounds and records the reason, which the list shows.
+each group in priority order (`move`), read by `SubscribedOutbounds`, which the core is
+built with (a save here asks the core to test its outbounds, so the core comes first). A
+refresh that changed the outbounds publishes `Change("outbounds")` once, so the core
+restarts at most once for it; one that failed keeps the last good outbounds and records
+the reason, which the list shows.
 
 A save (create, or update of an enabled record) fetches first: a URL the guard refuses
 or that gives no server is refused and nothing is stored.
@@ -44,6 +46,7 @@ from appliance.links.outbound_feed import (
     tagged_outbounds,
 )
 from appliance.links.plan import LinkPlan
+from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.egress import (
     METADATA_REASON,
     DestinationRefused,
@@ -74,25 +77,58 @@ SERVERS_OPT_IN = (
 FIELDS = ("remark", "url", "tagPrefix", "updateInterval", "enabled", "allowPrivate", "prepend")
 
 
+class SubscribedOutbounds:
+    """The outbounds of enabled subscriptions as the core gets them, read once and kept
+    until an `outbounds` change."""
+
+    def __init__(self, store):
+        self.store = store
+        # (first, last): the outbounds the core gets, kept until a write changes them.
+        self._merged: tuple[list[dict], list[dict]] | None = None
+
+    def core_outbounds(self) -> tuple[list[dict], list[dict]]:
+        """The outbounds of enabled subscriptions: (before the template's, after them)."""
+        if self._merged is None:
+            with db_session:
+                self._merged = merged_outbounds(self.store)
+        return self._merged
+
+    def forget(self, change: Change) -> None:
+        """The subscriptions changed: read them again when next asked."""
+        self._merged = None
+
+
+def merged_outbounds(store, replaced: dict[int, list[dict]] | None = None) -> tuple[list, list]:
+    """(first, last) from the rows as the open db_session sees them; `replaced` maps a
+    subscription id to outbounds standing in for its stored ones."""
+    first: list[dict] = []
+    last: list[dict] = []
+    rows = select(s for s in store.OutboundSub if s.enabled)
+    for row in rows.order_by(lambda s: (s.sort_order, s.id)):
+        stored = (replaced or {}).get(row.id)
+        if stored is None:
+            stored = json.loads(row.outbounds)
+        (first if row.prepend else last).extend(core_outbound(o) for o in stored)
+    return first, last
+
+
 class OutboundSubs:
     def __init__(
         self,
         store,
-        on_change: Callable[[], None],
+        notice: ChangeNotice,
         *,
+        check: Callable[[tuple[list[dict], list[dict]]], None],
         clock: Callable[[], float] = time.time,
         resolve: Resolver = system_resolve,
-        check: Callable[[tuple[list[dict], list[dict]]], None] = lambda extra: None,
     ):
         self.store = store
-        self.on_change = on_change
+        self.notice = notice
         # Raises ServiceError with the core's words when it refuses a config with these
         # outbounds (first, last) from outside the template.
         self.check = check
         self.clock = clock
         self.resolve = resolve
-        # (first, last): the outbounds the core gets, kept until a write changes them.
-        self._merged: tuple[list[dict], list[dict]] | None = None
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -102,30 +138,10 @@ class OutboundSubs:
             rows = select(s for s in self.store.OutboundSub).order_by(lambda s: -s.id)
             return [_view(row) for row in rows]
 
-    def core_outbounds(self) -> tuple[list[dict], list[dict]]:
-        """The outbounds of enabled subscriptions: (before the template's, after them)."""
-        if self._merged is None:
-            with db_session:
-                self._merged = self._merge()
-        return self._merged
-
-    def _merge(self, replaced: dict[int, list[dict]] | None = None) -> tuple[list, list]:
-        """(first, last) from the rows as the open db_session sees them; `replaced` maps a
-        subscription id to outbounds standing in for its stored ones."""
-        first: list[dict] = []
-        last: list[dict] = []
-        rows = select(s for s in self.store.OutboundSub if s.enabled)
-        for row in rows.order_by(lambda s: (s.sort_order, s.id)):
-            stored = (replaced or {}).get(row.id)
-            if stored is None:
-                stored = json.loads(row.outbounds)
-            (first if row.prepend else last).extend(core_outbound(o) for o in stored)
-        return first, last
-
     def _checked(self, replaced: dict[int, list[dict]] | None = None) -> None:
         """Refuse, with the core's words, outbounds the installed core does not run."""
         try:
-            self.check(self._merge(replaced))
+            self.check(merged_outbounds(self.store, replaced))
         except ServiceError as exc:
             raise ServiceError(f"the core refuses these outbounds: {exc.msg}") from None
 
@@ -286,8 +302,7 @@ class OutboundSubs:
     # ---- pieces ------------------------------------------------------------------------
 
     def _changed(self) -> None:
-        self._merged = None
-        self.on_change()
+        self.notice.publish(Change("outbounds"))
 
     def _row(self, sub_id: int):
         row = self.store.OutboundSub.get(id=sub_id)
