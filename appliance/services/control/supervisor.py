@@ -42,10 +42,8 @@ while it still runs this data directory's config.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import secrets
 import time
 from collections.abc import Iterable
@@ -76,7 +74,7 @@ from appliance.core.live import (
     took,
     with_ops,
 )
-from appliance.core.orphan import core_of, terminate
+from appliance.core.orphan import core_of, forget_state, save_state, saved_state, terminate
 from appliance.core.process import NOT_INSTALLED, CoreMissing
 from appliance.core.template import default_template
 from appliance.domain.client_rules import normalize_client
@@ -100,7 +98,6 @@ from appliance.services.inbounds.listeners import (
 log = logging.getLogger(__name__)
 
 DEBOUNCE_SECONDS = 0.2
-STATE_FILE = "core-state.json"
 STAND_IN_EMAIL = "core-test@appliance.invalid"  # the client a config test gives a bare inbound
 # Emails one sync takes client by client; more, and comparing every client is cheaper.
 CLIENTS_AT_ONCE = 500
@@ -214,7 +211,7 @@ class CoreService:
         self.tick()
         self.process.stop()
         self.running = None
-        self._forget_state()
+        forget_state(self.workdir)
         self.hub.notify(
             "Core stopped", "Every proxy is offline until the core starts.", "warning", "core"
         )
@@ -251,7 +248,7 @@ class CoreService:
         if self.process.state == "running":
             self.tick()
             self.process.stop()
-            self._forget_state()
+            forget_state(self.workdir)
         try:
             with self._config_lock:
                 self._write_config()
@@ -287,7 +284,7 @@ class CoreService:
                 self._respawned = False
                 self.mark_dirty()
         elif state == "error":
-            self._forget_state()
+            forget_state(self.workdir)
             if self.left_out.core_failed(self.process.error):
                 self.mark_dirty()
         self._state_listener(state)
@@ -757,30 +754,13 @@ class CoreService:
     # ---- surviving a crashed panel ---------------------------------------------------------
 
     def _save_state(self) -> None:
-        state = {
-            "pid": self.process.pid,
-            "apiPort": self.api_port,
-            "generation": self.generation(),
-            "prefix": self._prefix,
-        }
-        path = os.path.join(self.workdir, STATE_FILE)
-        with open(path + ".tmp", "w") as fh:
-            json.dump(state, fh)
-        os.replace(path + ".tmp", path)
-
-    def _forget_state(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(self.workdir, STATE_FILE))
+        save_state(self.workdir, self.process.pid, self.api_port, self.generation(), self._prefix)
 
     def _collect_orphan(self) -> None:
-        path = os.path.join(self.workdir, STATE_FILE)
-        try:
-            with open(path) as fh:
-                state = json.load(fh)
-            pid, port = int(state["pid"]), int(state["apiPort"])
-            generation, prefix = int(state["generation"]), str(state["prefix"])
-        except (OSError, ValueError, KeyError, TypeError):
+        state = saved_state(self.workdir)
+        if state is None:
             return
+        pid, port, generation, prefix = state
         orphan = core_of(pid, self.process.config_path)
         if orphan is not None:
             api = CoreApi(f"127.0.0.1:{port}", prefix)
@@ -792,7 +772,7 @@ class CoreService:
             finally:
                 api.close()
             terminate(orphan)
-        self._forget_state()
+        forget_state(self.workdir)
 
 
 def _give_stand_in_client(view: dict) -> None:
