@@ -347,7 +347,7 @@ class ClientBulk:
                     errors.append(f"{email}: {exc.msg}")
                     continue
                 for inbound in new:
-                    self.store.ClientInbound(client=row, inbound=inbound)
+                    self.store.entities.ClientInbound(client=row, inbound=inbound)
                 row.updated_at = self.clients.now_ms()
                 attached.append(email)
         return {"attached": attached, "skipped": skipped, "errors": errors}
@@ -479,11 +479,11 @@ class ClientBulk:
         with their traffic; clients attached elsewhere too are only detached from it."""
         inbound_id = parse_id(inbound_id, "inbound id")
         with db_session:
-            if self.store.Inbound.get(id=inbound_id) is None:
+            if self.store.entities.Inbound.get(id=inbound_id) is None:
                 raise ServiceError(f"no inbound with id {inbound_id}")
-            attachments = select(a for a in self.store.ClientInbound if a.inbound.id == inbound_id)[
-                :
-            ]
+            attachments = select(
+                a for a in self.store.entities.ClientInbound if a.inbound.id == inbound_id
+            )[:]
             for attachment in attachments:
                 client = attachment.client
                 attachment.delete()

@@ -63,7 +63,7 @@ class Groups:
             existing = self._spelling(name)
             if existing is not None:
                 raise ServiceError(f"group '{existing}' already exists")
-            self.store.ClientGroup(name=name, name_key=group_key(name))
+            self.store.entities.ClientGroup(name=name, name_key=group_key(name))
         return {"name": name}
 
     def rename(self, body: Any) -> dict:
@@ -76,7 +76,7 @@ class Groups:
                 taken = self._spelling(new)
                 if taken is not None:
                     raise ServiceError(f"group '{taken}' already exists")
-            stored = self.store.ClientGroup.get(name_key=group_key(old))
+            stored = self.store.entities.ClientGroup.get(name_key=group_key(old))
             if stored is not None:
                 stored.set(name=new, name_key=group_key(new))
             return {"affected": self._relabel(labels_of(self.store, old), new)}
@@ -87,7 +87,9 @@ class Groups:
             if self._spelling(name) is None:
                 raise ServiceError(f"no group named '{name}'")
             key = group_key(name)
-            select(g for g in self.store.ClientGroup if g.name_key == key).delete(bulk=True)
+            select(g for g in self.store.entities.ClientGroup if g.name_key == key).delete(
+                bulk=True
+            )
             return {"affected": self._relabel(labels_of(self.store, name), "")}
 
     def bulk_add(self, body: Any) -> dict:
@@ -95,8 +97,8 @@ class Groups:
         name = _new_name(_field(body, "group"), "group")
         with db_session:
             name = self._spelling(name) or name
-            if self.store.ClientGroup.get(name_key=group_key(name)) is None:
-                self.store.ClientGroup(name=name, name_key=group_key(name))
+            if self.store.entities.ClientGroup.get(name_key=group_key(name)) is None:
+                self.store.entities.ClientGroup(name=name, name_key=group_key(name))
             return {"affected": self._label(emails, name)}
 
     def bulk_remove(self, body: Any) -> dict:
@@ -107,7 +109,7 @@ class Groups:
     def _label(self, emails: list[str], name: str) -> int:
         affected = 0
         for email in emails:
-            row = self.store.Client.get(email_key=email_key(email))
+            row = self.store.entities.Client.get(email_key=email_key(email))
             if row is not None and row.group_name != name:
                 row.group_name = name
                 affected += 1
@@ -124,7 +126,7 @@ class Groups:
     def _spelling(self, name: str) -> str | None:
         """How an existing group with this name is spelled (persisted name first, then
         the most used label), or None when there is no such group."""
-        stored = self.store.ClientGroup.get(name_key=group_key(name))
+        stored = self.store.entities.ClientGroup.get(name_key=group_key(name))
         if stored is not None:
             return stored.name
         counts = label_counts(self.store)

@@ -216,7 +216,7 @@ class NodeTraffic:
         is charged from then on, not with what the node counted before."""
         now = int(self.clock() * 1000)
         with db_session:
-            if not self.store.Node.exists(id=node_id):
+            if not self.store.entities.Node.exists(id=node_id):
                 return {}, {}  # deleted while its answer was on the way
             last = self._kept(node_id)
             changed: dict[str, tuple[int, int]] = {}

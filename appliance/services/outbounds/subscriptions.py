@@ -99,7 +99,7 @@ class OutboundSubs:
     def list(self) -> list[dict]:
         """Every subscription, newest first."""
         with db_session:
-            rows = select(s for s in self.store.OutboundSub).order_by(lambda s: -s.id)
+            rows = select(s for s in self.store.entities.OutboundSub).order_by(lambda s: -s.id)
             return [_view(row) for row in rows]
 
     def core_outbounds(self) -> tuple[list[dict], list[dict]]:
@@ -114,7 +114,7 @@ class OutboundSubs:
         subscription id to outbounds standing in for its stored ones."""
         first: list[dict] = []
         last: list[dict] = []
-        rows = select(s for s in self.store.OutboundSub if s.enabled)
+        rows = select(s for s in self.store.entities.OutboundSub if s.enabled)
         for row in rows.order_by(lambda s: (s.sort_order, s.id)):
             stored = (replaced or {}).get(row.id)
             if stored is None:
@@ -136,9 +136,9 @@ class OutboundSubs:
         made, note = self._read(record["url"], record["allowPrivate"])
         with db_session:
             self._check_prefix(record["tagPrefix"], None)
-            top = select(s.sort_order for s in self.store.OutboundSub).max() or 0
+            top = select(s.sort_order for s in self.store.entities.OutboundSub).max() or 0
             now = int(self.clock())
-            row = self.store.OutboundSub(
+            row = self.store.entities.OutboundSub(
                 **_columns(record), sort_order=top + 1, outbounds="[]", created_at=now
             )
             row.flush()
@@ -198,7 +198,9 @@ class OutboundSubs:
         with db_session:
             self._row(sub_id)
             rows = list(
-                select(s for s in self.store.OutboundSub).order_by(lambda s: (s.sort_order, s.id))
+                select(s for s in self.store.entities.OutboundSub).order_by(
+                    lambda s: (s.sort_order, s.id)
+                )
             )
             for place, row in enumerate(rows):
                 row.sort_order = place + 1
@@ -274,7 +276,7 @@ class OutboundSubs:
         with db_session:
             due = [
                 s.id
-                for s in select(s for s in self.store.OutboundSub if s.enabled)
+                for s in select(s for s in self.store.entities.OutboundSub if s.enabled)
                 if now - s.last_attempt >= s.update_interval
             ]
         for sub_id in due:
@@ -290,13 +292,13 @@ class OutboundSubs:
         self.on_change()
 
     def _row(self, sub_id: int):
-        row = self.store.OutboundSub.get(id=sub_id)
+        row = self.store.entities.OutboundSub.get(id=sub_id)
         if row is None:
             raise ServiceError(f"outbound subscription {sub_id} does not exist")
         return row
 
     def _check_prefix(self, prefix: str, own_id: int | None) -> None:
-        for other in select(s for s in self.store.OutboundSub if s.tag_prefix == prefix):
+        for other in select(s for s in self.store.entities.OutboundSub if s.tag_prefix == prefix):
             if other.id != own_id:
                 raise ServiceError(
                     f"tagPrefix '{prefix}' is used by outbound subscription {other.id}; "
