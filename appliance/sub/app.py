@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, quote
 from appliance.domain.client_rules import email_key
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import request_host
-from appliance.services.clients.subscriptions import EMAIL, Lookup, Subscriptions
+from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.services.clients.usage import month_usage
 from appliance.sub.page import SCRIPT_HASH, info_page
 
@@ -227,7 +227,7 @@ class SubscriptionApp:
 
     def _month(self, lookup: Lookup) -> dict:
         """This month's usage, day by day, of the subscription's own clients."""
-        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        keys = sorted({email_key(client.email) for client, _ in lookup.clients})
         return month_usage(self.subscriptions.reads.rows, keys, int(time.time()))
 
     def _title(self, lookup: Lookup) -> str:

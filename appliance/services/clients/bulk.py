@@ -22,10 +22,10 @@ from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace
-from appliance.services.clients.query import QUOTA_USED, USED
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of, secret_taken
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
+from appliance.store.client_rules_sql import QUOTA_USED, USED
 
 DAY_MS = 86_400_000
 # 10,000 clients are a second or two of work, which every other request would otherwise

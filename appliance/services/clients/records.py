@@ -26,10 +26,12 @@ from pony.orm import TransactionIntegrityError, db_session, select
 from appliance.core.capabilities import VISION
 from appliance.domain import client_rules, inbound_rules
 from appliance.domain.client_rules import email_key
+from appliance.domain.clients import api_view, core_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.services.inbounds.views import record_of
 from appliance.store.batches import chunks
+from appliance.store.client_rows import CLIENT_FROM, CLIENT_SELECT, client_records, entity_record
 from appliance.store.natural_order import natural_order
 
 LINK_KINDS = ("link", "subscription")
@@ -123,12 +125,10 @@ class Clients:
             for part in chunks(keys):
                 marks = ", ".join("?" * len(part))
                 rows = self.store.rows(
-                    f"SELECT c.id, {CORE_SELECT} FROM client c "
-                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-                    f"WHERE c.email_key IN ({marks})",
+                    f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.email_key IN ({marks})",
                     list(part),
                 )
-                by_id = {row[0]: core_view(row[1:]) for row in rows}
+                by_id = {client.row_id: core_view(client) for client in client_records(rows)}
                 inbound_ids: dict[int, set[int]] = {client_id: set() for client_id in by_id}
                 if by_id:
                     for client_id, inbound_id in self.store.rows(
@@ -381,11 +381,7 @@ class Clients:
 
     def view(self, row) -> dict:
         traffic = self.store.entities.ClientTraffic.get(email_key=row.email_key)
-        return client_view(
-            _row_tuple(row),
-            sorted(a.inbound.id for a in row.attachments),
-            (traffic.up, traffic.down, traffic.enable) if traffic else (0, 0, True),
-        )
+        return api_view(entity_record(row, traffic), sorted(a.inbound.id for a in row.attachments))
 
 
 def secret_taken(secret: str, holder: str) -> str:
@@ -395,117 +391,6 @@ def secret_taken(secret: str, holder: str) -> str:
         f"secret {secret} is already the MTProto key of {whose}; every client needs a key "
         "of its own, or a proxy cannot tell them apart: omit secret to have one generated"
     )
-
-
-# Column order shared by `client_view` and the raw SQL readers in client_query.
-CLIENT_COLUMNS = (
-    "uuid",
-    "email",
-    "sub_id",
-    "password",
-    "auth",
-    "flow",
-    "security",
-    "reverse_tag",
-    "total_bytes",
-    "expiry_time",
-    "limit_ip",
-    "reset_days",
-    "tg_id",
-    "comment",
-    "enable",
-    "group_name",
-    "ad_tag",
-    "mt_secret",
-    "method",
-    "created_at",
-    "updated_at",
-)
-
-
-# What the config builder reads of a client, in `core_view` order (c: client, t: traffic).
-CORE_SELECT = (
-    "c.uuid, c.email, c.flow, c.security, c.password, c.auth, c.method, c.reverse_tag, "
-    "c.enable, c.total_bytes, c.expiry_time, t.up, t.down, t.enable"
-)
-
-
-def core_view(row: tuple) -> dict:
-    """A client as the config builder reads it, from a tuple in `CORE_SELECT` order."""
-    (uuid, email, flow, security, password, auth, method, reverse, enable,
-     total, expiry, up, down, t_enable) = row  # fmt: skip
-    return {
-        "id": uuid,
-        "email": email,
-        "flow": flow,
-        "security": security,
-        "password": password,
-        "auth": auth,
-        "method": method,
-        "reverse": {"tag": reverse} if reverse else None,
-        "enable": bool(enable),
-        "totalGB": total,
-        "expiryTime": expiry,
-        # A client without a traffic row counts as enabled.
-        "traffic": {"up": up or 0, "down": down or 0, "enable": t_enable is None or bool(t_enable)},
-    }
-
-
-def client_view(row: tuple, inbound_ids: list[int], traffic: tuple) -> dict:
-    """The API shape of a client from a tuple in `CLIENT_COLUMNS` order."""
-    (
-        uuid,
-        email,
-        sub_id,
-        password,
-        auth,
-        flow,
-        security,
-        reverse_tag,
-        total,
-        expiry,
-        limit_ip,
-        reset,
-        tg_id,
-        comment,
-        enable,
-        group,
-        ad_tag,
-        mt_secret,
-        method,
-        created,
-        updated,
-    ) = row
-    up, down, traffic_enable = traffic
-    return {
-        "id": uuid,
-        "email": email,
-        "subId": sub_id,
-        "password": password,
-        "auth": auth,
-        "flow": flow,
-        "security": security,
-        "reverse": {"tag": reverse_tag} if reverse_tag else None,
-        "totalGB": total,
-        "expiryTime": expiry,
-        "limitIp": limit_ip,
-        "reset": reset,
-        "tgId": tg_id,
-        "comment": comment,
-        "enable": bool(enable),
-        "group": group,
-        "adTag": ad_tag,
-        "secret": mt_secret,
-        "method": method,
-        "createdAt": created,
-        "updatedAt": updated,
-        "inboundIds": inbound_ids,
-        "traffic": {"up": up or 0, "down": down or 0, "enable": bool(traffic_enable)},
-    }
-
-
-def _row_tuple(row) -> tuple:
-    return tuple(getattr(row, column) for column in CLIENT_COLUMNS)
 
 
 def columns_of(record: dict) -> dict:

@@ -44,7 +44,8 @@ from appliance.services.clients.query import (
 from appliance.services.clients.records import refit
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
+from appliance.services.inbounds.views import inbound_record, record_of
+from appliance.store.inbound_rows import INBOUND_SELECT
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
