@@ -17,6 +17,7 @@ from appliance.domain.clients import ClientRecord
 from appliance.store.client_rows import (
     CLIENT_FROM,
     CLIENT_SELECT,
+    CORE_SELECT,
     client_record,
     client_records,
     extra,
@@ -279,12 +280,22 @@ def clients_after(store, after: int, limit: int) -> list[ClientRecord]:
     )
 
 
-def inbound_clients_after(store, inbound_id: int, after: int, limit: int) -> list[ClientRecord]:
-    """Up to `limit` clients of one inbound with ids above `after`, in id order: a walk
-    of the attachment index (migration 7)."""
+def clients_of_keys(store, keys: list[str]) -> list[ClientRecord]:
+    """The clients of some email keys; keys of no client are left out."""
     return client_records(
         store.rows(
-            f"SELECT {CLIENT_SELECT} FROM client_inbound ci "
+            f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.email_key IN ({_marks(keys)})", keys
+        )
+    )
+
+
+def inbound_clients_after(store, inbound_id: int, after: int, limit: int) -> list[ClientRecord]:
+    """Up to `limit` clients of one inbound with ids above `after`, in id order: a walk
+    of the attachment index (migration 7). For the config build: only the fields it
+    reads are filled (`CORE_FIELDS`), the others are empty."""
+    return client_records(
+        store.rows(
+            f"SELECT {CORE_SELECT} FROM client_inbound ci "
             "JOIN client c ON c.id = ci.client_id "
             "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
             "WHERE ci.inbound_id = ? AND ci.client_id > ? "

@@ -12,6 +12,7 @@ Statements add their own columns after the client's (`extra`), read back beside 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import get_type_hints
 
 from appliance.domain.clients import ClientRecord
 
@@ -24,14 +25,30 @@ TRAFFIC_COLUMNS = {
 # Columns named as the entity names them where the record's name differs.
 CLIENT_COLUMN_NAMES = {"row_id": "id"}
 # `c` is the client, `t` its traffic row (see CLIENT_FROM).
-CLIENT_SELECT = ", ".join(
+SELECTED = [
     TRAFFIC_COLUMNS.get(field) or f"c.{CLIENT_COLUMN_NAMES.get(field, field)}"
     for field in ClientRecord._fields
-)
+]
+CLIENT_SELECT = ", ".join(SELECTED)
 CLIENT_WIDTH = len(ClientRecord._fields)
 # The fields a client entity carries itself.
 ENTITY_FIELDS = [field for field in ClientRecord._fields if field not in TRAFFIC_COLUMNS]
 CLIENT_FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
+# What the config build reads of a client (`domain.clients.core_view`). Its read of
+# 100,000 clients selects only these columns, the other fields an empty literal ('' or
+# 0): decoding the columns it never reads would cost it a fifth of its time.
+CORE_FIELDS = frozenset(
+    {
+        "row_id", "uuid", "email", "password", "auth", "flow", "security", "reverse_tag",
+        "method", "enable", "total_bytes", "expiry_time", *TRAFFIC_COLUMNS,
+    }
+)  # fmt: skip
+CORE_SELECT = ", ".join(
+    column
+    if field in CORE_FIELDS
+    else ("''" if get_type_hints(ClientRecord)[field] is str else "0")
+    for field, column in zip(ClientRecord._fields, SELECTED, strict=True)
+)
 
 _make = tuple.__new__
 

@@ -21,6 +21,8 @@ from pony.orm import db_session, select
 from appliance.domain.client_rules import check_group, email_key
 from appliance.domain.parse import parse_emails
 from appliance.errors import ServiceError
+from appliance.store import client_group_sql
+from appliance.store.client_group_sql import label_counts
 
 group_key = email_key
 
@@ -32,7 +34,9 @@ class Groups:
     def list(self) -> list[dict]:
         with db_session:
             counts = label_counts(self.store)
-            stored = {email_key(name): name for (name,) in self.store.rows(_STORED)}
+            stored = {
+                email_key(name): name for name in client_group_sql.saved_group_names(self.store)
+            }
         groups: dict[str, dict] = {
             key: {"name": name, "clientCount": 0} for key, name in stored.items()
         }
@@ -48,14 +52,7 @@ class Groups:
             labels = labels_of(self.store, name)
             if not labels:
                 return []
-            return [
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT email FROM client WHERE group_name IN ({_marks(labels)}) "
-                    "ORDER BY email_key",
-                    labels,
-                )
-            ]
+            return client_group_sql.emails_labelled(self.store, labels)
 
     def create(self, body: Any) -> dict:
         name = _new_name(_field(body, "name"), "name")
@@ -118,10 +115,7 @@ class Groups:
     def _relabel(self, labels: list[str], name: str) -> int:
         if not labels:
             return 0
-        return self.store.execute(
-            f"UPDATE client SET group_name = ? WHERE group_name IN ({_marks(labels)})",
-            [name, *labels],
-        )
+        return client_group_sql.relabel(self.store, labels, name)
 
     def _spelling(self, name: str) -> str | None:
         """How an existing group with this name is spelled (persisted name first, then
@@ -134,25 +128,10 @@ class Groups:
         return labels[0] if labels else None
 
 
-_STORED = "SELECT name FROM client_group"
-
-
-def label_counts(store) -> dict[str, int]:
-    """Each distinct group label set on clients, with its number of clients."""
-    rows = store.rows(
-        "SELECT group_name, COUNT(*) FROM client WHERE group_name <> '' GROUP BY group_name"
-    )
-    return {label: int(count) for label, count in rows}
-
-
 def labels_of(store, name: str) -> list[str]:
     """The labels on clients that name this group, in any case or Unicode form."""
     key = group_key(name)
     return sorted(label for label in label_counts(store) if group_key(label) == key)
-
-
-def _marks(values: list) -> str:
-    return ", ".join("?" * len(values))
 
 
 def _field(body: Any, key: str) -> Any:

@@ -28,7 +28,7 @@ from appliance.services.clients.groups import labels_of
 from appliance.services.clients.summary import ClientSummary, Summary
 from appliance.store import client_queries
 from appliance.store.client_queries import ORDERS, SORTS, Conditions
-from appliance.store.client_rules_sql import depleted_sql, expired_sql, expiring_sql
+from appliance.store.client_rules_sql import depleted_sql, expiring_sql
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
 PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
@@ -69,6 +69,10 @@ class ClientQuery:
 
     # ---- conditions ------------------------------------------------------------------
 
+    def now_ms(self) -> int:
+        """This moment on the query's clock, in ms: what its conditions are judged at."""
+        return self._moment(None)
+
     def _moment(self, now: int | None) -> int:
         return int(self.clock() * 1000) if now is None else now
 
@@ -82,9 +86,6 @@ class ClientQuery:
         """The condition "quota used up or expiry passed" at `now` (ms) or at this
         moment, for the reads of other services over clients (`client_rules_sql`)."""
         return depleted_sql(self._moment(now))
-
-    def expired_sql(self, now: int | None = None) -> tuple[str, list]:
-        return expired_sql(self._moment(now))
 
     def expiring_sql(self, now: int | None = None) -> tuple[str, list]:
         """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""

@@ -30,8 +30,9 @@ from appliance.domain.clients import api_view, core_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.services.inbounds.views import record_of
+from appliance.store import client_queries
 from appliance.store.batches import chunks
-from appliance.store.client_rows import CLIENT_FROM, CLIENT_SELECT, client_records, entity_record
+from appliance.store.client_rows import entity_record
 from appliance.store.natural_order import natural_order
 
 LINK_KINDS = ("link", "subscription")
@@ -123,22 +124,11 @@ class Clients:
         found: dict[str, tuple[dict, set[int]]] = {}
         with db_session:
             for part in chunks(keys):
-                marks = ", ".join("?" * len(part))
-                rows = self.store.rows(
-                    f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.email_key IN ({marks})",
-                    list(part),
-                )
-                by_id = {client.row_id: core_view(client) for client in client_records(rows)}
-                inbound_ids: dict[int, set[int]] = {client_id: set() for client_id in by_id}
-                if by_id:
-                    for client_id, inbound_id in self.store.rows(
-                        "SELECT client_id, inbound_id FROM client_inbound "
-                        f"WHERE client_id IN ({', '.join('?' * len(by_id))})",
-                        list(by_id),
-                    ):
-                        inbound_ids[client_id].add(inbound_id)
-                for client_id, view in by_id.items():
-                    found[view["email"]] = (view, inbound_ids[client_id])
+                clients = client_queries.clients_of_keys(self.store, list(part))
+                attached = client_queries.attachments(self.store, [c.row_id for c in clients])
+                for client in clients:
+                    view = core_view(client)
+                    found[view["email"]] = (view, set(attached.get(client.row_id, ())))
         return found
 
     # ---- single-client writes ------------------------------------------------------------
