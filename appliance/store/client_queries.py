@@ -20,6 +20,7 @@ from appliance.store.client_rows import (
     CORE_SELECT,
     client_record,
     client_records,
+    core_records,
     extra,
 )
 from appliance.store.client_rules_sql import (
@@ -292,8 +293,8 @@ def clients_of_keys(store, keys: list[str]) -> list[ClientRecord]:
 def inbound_clients_after(store, inbound_id: int, after: int, limit: int) -> list[ClientRecord]:
     """Up to `limit` clients of one inbound with ids above `after`, in id order: a walk
     of the attachment index (migration 7). For the config build: only the fields it
-    reads are filled (`CORE_FIELDS`), the others are empty."""
-    return client_records(
+    reads are filled (`CORE_SELECT`), the others keep their defaults."""
+    return core_records(
         store.rows(
             f"SELECT {CORE_SELECT} FROM client_inbound ci "
             "JOIN client c ON c.id = ci.client_id "

@@ -12,9 +12,8 @@ Statements add their own columns after the client's (`extra`), read back beside 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import get_type_hints
 
-from appliance.domain.clients import ClientRecord
+from appliance.domain.clients import CORE_WIDTH, ClientRecord
 
 # The traffic columns, by field name; every other field is the client column of its name.
 TRAFFIC_COLUMNS = {
@@ -34,21 +33,12 @@ CLIENT_WIDTH = len(ClientRecord._fields)
 # The fields a client entity carries itself.
 ENTITY_FIELDS = [field for field in ClientRecord._fields if field not in TRAFFIC_COLUMNS]
 CLIENT_FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
-# What the config build reads of a client (`domain.clients.core_view`). Its read of
-# 100,000 clients selects only these columns, the other fields an empty literal ('' or
-# 0): decoding the columns it never reads would cost it a fifth of its time.
-CORE_FIELDS = frozenset(
-    {
-        "row_id", "uuid", "email", "password", "auth", "flow", "security", "reverse_tag",
-        "method", "enable", "total_bytes", "expiry_time", *TRAFFIC_COLUMNS,
-    }
-)  # fmt: skip
-CORE_SELECT = ", ".join(
-    column
-    if field in CORE_FIELDS
-    else ("''" if get_type_hints(ClientRecord)[field] is str else "0")
-    for field, column in zip(ClientRecord._fields, SELECTED, strict=True)
-)
+# What the config build reads of a client (`domain.clients.core_view`): the record's
+# leading fields. Its read of 100,000 clients selects only these; decoding the columns it
+# never reads would cost it a fifth of its time.
+CORE_SELECT = ", ".join(SELECTED[:CORE_WIDTH])
+# The defaults of the other fields, appended to a row of CORE_SELECT.
+CORE_PADDING = tuple(ClientRecord._field_defaults.values())
 
 _make = tuple.__new__
 
@@ -56,6 +46,12 @@ _make = tuple.__new__
 def client_records(rows: Iterable[tuple]) -> list[ClientRecord]:
     """Rows that are exactly CLIENT_SELECT, as records."""
     return [_make(ClientRecord, row) for row in rows]
+
+
+def core_records(rows: Iterable[tuple]) -> list[ClientRecord]:
+    """Rows that are exactly CORE_SELECT, as records whose other fields keep their
+    defaults: for the config build only."""
+    return [_make(ClientRecord, row + CORE_PADDING) for row in rows]
 
 
 def client_record(row: tuple) -> ClientRecord:
@@ -71,7 +67,9 @@ def extra(row: tuple) -> tuple:
 def entity_record(client, traffic) -> ClientRecord:
     """The record of a client entity and its traffic entity (None when it has none), for
     the writes that hold the entities already."""
-    columns = [getattr(client, CLIENT_COLUMN_NAMES.get(f, f)) for f in ENTITY_FIELDS]
+    columns = {
+        field: getattr(client, CLIENT_COLUMN_NAMES.get(field, field)) for field in ENTITY_FIELDS
+    }
     if traffic is None:
-        return ClientRecord(*columns, 0, 0, True)
-    return ClientRecord(*columns, traffic.up, traffic.down, traffic.enable)
+        return ClientRecord(**columns, up=0, down=0, traffic_enable=True)
+    return ClientRecord(**columns, up=traffic.up, down=traffic.down, traffic_enable=traffic.enable)
