@@ -34,8 +34,8 @@ CLIENT_WIDTH = len(ClientRecord._fields)
 ENTITY_FIELDS = [field for field in ClientRecord._fields if field not in TRAFFIC_COLUMNS]
 CLIENT_FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
 # What the config build reads of a client (`domain.clients.core_view`): the record's
-# leading fields. Its read of 100,000 clients selects only these; decoding the columns it
-# never reads would cost it a fifth of its time.
+# leading fields. Its read of 100,000 clients selects only these: decoding the columns it
+# never reads made that read a quarter slower.
 CORE_SELECT = ", ".join(SELECTED[:CORE_WIDTH])
 # The defaults of the other fields, appended to a row of CORE_SELECT.
 CORE_PADDING = tuple(ClientRecord._field_defaults.values())
