@@ -173,17 +173,6 @@ def matching_ids(store, conditions: Conditions, source: tuple[str, str]) -> list
     return [row[0] for row in rows]
 
 
-def slim_rows(store, client_ids: list[int]) -> list[tuple]:
-    """(id, email, subId, enable, total, expiry, limitIp, reset, group, created, updated,
-    up, down, traffic enable) of the given clients, in no order: a page's rows."""
-    return store.rows(
-        "SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
-        "c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, t.up, t.down, "
-        f"t.enable {CLIENT_FROM} WHERE c.id IN ({_marks(client_ids)})",
-        client_ids,
-    )
-
-
 def id_range(low: int, high: int) -> tuple[str, list]:
     """The clients with ids in (low, high]."""
     return "c.id > ? AND c.id <= ?", [low, high]
@@ -277,6 +266,17 @@ def clients_after(store, after: int, limit: int) -> list[ClientRecord]:
         store.rows(
             f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.id > ? ORDER BY c.id LIMIT ?",
             [after, limit],
+        )
+    )
+
+
+def clients_of_ids(store, client_ids: list[int]) -> list[ClientRecord]:
+    """The clients of some ids, in id order."""
+    return client_records(
+        store.rows(
+            f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.id IN ({_marks(client_ids)}) "
+            "ORDER BY c.id",
+            client_ids,
         )
     )
 

@@ -61,17 +61,10 @@ def subscription_clients(rows: Rows, sub_id: str) -> list[tuple[ClientRecord, tu
 
 def clients_of_key(store, key: str) -> list[ClientRecord]:
     """The client of an email key (none or one)."""
-    return _clients(store, "c.email_key = ?", [key])
-
-
-def clients_of_ids(store, client_ids: list[int]) -> list[ClientRecord]:
-    """The clients of some ids, in id order."""
-    return _clients(store, f"c.id IN ({_marks(client_ids)})", client_ids)
-
-
-def _clients(store, condition: str, params: list) -> list[ClientRecord]:
     return client_records(
-        store.rows(f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE {condition} ORDER BY c.id", params)
+        store.rows(
+            f"SELECT {CLIENT_SELECT} {CLIENT_FROM} WHERE c.email_key = ? ORDER BY c.id", [key]
+        )
     )
 
 

@@ -14,7 +14,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from pony.orm import db_session
 
@@ -185,29 +184,13 @@ class ClientQuery:
         """The slim rows of a page, in the order of `client_ids`."""
         if not client_ids:
             return []
-        by_id = {row[0]: row for row in client_queries.slim_rows(self.store, client_ids)}
+        by_id = {c.row_id: c for c in client_queries.clients_of_ids(self.store, client_ids)}
         attachments = client_queries.attachments(self.store, client_ids)
-        items = []
-        for client_id in filter(by_id.__contains__, client_ids):
-            (_, email, sub_id, enable, total, expiry, limit_ip, reset, group, created,
-             updated, up, down, t_enable) = by_id[client_id]  # fmt: skip
-            items.append(
-                {
-                    "email": email,
-                    "subId": sub_id,
-                    "enable": bool(enable),
-                    "totalGB": total,
-                    "expiryTime": expiry,
-                    "limitIp": limit_ip,
-                    "reset": reset,
-                    "group": group,
-                    "inboundIds": attachments.get(client_id, []),
-                    "traffic": {"up": up or 0, "down": down or 0, "enable": _flag(t_enable)},
-                    "createdAt": created,
-                    "updatedAt": updated,
-                }
-            )
-        return items
+        return [
+            slim_view(by_id[client_id], attachments.get(client_id, []))
+            for client_id in client_ids
+            if client_id in by_id
+        ]
 
     def _conditions(self, query: dict) -> Conditions:
         conditions = Conditions()
@@ -410,6 +393,23 @@ def client_stat(inbound_id: int, view: dict, entry: tuple[ClientRecord, int | No
     }
 
 
-def _flag(value: Any) -> bool:
-    """A traffic flag; a client without a traffic row counts as enabled."""
-    return True if value is None else bool(value)
+def slim_view(client: ClientRecord, inbound_ids: list[int]) -> dict:
+    """What a row of the paged list shows of a client."""
+    return {
+        "email": client.email,
+        "subId": client.sub_id,
+        "enable": bool(client.enable),
+        "totalGB": client.total_bytes,
+        "expiryTime": client.expiry_time,
+        "limitIp": client.limit_ip,
+        "reset": client.reset_days,
+        "group": client.group_name,
+        "inboundIds": inbound_ids,
+        "traffic": {
+            "up": client.up,
+            "down": client.down,
+            "enable": bool(client.traffic_enable),
+        },
+        "createdAt": client.created_at,
+        "updatedAt": client.updated_at,
+    }

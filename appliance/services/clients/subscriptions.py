@@ -64,7 +64,7 @@ from appliance.links import (
     singbox_profile,
 )
 from appliance.services.inbounds.views import inbound_record, with_node_addresses
-from appliance.store import subscription_reads
+from appliance.store import client_queries, subscription_reads
 from appliance.store.subscription_reads import ReadConnections
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Subscriptions:
                 self.store, inbound_id, size, (page - 1) * size
             )
             clients = (
-                _views(subscription_reads.clients_of_ids(self.store, page_ids)) if page_ids else {}
+                _views(client_queries.clients_of_ids(self.store, page_ids)) if page_ids else {}
             )
             hosts = self._hosts([inbound_id]).get(inbound_id, [])
         ctx = self._context(address)
