@@ -67,7 +67,9 @@ def main() -> int:
         store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         query = ClientQuery(store, settings, presence)
-        inbounds = Inbounds(store, lambda: [], query.by_inbound)
+        inbounds = Inbounds(
+            store, lambda: [], query.by_inbound, places=None
+        )  # building reads no files
         figures: dict = {}
 
         def build() -> dict:

@@ -32,9 +32,10 @@ from appliance.config import DB_FILE
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
-from appliance.services.clients.query import FROM, ClientQuery
+from appliance.services.clients.query import ClientQuery
 from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
+from appliance.store.client_rows import CLIENT_FROM as FROM
 from appliance.web.http import encode
 
 REPEAT = 5

@@ -78,6 +78,7 @@ from collections.abc import Callable
 # entries the inbound API shows (which flow and which cipher a client entry carries).
 from appliance.core.entries import client_entry
 from appliance.domain.client_rules import SINGLE_USER_METHODS, legacy_method
+from appliance.domain.clients import expired, is_served, over_quota
 from appliance.domain.inbound_rules import CLIENT_PROTOCOLS, TRANSPORT_OBJECTS, tls_flow_capable
 
 FLAVORS = ("xray", "v2fly")
@@ -177,21 +178,24 @@ def inbound_in_core(inbound: dict, now_ms: int) -> bool:
     """Whether this inbound view belongs in this host's core right now."""
     return (
         bool(inbound.get("enable"))
-        and not _expired(inbound.get("expiryTime"), now_ms)
-        and not _over_quota(inbound.get("total"), inbound.get("up"), inbound.get("down"))
+        and not expired(inbound.get("expiryTime"), now_ms)
+        and not over_quota(inbound.get("total"), inbound.get("up"), inbound.get("down"))
         and inbound.get("nodeId") is None
         and inbound.get("protocol") not in OUTSIDE_CORE
     )
 
 
 def client_in_core(client: dict, now_ms: int) -> bool:
-    """Whether this client view may connect right now."""
+    """Whether this client view may connect right now (the domain's served rule)."""
     traffic = client.get("traffic") or {}
-    return (
-        bool(client.get("enable"))
-        and bool(traffic.get("enable", True))
-        and not _over_quota(client.get("totalGB"), traffic.get("up"), traffic.get("down"))
-        and not _expired(client.get("expiryTime"), now_ms)
+    return is_served(
+        client.get("enable"),
+        traffic.get("enable", True),
+        client.get("totalGB"),
+        traffic.get("up"),
+        traffic.get("down"),
+        client.get("expiryTime"),
+        now_ms,
     )
 
 
@@ -425,16 +429,3 @@ def _sniffing(sniffing: dict, flavor: str) -> dict:
 def _renamed(mapping: dict, old: str, new: str) -> dict:
     """`mapping` with key `old` renamed to `new` in the same position (stable output)."""
     return {(new if key == old else key): value for key, value in mapping.items()}
-
-
-def _expired(expiry: object, now_ms: int) -> bool:
-    """A positive expiry (ms) at or before now; 0 is none and a negative one starts on
-    first use, so neither has passed."""
-    return isinstance(expiry, int) and 0 < expiry <= now_ms
-
-
-def _over_quota(total: object, up: object, down: object) -> bool:
-    """A positive quota (bytes) reached by the traffic; 0 is unlimited."""
-    if not isinstance(total, int) or total <= 0:
-        return False
-    return (up or 0) + (down or 0) >= total

@@ -74,9 +74,6 @@ class Store:
         # Every connection refuses writes (`attach`).
         self.read_only = False
 
-    def __getattr__(self, name: str):
-        return getattr(self.entities, name)
-
     def raw_connect(self):
         """A plain DB-API connection, for migrations, bulk copies and single reads."""
         connection = self._raw_connect()

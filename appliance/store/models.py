@@ -12,7 +12,7 @@ serialise them, so every backend returns the same bytes in the same key order.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 from pony.orm import Database, Optional, Required, Set, composite_key
 
@@ -24,7 +24,43 @@ from appliance.store.client_writes import ClientWrites
 TEXT = 1 << 30
 
 
-def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleNamespace:
+@dataclass(frozen=True)
+class Entities:
+    """The entity classes of one `Database`, each by its name (`store.entities.Client`).
+
+    Pony makes the classes when `define_entities` runs, once per database, so they cannot
+    be imported from a module; this class names every one of them in one place, where a
+    reader (and an editor) finds each from its use."""
+
+    Setting: type
+    Admin: type
+    Session: type
+    ApiToken: type
+    Inbound: type
+    Fallback: type
+    Client: type
+    ClientInbound: type
+    ClientTraffic: type
+    ClientIp: type
+    ClientLink: type
+    ClientGroup: type
+    CoreCounter: type
+    OutboundTraffic: type
+    Host: type
+    LoginBlock: type
+    AuditEntry: type
+    Node: type
+    NodeCounter: type
+    MasterTraffic: type
+    OutboundSub: type
+    MtprotoCounter: type
+    ClientUsage: type
+    ClientUsageDay: type
+    InboundUsage: type
+    InboundUsageDay: type
+
+
+def define_entities(db: Database, writes: ClientWrites | None = None) -> Entities:
     """The entities of `db`; writes of clients and their traffic are noted in `writes`."""
     writes = writes if writes is not None else ClientWrites()
 
@@ -320,7 +356,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> SimpleN
         down = Required(int, size=64, default=0)
         composite_key(at, inbound_id)
 
-    return SimpleNamespace(
+    return Entities(
         Setting=Setting,
         Admin=Admin,
         Session=Session,

@@ -38,11 +38,12 @@ from appliance.services.admin.settings import Settings
 from appliance.services.clients import summary
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.presence import Presence
-from appliance.services.clients.query import FROM, ClientQuery
+from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.inbounds.records import Inbounds
 from appliance.store import Store
+from appliance.store.client_rows import CLIENT_FROM as FROM
 
 API = "/panel/api/clients"
 PAGED = f"{API}/list/paged"

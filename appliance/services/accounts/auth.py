@@ -100,11 +100,11 @@ class Auth:
         if not self.settings.internal("sessionSecret"):
             self.settings.set_internal("sessionSecret", secrets.token_urlsafe(32))
         with db_session:
-            if self.store.Admin.select().exists():
+            if self.store.entities.Admin.select().exists():
                 return None
             username = passwords.random_username()
             password = passwords.random_password(username)
-            self.store.Admin(
+            self.store.entities.Admin(
                 username=username,
                 password_hash=passwords.hash_password(password),
                 updated_at=int(self.clock()),
@@ -142,7 +142,7 @@ class Auth:
             admin.totp_secret = ""
 
     def _first_admin(self):
-        admin = select(a for a in self.store.Admin).order_by(lambda a: a.id).first()
+        admin = select(a for a in self.store.entities.Admin).order_by(lambda a: a.id).first()
         if admin is None:
             raise ServiceError("no admin account exists yet; start the panel once to create it")
         return admin
@@ -151,7 +151,7 @@ class Auth:
 
     def two_factor_enabled(self) -> bool:
         with db_session:
-            return select(a for a in self.store.Admin if a.totp_enabled).exists()
+            return select(a for a in self.store.entities.Admin if a.totp_enabled).exists()
 
     def login(
         self, username, password, code, address: str, device_cookie: str | None = None
@@ -168,7 +168,7 @@ class Auth:
         device = device_of(secret, device_cookie, username)
         self._check_throttle(address, username, device)
         with db_session:
-            admin = self.store.Admin.get(username=username)
+            admin = self.store.entities.Admin.get(username=username)
             stored = admin.password_hash if admin else passwords.dummy_hash()
             ok = passwords.verify_password(password, stored) and admin is not None
             # The code is checked only after the password: a wrong password must not use
@@ -183,7 +183,7 @@ class Auth:
                 self.on_sign_in(username, address, True)
                 kept = device_cookie if device else new_device_cookie(secret, username)
                 return SignedIn(cookie, kept)
-            two_factor = select(a for a in self.store.Admin if a.totp_enabled).exists()
+            two_factor = select(a for a in self.store.entities.Admin if a.totp_enabled).exists()
         self._record_failure(address, username, device)
         self.on_sign_in(username, address, False)
         if two_factor:
@@ -233,7 +233,7 @@ class Auth:
             return
         now = int(self.clock())
         with db_session:
-            LoginBlock = self.store.LoginBlock
+            LoginBlock = self.store.entities.LoginBlock
             select(b for b in LoginBlock if b.blocked_until <= now).delete(bulk=True)
             for key in blocked:
                 row = LoginBlock.get(pair_hash=key)
@@ -246,7 +246,7 @@ class Auth:
         """At start: the sign-in blocks a previous run left that have not run out."""
         now = int(self.clock())
         with db_session:
-            LoginBlock = self.store.LoginBlock
+            LoginBlock = self.store.entities.LoginBlock
             select(b for b in LoginBlock if b.blocked_until <= now).delete(bulk=True)
             for row in LoginBlock.select():
                 self.throttle.restore(row.pair_hash, row.blocked_until - now)
@@ -254,7 +254,7 @@ class Auth:
     def _new_session(self, admin, address: str) -> str:
         session_id = secrets.token_urlsafe(32)
         now = int(self.clock())
-        self.store.Session(
+        self.store.entities.Session(
             token_hash=passwords.digest(session_id),
             admin=admin,
             csrf_token=secrets.token_urlsafe(32),
@@ -266,7 +266,7 @@ class Auth:
         return f"{session_id}.{self._sign(session_id)}"
 
     def _purge_expired(self, now: int) -> None:
-        select(s for s in self.store.Session if s.expires_at < now).delete(bulk=True)
+        select(s for s in self.store.entities.Session if s.expires_at < now).delete(bulk=True)
 
     def session(self, cookie: str | None) -> SessionInfo | None:
         """The live session a cookie names, or None."""
@@ -274,7 +274,7 @@ class Auth:
         if session_id is None:
             return None
         with db_session:
-            row = self.store.Session.get(token_hash=passwords.digest(session_id))
+            row = self.store.entities.Session.get(token_hash=passwords.digest(session_id))
             if row is None or row.expires_at < self.clock():
                 return None
             admin = row.admin
@@ -294,7 +294,9 @@ class Auth:
         now = self.clock()
         with db_session:
             return set(
-                select(s.id for s in self.store.Session if s.id in ids and s.expires_at >= now)
+                select(
+                    s.id for s in self.store.entities.Session if s.id in ids and s.expires_at >= now
+                )
             )
 
     def logout(self, cookie: str | None) -> None:
@@ -302,7 +304,7 @@ class Auth:
         if session_id is None:
             return
         with db_session:
-            row = self.store.Session.get(token_hash=passwords.digest(session_id))
+            row = self.store.entities.Session.get(token_hash=passwords.digest(session_id))
             if row is None:
                 return
             ended = {row.id}
@@ -348,7 +350,9 @@ class Auth:
             ):
                 raise ServiceError("the current username or password is wrong")
             self._require_current_code(admin, body.get("twoFactorCode"))
-            if new_username != admin.username and self.store.Admin.get(username=new_username):
+            if new_username != admin.username and self.store.entities.Admin.get(
+                username=new_username
+            ):
                 raise ServiceError(f"username '{new_username}' is taken")
             admin.username = new_username
             admin.password_hash = passwords.hash_password(new_password)
@@ -430,12 +434,12 @@ class Auth:
     def _admin_of(self, current: SessionInfo | None):
         if current is None:
             return self._first_admin()
-        return self.store.Admin[current.admin_id]
+        return self.store.entities.Admin[current.admin_id]
 
     def _end_other_sessions(self, admin, current: SessionInfo | None) -> set[int]:
         """Delete the admin's sessions but `current`; returns the ids of those deleted."""
         keep = current.id if current is not None else 0
-        Session = self.store.Session
+        Session = self.store.entities.Session
         ended = set(select(s.id for s in Session if s.admin == admin and s.id != keep))
         select(s for s in Session if s.admin == admin and s.id != keep).delete(bulk=True)
         return ended

@@ -46,7 +46,7 @@ class Tokens:
 
     def list(self) -> list[dict]:
         with db_session:
-            rows = select(t for t in self.store.ApiToken).order_by(lambda t: t.id)[:]
+            rows = select(t for t in self.store.entities.ApiToken).order_by(lambda t: t.id)[:]
             return [_view(t) for t in rows]
 
     def create(self, name, scope="admin", expires_at=0) -> dict:
@@ -70,9 +70,9 @@ class Tokens:
             raise ServiceError("name may not contain control or invisible characters")
         token = PREFIX + secrets.token_urlsafe(32)
         with db_session:
-            if self.store.ApiToken.get(name=name):
+            if self.store.entities.ApiToken.get(name=name):
                 raise ServiceError(f"an API token named '{name}' already exists")
-            row = self.store.ApiToken(
+            row = self.store.entities.ApiToken(
                 name=name,
                 token_hash=passwords.digest(token),
                 created_at=int(self.clock()),
@@ -100,7 +100,7 @@ class Tokens:
         with db_session:
             found = select(
                 (t.name, t.scope)
-                for t in self.store.ApiToken
+                for t in self.store.entities.ApiToken
                 if t.token_hash == digest
                 and t.enabled
                 and (t.expires_at == 0 or t.expires_at > now_ms)
@@ -109,7 +109,7 @@ class Tokens:
 
     def _get(self, token_id):
         token_id = parse_id(token_id, "token id")
-        row = self.store.ApiToken.get(id=token_id)
+        row = self.store.entities.ApiToken.get(id=token_id)
         if row is None:
             raise ServiceError(f"no API token with id {token_id}")
         return row

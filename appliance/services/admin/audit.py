@@ -83,7 +83,7 @@ class AuditLog:
     def record(self, action: Action) -> None:
         """Write one entry for `action`, in a transaction of its own."""
         with db_session:
-            self.store.AuditEntry(
+            self.store.entities.AuditEntry(
                 at=int(self.clock() * 1000),
                 actor=_text(action.actor, 64),
                 actor_kind=action.actor_kind,

@@ -68,7 +68,7 @@ class Settings:
 
     def load(self) -> None:
         with db_session:
-            rows = select((s.key, s.value) for s in self.store.Setting)[:]
+            rows = select((s.key, s.value) for s in self.store.entities.Setting)[:]
         self._values = {}
         for key, raw in rows:
             if key in DEFAULTS:
@@ -140,7 +140,7 @@ class Settings:
 
     def write(self, values: dict[str, Any]) -> None:
         """Store values that `check` returned (or internal ones)."""
-        Setting = self.store.Setting
+        Setting = self.store.entities.Setting
         with db_session:
             for key, value in values.items():
                 raw = value if key in INTERNAL_KEYS else _encode(value)

@@ -22,9 +22,9 @@ from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace
-from appliance.services.clients.query import QUOTA_USED, USED
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of, secret_taken
 from appliance.services.inbounds.views import record_of
+from appliance.store import client_bulk_sql
 from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
@@ -39,17 +39,6 @@ def in_lock_order(emails: list[str]) -> list[str]:
     rows in: two transactions that lock many of the same rows, each waiting for a row the
     other holds, would end in a deadlock on PostgreSQL and MariaDB."""
     return sorted(emails, key=email_key)
-
-
-# The traffic a quota is judged by: the managing panel's totals where it pushed them,
-# this panel's own counters elsewhere. Totals pushed before the client last changed here
-# (re-enabled, its quota raised or its traffic reset by that panel) may be the ones that
-# change undid: until fresh ones come, the quota does not cut that client off.
-SWEEP_QUOTA_USED = (
-    f"(c.total_bytes > 0 AND CASE WHEN m.email_key IS NULL THEN {USED} >= c.total_bytes "
-    "WHEN m.updated_at >= c.updated_at THEN m.up + m.down >= c.total_bytes "
-    "ELSE 1 = 0 END)"
-)
 
 
 class ClientBulk:
@@ -157,11 +146,10 @@ class ClientBulk:
             return
         pace()
         columns = list(columns_of(ready[0][0]))
-        names = ", ".join(["email_key", *columns, "created_at", "updated_at"])
-        marks = ", ".join("?" * (len(columns) + 3))
         keys = [email_key(record["email"]) for record, _, _ in ready]
-        self.store.execute_many(
-            f"INSERT INTO client ({names}) VALUES ({marks})",
+        client_bulk_sql.insert_clients(
+            self.store,
+            columns,
             _paced(
                 [
                     (
@@ -179,8 +167,8 @@ class ClientBulk:
         pace()
         ids = self._ids_by_key(keys)
         pace()
-        self.store.execute_many(
-            "INSERT INTO client_inbound (client_id, inbound_id) VALUES (?, ?)",
+        client_bulk_sql.insert_attachments(
+            self.store,
             _paced(
                 [
                     (ids[key], inbound_id)
@@ -193,9 +181,8 @@ class ClientBulk:
         pace()
         existing = self._stored_keys(keys, "client_traffic")
         pace()
-        self.store.execute_many(
-            "INSERT INTO client_traffic (email_key, email, up, down, enable, last_online) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+        client_bulk_sql.insert_traffic(
+            self.store,
             _paced(
                 [
                     (key, r["email"], x.get("up", 0), x.get("down", 0), x.get("enable", True), 0)
@@ -207,26 +194,14 @@ class ClientBulk:
         )
 
     def _ids_by_key(self, keys: list[str]) -> dict[str, int]:
-        ids: dict[str, int] = {}
-        for chunk in chunks(keys):
-            marks = ", ".join("?" * len(chunk))
-            for key, client_id in self.store.rows(
-                f"SELECT email_key, id FROM client WHERE email_key IN ({marks})", chunk
-            ):
-                ids[key] = client_id
-        return ids
+        return client_bulk_sql.ids_by_key(self.store, keys)
 
     def _secret_holders(self, secrets: list[str], pace: Pace) -> dict[str, str]:
         """MTProto secret -> email of the stored client holding it, for these secrets."""
         found: dict[str, str] = {}
         for chunk in chunks(sorted(set(secrets))):
             pace()
-            marks = ", ".join("?" * len(chunk))
-            found.update(
-                self.store.rows(
-                    f"SELECT mt_secret, email FROM client WHERE mt_secret IN ({marks})", chunk
-                )
-            )
+            found.update(client_bulk_sql.secret_holders(self.store, list(chunk)))
         return found
 
     def _stored_keys(
@@ -237,13 +212,7 @@ class ClientBulk:
         for chunk in chunks(keys):
             if pace:
                 pace()
-            marks = ", ".join("?" * len(chunk))
-            found.update(
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT email_key FROM {table} WHERE email_key IN ({marks})", chunk
-                )
-            )
+            found |= client_bulk_sql.stored_keys(self.store, table, list(chunk))
         return found
 
     # ---- per-email bulk operations ---------------------------------------------------------
@@ -347,7 +316,7 @@ class ClientBulk:
                     errors.append(f"{email}: {exc.msg}")
                     continue
                 for inbound in new:
-                    self.store.ClientInbound(client=row, inbound=inbound)
+                    self.store.entities.ClientInbound(client=row, inbound=inbound)
                 row.updated_at = self.clients.now_ms()
                 attached.append(email)
         return {"attached": attached, "skipped": skipped, "errors": errors}
@@ -419,22 +388,14 @@ class ClientBulk:
         """Zero every counter; quotas and expiry stay. Returns the rows that moved."""
         with db_session:
             self.store.client_writes.note(everything=True)
-            return self.store.execute(
-                "UPDATE client_traffic SET up = 0, down = 0 WHERE up <> 0 OR down <> 0"
-            )
+            return client_bulk_sql.reset_all_traffic(self.store)
 
     def delete_depleted(self) -> int:
         """Delete clients whose expiry passed, and those whose quota is used up unless a
         periodic reset (`reset` days) will give them a fresh quota."""
         with db_session:
-            expired, params = self.query.expired_sql()
-            rows = self.store.rows(
-                "SELECT c.id FROM client c LEFT JOIN client_traffic t "
-                f"ON t.email_key = c.email_key "
-                f"WHERE ({QUOTA_USED} AND c.reset_days = 0) OR {expired}",
-                params,
-            )
-            return self._delete_ids([row[0] for row in rows])
+            now = self.query.now_ms()
+            return self._delete_ids(client_bulk_sql.depleted_for_deletion(self.store, now))
 
     def disable_depleted(self) -> list[str]:
         """The invalid-client sweep: clients still enabled whose quota is used up or whose
@@ -444,27 +405,12 @@ class ClientBulk:
         On a node, a client its managing panel pushed totals for is judged by those
         totals (`services/nodes/master_traffic.py`), not by this node's share of them."""
         with db_session:
-            expired, params = self.query.expired_sql()
-            rows = self.store.rows(
-                "SELECT c.id, c.email, c.email_key FROM client c LEFT JOIN client_traffic t "
-                "ON t.email_key = c.email_key LEFT JOIN master_traffic m "
-                "ON m.email_key = c.email_key AND m.master_guid = ? "
-                f"WHERE c.enable = ? AND ({SWEEP_QUOTA_USED} OR {expired})",
-                [self.master_guid(), True, *params],
-            )
+            now = self.query.now_ms()
+            rows = client_bulk_sql.depleted_enabled(self.store, now, self.master_guid())
             for chunk in chunks(rows):
                 ids = [row[0] for row in chunk]
-                keys = [row[2] for row in chunk]
                 self.store.client_writes.note(ids=ids)
-                self.store.execute(
-                    f"UPDATE client SET enable = ? WHERE id IN ({', '.join('?' * len(ids))})",
-                    [False, *ids],
-                )
-                self.store.execute(
-                    "UPDATE client_traffic SET enable = ? "
-                    f"WHERE email_key IN ({', '.join('?' * len(keys))})",
-                    [False, *keys],
-                )
+                client_bulk_sql.disable(self.store, ids, [row[2] for row in chunk])
             disabled = [row[1] for row in rows]
         if disabled:
             # Those clients alone: the core and the nodes take them, not a full compare.
@@ -473,22 +419,18 @@ class ClientBulk:
 
     def delete_orphans(self) -> int:
         with db_session:
-            rows = self.store.rows(
-                "SELECT c.id FROM client c WHERE NOT EXISTS "
-                "(SELECT 1 FROM client_inbound ci WHERE ci.client_id = c.id)"
-            )
-            return self._delete_ids([row[0] for row in rows])
+            return self._delete_ids(client_bulk_sql.unattached_ids(self.store))
 
     def delete_of_inbound(self, inbound_id: Any) -> int:
         """Remove every client from an inbound: clients attached only there are deleted
         with their traffic; clients attached elsewhere too are only detached from it."""
         inbound_id = parse_id(inbound_id, "inbound id")
         with db_session:
-            if self.store.Inbound.get(id=inbound_id) is None:
+            if self.store.entities.Inbound.get(id=inbound_id) is None:
                 raise ServiceError(f"no inbound with id {inbound_id}")
-            attachments = select(a for a in self.store.ClientInbound if a.inbound.id == inbound_id)[
-                :
-            ]
+            attachments = select(
+                a for a in self.store.entities.ClientInbound if a.inbound.id == inbound_id
+            )[:]
             for attachment in attachments:
                 client = attachment.client
                 attachment.delete()
@@ -499,23 +441,11 @@ class ClientBulk:
     def _delete_ids(self, ids: list[int]) -> int:
         for chunk in chunks(ids):
             self.store.client_writes.note(ids=chunk, recount=True)
-            marks = ", ".join("?" * len(chunk))
-            keys = [
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT email_key FROM client WHERE id IN ({marks})", chunk
-                )
-            ]
-            self.store.execute(f"DELETE FROM client_link WHERE client_id IN ({marks})", chunk)
-            self.store.execute(f"DELETE FROM client_inbound WHERE client_id IN ({marks})", chunk)
-            self.store.execute(f"DELETE FROM client WHERE id IN ({marks})", chunk)
-            key_marks = ", ".join("?" * len(keys))
+            keys = client_bulk_sql.keys_of_ids(self.store, list(chunk))
+            client_bulk_sql.delete_clients(self.store, list(chunk))
             if keys:
                 self.store.client_writes.note(keys=keys)
-                self.store.execute(
-                    f"DELETE FROM client_traffic WHERE email_key IN ({key_marks})", keys
-                )
-                self.store.execute(f"DELETE FROM client_ip WHERE email_key IN ({key_marks})", keys)
+                client_bulk_sql.delete_traffic_and_ips(self.store, keys)
         return len(ids)
 
 

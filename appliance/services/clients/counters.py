@@ -28,7 +28,7 @@ from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
 from appliance.errors import ServiceError
-from appliance.store.batches import chunks
+from appliance.store import traffic_sql
 from appliance.store.client_writes import ClientNotes
 
 # Email keys the journal remembers; past that the oldest are forgotten, and a cursor that
@@ -103,17 +103,8 @@ class CounterFeed:
         now = self.journal.cursor()
         keys = self.journal.since(cursor)
         with db_session:
-            if keys is None:
-                rows = self.store.rows("SELECT email, up, down FROM client_traffic")
-            else:
-                rows = []
-                for chunk in chunks(sorted(keys)):
-                    rows += self.store.rows(
-                        "SELECT email, up, down FROM client_traffic "
-                        f"WHERE email_key IN ({', '.join('?' * len(chunk))})",
-                        chunk,
-                    )
-            inbounds = self.store.rows("SELECT tag, up, down FROM inbound")
+            rows = traffic_sql.client_counters(self.store, keys)
+            inbounds = traffic_sql.inbound_counters(self.store)
         clients = [{"email": e, "up": u, "down": d} for e, u, d in rows]
         if keys is not None:
             # A traffic row deleted since (its client deleted) counts as zero: a client

@@ -21,6 +21,8 @@ from pony.orm import db_session, select
 from appliance.domain.client_rules import check_group, email_key
 from appliance.domain.parse import parse_emails
 from appliance.errors import ServiceError
+from appliance.store import client_group_sql
+from appliance.store.client_group_sql import label_counts
 
 group_key = email_key
 
@@ -32,7 +34,9 @@ class Groups:
     def list(self) -> list[dict]:
         with db_session:
             counts = label_counts(self.store)
-            stored = {email_key(name): name for (name,) in self.store.rows(_STORED)}
+            stored = {
+                email_key(name): name for name in client_group_sql.saved_group_names(self.store)
+            }
         groups: dict[str, dict] = {
             key: {"name": name, "clientCount": 0} for key, name in stored.items()
         }
@@ -48,14 +52,7 @@ class Groups:
             labels = labels_of(self.store, name)
             if not labels:
                 return []
-            return [
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT email FROM client WHERE group_name IN ({_marks(labels)}) "
-                    "ORDER BY email_key",
-                    labels,
-                )
-            ]
+            return client_group_sql.emails_labelled(self.store, labels)
 
     def create(self, body: Any) -> dict:
         name = _new_name(_field(body, "name"), "name")
@@ -63,7 +60,7 @@ class Groups:
             existing = self._spelling(name)
             if existing is not None:
                 raise ServiceError(f"group '{existing}' already exists")
-            self.store.ClientGroup(name=name, name_key=group_key(name))
+            self.store.entities.ClientGroup(name=name, name_key=group_key(name))
         return {"name": name}
 
     def rename(self, body: Any) -> dict:
@@ -76,7 +73,7 @@ class Groups:
                 taken = self._spelling(new)
                 if taken is not None:
                     raise ServiceError(f"group '{taken}' already exists")
-            stored = self.store.ClientGroup.get(name_key=group_key(old))
+            stored = self.store.entities.ClientGroup.get(name_key=group_key(old))
             if stored is not None:
                 stored.set(name=new, name_key=group_key(new))
             return {"affected": self._relabel(labels_of(self.store, old), new)}
@@ -87,7 +84,9 @@ class Groups:
             if self._spelling(name) is None:
                 raise ServiceError(f"no group named '{name}'")
             key = group_key(name)
-            select(g for g in self.store.ClientGroup if g.name_key == key).delete(bulk=True)
+            select(g for g in self.store.entities.ClientGroup if g.name_key == key).delete(
+                bulk=True
+            )
             return {"affected": self._relabel(labels_of(self.store, name), "")}
 
     def bulk_add(self, body: Any) -> dict:
@@ -95,8 +94,8 @@ class Groups:
         name = _new_name(_field(body, "group"), "group")
         with db_session:
             name = self._spelling(name) or name
-            if self.store.ClientGroup.get(name_key=group_key(name)) is None:
-                self.store.ClientGroup(name=name, name_key=group_key(name))
+            if self.store.entities.ClientGroup.get(name_key=group_key(name)) is None:
+                self.store.entities.ClientGroup(name=name, name_key=group_key(name))
             return {"affected": self._label(emails, name)}
 
     def bulk_remove(self, body: Any) -> dict:
@@ -107,7 +106,7 @@ class Groups:
     def _label(self, emails: list[str], name: str) -> int:
         affected = 0
         for email in emails:
-            row = self.store.Client.get(email_key=email_key(email))
+            row = self.store.entities.Client.get(email_key=email_key(email))
             if row is not None and row.group_name != name:
                 row.group_name = name
                 affected += 1
@@ -116,15 +115,12 @@ class Groups:
     def _relabel(self, labels: list[str], name: str) -> int:
         if not labels:
             return 0
-        return self.store.execute(
-            f"UPDATE client SET group_name = ? WHERE group_name IN ({_marks(labels)})",
-            [name, *labels],
-        )
+        return client_group_sql.relabel(self.store, labels, name)
 
     def _spelling(self, name: str) -> str | None:
         """How an existing group with this name is spelled (persisted name first, then
         the most used label), or None when there is no such group."""
-        stored = self.store.ClientGroup.get(name_key=group_key(name))
+        stored = self.store.entities.ClientGroup.get(name_key=group_key(name))
         if stored is not None:
             return stored.name
         counts = label_counts(self.store)
@@ -132,25 +128,10 @@ class Groups:
         return labels[0] if labels else None
 
 
-_STORED = "SELECT name FROM client_group"
-
-
-def label_counts(store) -> dict[str, int]:
-    """Each distinct group label set on clients, with its number of clients."""
-    rows = store.rows(
-        "SELECT group_name, COUNT(*) FROM client WHERE group_name <> '' GROUP BY group_name"
-    )
-    return {label: int(count) for label, count in rows}
-
-
 def labels_of(store, name: str) -> list[str]:
     """The labels on clients that name this group, in any case or Unicode form."""
     key = group_key(name)
     return sorted(label for label in label_counts(store) if group_key(label) == key)
-
-
-def _marks(values: list) -> str:
-    return ", ".join("?" * len(values))
 
 
 def _field(body: Any, key: str) -> Any:

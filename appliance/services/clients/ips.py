@@ -55,7 +55,7 @@ from appliance.services.control.logs import (
     parse_access_line,
     trim,
 )
-from appliance.store.batches import chunks
+from appliance.store import client_ip_sql
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +215,7 @@ class ClientIps:
         clients by email, each one's most recently seen address first."""
         found: dict[str, list[dict]] = {}
         with db_session:
-            for email, ip, seen in self.store.rows(
-                "SELECT c.email, i.ip, i.seen_at FROM client_ip i "
-                "JOIN client c ON c.email_key = i.email_key "
-                "ORDER BY c.email_key, i.seen_at DESC, i.ip"
-            ):
+            for email, ip, seen in client_ip_sql.ip_log(self.store):
                 found.setdefault(email, []).append({"ip": ip, "timestamp": seen})
         return [{"email": email, "ips": ips} for email, ips in found.items()]
 
@@ -244,25 +240,16 @@ class ClientIps:
     # ---- the store ---------------------------------------------------------------------------
 
     def _clients(self, keys: list[str]) -> dict[str, Client]:
-        found: dict[str, Client] = {}
-        for chunk in chunks(keys):
-            marks = ", ".join("?" * len(chunk))
-            for key, email, limit_ip in self.store.rows(
-                f"SELECT email_key, email, limit_ip FROM client WHERE email_key IN ({marks})",
-                chunk,
-            ):
-                found[key] = Client(key, email, limit_ip or 0)
-        return found
+        return {
+            key: Client(key, email, limit_ip or 0)
+            for key, email, limit_ip in client_ip_sql.ip_limits(self.store, keys)
+        }
 
     def _upsert(self, sightings: dict[str, dict[str, int]]) -> None:
-        known: dict[tuple[str, str], tuple[int, int]] = {}
-        for chunk in chunks(list(sightings)):
-            marks = ", ".join("?" * len(chunk))
-            for row_id, key, ip, seen in self.store.rows(
-                f"SELECT id, email_key, ip, seen_at FROM client_ip WHERE email_key IN ({marks})",
-                chunk,
-            ):
-                known[(key, ip)] = (row_id, seen)
+        known = {
+            (key, ip): (row_id, seen)
+            for row_id, key, ip, seen in client_ip_sql.logged(self.store, list(sightings))
+        }
         updates, inserts = [], []
         for key, addresses in sightings.items():
             for ip, seen in addresses.items():
@@ -271,27 +258,16 @@ class ClientIps:
                     inserts.append((key, ip, seen))
                 elif seen > row[1]:
                     updates.append((seen, row[0]))
-        if updates:
-            self.store.execute_many("UPDATE client_ip SET seen_at = ? WHERE id = ?", updates)
-        if inserts:
-            self.store.execute_many(
-                "INSERT INTO client_ip (email_key, ip, seen_at) VALUES (?, ?, ?)", inserts
-            )
+        client_ip_sql.log_sightings(self.store, updates, inserts)
 
     def _active_addresses(self, keys: list[str], now: float) -> dict[str, list[str]]:
         """email key -> the addresses seen within the window, first recorded first;
         the host's own addresses left out."""
         own = self.own_addresses()
         found: dict[str, list[str]] = {}
-        for chunk in chunks(keys):
-            marks = ", ".join("?" * len(chunk))
-            for key, ip in self.store.rows(
-                f"SELECT email_key, ip FROM client_ip WHERE email_key IN ({marks}) "
-                "AND seen_at >= ? ORDER BY id",
-                [*chunk, int(now) - ACTIVE_WINDOW],
-            ):
-                if not is_own_address(ip, own):
-                    found.setdefault(key, []).append(ip)
+        for key, ip in client_ip_sql.seen_since(self.store, keys, int(now) - ACTIVE_WINDOW):
+            if not is_own_address(ip, own):
+                found.setdefault(key, []).append(ip)
         return found
 
 

@@ -17,8 +17,7 @@ import time
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
-from appliance.services.clients import usage
-from appliance.services.clients.traffic import ADD_UP_DOWN, added, start_clocks
+from appliance.store import traffic_sql, usage_sql
 
 
 class MtprotoAccounting:
@@ -36,14 +35,7 @@ class MtprotoAccounting:
         moved: dict[str, list[int]] = {}
         online: list[str] = []
         with db_session:
-            kept = {
-                key: (kept_instance, up, down)
-                for key, kept_instance, up, down in self.store.rows(
-                    "SELECT email_key, instance, up, down FROM mtproto_counter "
-                    "WHERE inbound_id = ?",
-                    [inbound_id],
-                )
-            }
+            kept = traffic_sql.mtproto_kept(self.store, inbound_id)
             updates, inserts = [], []
             for name, counters in users.items():
                 key = email_key(name)
@@ -62,26 +54,12 @@ class MtprotoAccounting:
                 elif before != (instance, up, down):
                     updates.append((instance, up, down, inbound_id, key))
             if moved:
-                self.store.execute_many(
-                    f"UPDATE client_traffic SET {ADD_UP_DOWN}, last_online = ? WHERE email_key = ?",
-                    [(*added(*step), now, key) for key, step in sorted(moved.items())],
-                )
+                traffic_sql.add_client_traffic(self.store, moved, now)
                 total = [sum(step[0] for step in moved.values()), sum(s[1] for s in moved.values())]
-                self.store.execute(
-                    f"UPDATE inbound SET {ADD_UP_DOWN} WHERE id = ?", [*added(*total), inbound_id]
-                )
-                usage.record(self.store, now, moved, [((inbound_id,), *total)])
-                start_clocks(self.store, set(moved), now)
-            self.store.execute_many(
-                "UPDATE mtproto_counter SET instance = ?, up = ?, down = ? "
-                "WHERE inbound_id = ? AND email_key = ?",
-                updates,
-            )
-            self.store.execute_many(
-                "INSERT INTO mtproto_counter (inbound_id, instance, email_key, up, down) "
-                "VALUES (?, ?, ?, ?, ?)",
-                inserts,
-            )
+                traffic_sql.add_inbound_traffic(self.store, [((inbound_id,), *total)])
+                usage_sql.record(self.store, now, moved, [((inbound_id,), *total)])
+                traffic_sql.start_clocks(self.store, set(moved), now)
+            traffic_sql.keep_mtproto_values(self.store, updates, inserts)
         seen = sorted(set(moved) | set(online))
         if seen:
             self.presence.seen(seen, [inbound_tag])
@@ -93,7 +71,7 @@ class MtprotoAccounting:
         """Drop the kept counters of inbounds that are gone."""
         with db_session:
             for inbound_id in inbound_ids:
-                self.store.execute("DELETE FROM mtproto_counter WHERE inbound_id = ?", [inbound_id])
+                traffic_sql.drop_mtproto_values(self.store, inbound_id)
 
 
 def _step(value: int, before: int) -> int:

@@ -19,17 +19,17 @@ from pony.orm import db_session
 
 from appliance.domain import inbound_rules
 from appliance.domain.client_rules import email_key
-from appliance.domain.client_views import CLIENT_COLUMNS, client_view, traffic_flag, traffic_of
+from appliance.domain.clients import ClientRecord, api_view, core_view
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace, breathe
 from appliance.services.clients.groups import labels_of
-from appliance.services.clients.records import CORE_SELECT, core_view
 from appliance.services.clients.summary import ClientSummary, Summary
+from appliance.store import client_queries
+from appliance.store.client_queries import ORDERS, SORTS, Conditions
+from appliance.store.client_rules_sql import depleted_sql, expiring_sql
 
 FILTERS = ("online", "active", "deactive", "depleted", "expiring")
-SORTS = ("enable", "email", "inboundIds", "traffic", "remaining", "expiryTime")
-ORDERS = {"ascend": "ASC", "descend": "DESC"}
 PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX = 25, 200
 VERSION_MAX = 64  # characters of a summaryVersion a caller may send back
 # Counts of conditions kept between pages, dropped when the summary changes; at most this
@@ -45,42 +45,7 @@ CORE_BATCH = 500
 # the page's end are under a WALK_FACTOR-th of the matches. Rarer matches (a search
 # for a name) are cheaper to find in one scan and sort.
 WALK_FACTOR = 4
-FROM = "FROM client c LEFT JOIN client_traffic t ON t.email_key = c.email_key"
-USED = "(COALESCE(t.up, 0) + COALESCE(t.down, 0))"
-QUOTA_USED = f"(c.total_bytes > 0 AND {USED} >= c.total_bytes)"
-# Ordering keys that put "unlimited" after every limited value when ascending. An expiry
-# that starts on first use (stored as minus its duration) has no date yet: it sorts after
-# every dated expiry and before unlimited, shorter durations first. Unattached clients
-# sort after attached ones on every backend (NULLs would not).
-UNLIMITED = 2**62
-NOT_STARTED = 2**61
-SORT_SQL = {
-    "enable": "c.enable",
-    "email": "c.email_order",
-    "inboundIds": "COALESCE((SELECT MIN(ci.inbound_id) FROM client_inbound ci "
-    f"WHERE ci.client_id = c.id), {UNLIMITED})",
-    "remaining": f"CASE WHEN c.total_bytes = 0 THEN {UNLIMITED} ELSE c.total_bytes - {USED} END",
-    "expiryTime": f"CASE WHEN c.expiry_time = 0 THEN {UNLIMITED} "
-    f"WHEN c.expiry_time < 0 THEN {NOT_STARTED} - c.expiry_time ELSE c.expiry_time END",
-}
-# Sorting by traffic walks an index on the traffic table's `up + down` (migration 5) from
-# the top, so it joins from that table: every client has its traffic row from creation.
-BY_TRAFFIC = "FROM client_traffic t JOIN client c ON c.email_key = t.email_key"
 TRAFFIC_FILTERS = ("active", "depleted", "expiring")
-# EXISTS rather than IN: a page in email order then walks the email index and stops at
-# the page's end instead of sorting every match.
-ON_PROTOCOL = (
-    "EXISTS (SELECT 1 FROM client_inbound ci JOIN inbound i ON i.id = ci.inbound_id "
-    "WHERE ci.client_id = c.id AND i.protocol = ?)"
-)
-# The clients of one inbound: a seek on the (inbound_id, client_id) index per client.
-ON_INBOUND = (
-    "EXISTS (SELECT 1 FROM client_inbound ci WHERE ci.client_id = c.id AND ci.inbound_id = ?)"
-)
-# A substring search cannot seek an index, but it can scan the narrow search index
-# (migration 8) instead of every client row, then fetch only the matches by id.
-SEARCH = "c.id IN (SELECT id FROM client WHERE search_key LIKE ? ESCAPE '!')"
-SELECT_COLUMNS = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
 
 class ClientQuery:
@@ -91,9 +56,7 @@ class ClientQuery:
         self.clock = clock
         self._counts: dict[tuple, int] = {}
         self._counts_version = ""
-        self.book = ClientSummary(
-            store, settings, presence, self._bucket_rows, self._near_limits, clock
-        )
+        self.book = ClientSummary(store, settings, presence, clock)
 
     def invalidate(self) -> None:
         """After a committed change to clients, their traffic, their inbounds or the
@@ -105,45 +68,42 @@ class ClientQuery:
 
     # ---- conditions ------------------------------------------------------------------
 
-    def depleted_sql(self, now: int | None = None) -> tuple[str, list]:
-        """Quota used up or expiry passed (an expiry that starts on first use has not),
-        at `now` (ms) or at this moment."""
-        expired, params = self.expired_sql(now)
-        return f"({QUOTA_USED} OR {expired})", params
-
-    def expired_sql(self, now: int | None = None) -> tuple[str, list]:
-        return "(c.expiry_time > 0 AND c.expiry_time <= ?)", [self._moment(now)]
-
-    def expiring_sql(self, now: int | None = None) -> tuple[str, list]:
-        """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""
-        now = self._moment(now)
-        depleted, params = self.depleted_sql(now)
-        horizon = now + self.settings.get("expireDiff") * 86_400_000
-        margin = self.settings.get("trafficDiff") * 1024**3
-        return (
-            f"(c.enable = ? AND NOT {depleted} AND ("
-            "(c.expiry_time > 0 AND c.expiry_time <= ?) "
-            f"OR (c.total_bytes > 0 AND c.total_bytes - {USED} <= ?)))",
-            [True, *params, horizon, margin],
-        )
+    def now_ms(self) -> int:
+        """This moment on the query's clock, in ms: what its conditions are judged at."""
+        return self._moment(None)
 
     def _moment(self, now: int | None) -> int:
         return int(self.clock() * 1000) if now is None else now
 
-    def filter_sql(self, name: str) -> tuple[str, list]:
+    def _limits(self, now: int) -> tuple[int, int]:
+        """The expiring horizon (ms) at `now` and the quota margin (bytes) of the
+        settings: within those a client is "expiring"."""
+        horizon = now + self.settings.get("expireDiff") * 86_400_000
+        return horizon, self.settings.get("trafficDiff") * 1024**3
+
+    def depleted_sql(self, now: int | None = None) -> tuple[str, list]:
+        """The condition "quota used up or expiry passed" at `now` (ms) or at this
+        moment, for the reads of other services over clients (`client_rules_sql`)."""
+        return depleted_sql(self._moment(now))
+
+    def expiring_sql(self, now: int | None = None) -> tuple[str, list]:
+        """Enabled, not yet depleted, and within expireDiff days or trafficDiff GB of it."""
+        now = self._moment(now)
+        return expiring_sql(now, *self._limits(now))
+
+    def add_filter(self, conditions: Conditions, name: str) -> None:
+        """The status filter `name` (one of FILTERS), judged at this moment."""
         if name == "online":
-            keys = sorted(self.presence.online())
-            if not keys:
-                return "1 = 0", []
-            return f"c.email_key IN ({', '.join('?' * len(keys))})", keys
-        if name == "deactive":
-            return "c.enable = ?", [False]
-        depleted, params = self.depleted_sql()
-        if name == "depleted":
-            return depleted, params
-        if name == "active":
-            return f"(c.enable = ? AND NOT {depleted})", [True, *params]
-        return self.expiring_sql()
+            conditions.online(sorted(self.presence.online()))
+        elif name == "deactive":
+            conditions.deactive()
+        elif name == "depleted":
+            conditions.depleted(self._moment(None))
+        elif name == "active":
+            conditions.active(self._moment(None))
+        else:
+            now = self._moment(None)
+            conditions.expiring(now, *self._limits(now))
 
     # ---- paged list ----------------------------------------------------------------------
 
@@ -172,7 +132,7 @@ class ClientQuery:
         page = parse_int(query.get("page"), "page", 1, 10**9, 1)
         size = parse_int(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
         with db_session:  # a group's labels are read from the database
-            where, params = self._conditions(query)
+            conditions = self._conditions(query)
         sort = query.get("sort") or "email"
         if sort not in SORTS:
             raise ServiceError(f"sort must be one of {', '.join(SORTS)} (got '{sort}')")
@@ -183,25 +143,15 @@ class ClientQuery:
         if summary.version != self._counts_version or len(self._counts) >= COUNTS_KEPT:
             self._counts, self._counts_version = {}, summary.version
         with db_session:
-            filtered = self._known_count(query, where, params, summary)
-            source, order_sql = _source_and_order(
-                sort, ORDERS[order], query.get("filter") in TRAFFIC_FILTERS
-            )
-            where_sql = f" WHERE {' AND '.join(where)}" if where else ""
+            filtered = self._known_count(query, conditions, summary)
+            source = client_queries.page_source(sort, order, query.get("filter") in TRAFFIC_FILTERS)
             offset = (page - 1) * size
-            if filtered is None or (where and (offset + size) * WALK_FACTOR > filtered):
-                filtered, page_ids = self._count_and_page(
-                    where_sql, params, source, order_sql, offset, size
-                )
-                self._counts[(where_sql, tuple(params))] = filtered
+            if filtered is None or (conditions.where and (offset + size) * WALK_FACTOR > filtered):
+                matches = client_queries.matching_ids(self.store, conditions, source)
+                filtered, page_ids = len(matches), matches[offset : offset + size]
+                self._counts[conditions.key] = filtered
             else:
-                page_ids = [
-                    row[0]
-                    for row in self.store.rows(
-                        f"SELECT c.id {source}{where_sql} {order_sql} LIMIT ? OFFSET ?",
-                        [*params, size, offset],
-                    )
-                ]
+                page_ids = client_queries.page_ids(self.store, conditions, source, size, offset)
             items = self._slim_rows(page_ids)
         result = {
             "items": items,
@@ -213,96 +163,47 @@ class ClientQuery:
         }
         return result, summary
 
-    def _known_count(self, query: dict, where: list, params: list, summary: Summary) -> int | None:
+    def _known_count(self, query: dict, conditions: Conditions, summary: Summary) -> int | None:
         """How many clients match, when that is known without a scan of the clients: no
         condition, one status bucket alone (the summary's lists), one protocol or one
         inbound alone (counted from its attachments), or conditions counted earlier
         since the summary last changed."""
-        if not where:
+        if not conditions.where:
             return summary.total
         bucket = query.get("filter") or ""
-        if len(where) == 1 and bucket:
+        if len(conditions.where) == 1 and bucket:
             return summary.active if bucket == "active" else summary.count(bucket)
-        key = (f" WHERE {' AND '.join(where)}", tuple(params))
-        if where == [ON_PROTOCOL] and key not in self._counts:
-            self._counts[key] = self.store.rows(
-                "SELECT COUNT(DISTINCT ci.client_id) FROM client_inbound ci "
-                "JOIN inbound i ON i.id = ci.inbound_id WHERE i.protocol = ?",
-                params,
-            )[0][0]
-        if where == [ON_INBOUND] and key not in self._counts:
-            self._counts[key] = self.store.rows(
-                "SELECT COUNT(*) FROM client_inbound WHERE inbound_id = ?", params
-            )[0][0]
+        key = conditions.key
+        if key not in self._counts:
+            counted = client_queries.attached_count(self.store, conditions)
+            if counted is not None:
+                self._counts[key] = counted
         return self._counts.get(key)
-
-    def _count_and_page(self, where_sql, params, source, order_sql, offset, size):
-        """The count of matches and the ids of one page of them, from one scan: the ids of
-        every match, sorted. Cheaper than a count and a walk when the conditions select
-        few rows, and its count is kept for the next pages."""
-        if self.store.dialect == "sqlite":
-            # The unary + keeps SQLite from walking the whole email or traffic index,
-            # fetching every row to test it (400 ms for a search sorted by traffic): one
-            # scan, then a sort of the matches, is far cheaper.
-            for key in ("c.email_order", "(t.up + t.down)"):
-                order_sql = order_sql.replace(f"ORDER BY {key}", f"ORDER BY +{key}", 1)
-        ids = [
-            row[0]
-            for row in self.store.rows(f"SELECT c.id {source}{where_sql} {order_sql}", params)
-        ]
-        return len(ids), ids[offset : offset + size]
 
     def _slim_rows(self, client_ids: list[int]) -> list[dict]:
         """The slim rows of a page, in the order of `client_ids`."""
         if not client_ids:
             return []
-        marks = ", ".join("?" * len(client_ids))
-        rows = self.store.rows(
-            "SELECT c.id, c.email, c.sub_id, c.enable, c.total_bytes, c.expiry_time, "
-            "c.limit_ip, c.reset_days, c.group_name, c.created_at, c.updated_at, t.up, t.down, "
-            f"t.enable {FROM} WHERE c.id IN ({marks})",
-            client_ids,
-        )
-        by_id = {row[0]: row for row in rows}
-        attachments = self.attachments(client_ids)
-        items = []
-        for client_id in filter(by_id.__contains__, client_ids):
-            (_, email, sub_id, enable, total, expiry, limit_ip, reset, group, created,
-             updated, up, down, t_enable) = by_id[client_id]  # fmt: skip
-            items.append(
-                {
-                    "email": email,
-                    "subId": sub_id,
-                    "enable": bool(enable),
-                    "totalGB": total,
-                    "expiryTime": expiry,
-                    "limitIp": limit_ip,
-                    "reset": reset,
-                    "group": group,
-                    "inboundIds": attachments.get(client_id, []),
-                    "traffic": {"up": up or 0, "down": down or 0, "enable": traffic_flag(t_enable)},
-                    "createdAt": created,
-                    "updatedAt": updated,
-                }
-            )
-        return items
+        by_id = {c.row_id: c for c in client_queries.clients_of_ids(self.store, client_ids)}
+        attachments = client_queries.attachments(self.store, client_ids)
+        return [
+            slim_view(by_id[client_id], attachments.get(client_id, []))
+            for client_id in client_ids
+            if client_id in by_id
+        ]
 
-    def _conditions(self, query: dict) -> tuple[list[str], list]:
-        where: list[str] = []
-        params: list = []
+    def _conditions(self, query: dict) -> Conditions:
+        conditions = Conditions()
         search = query.get("search") or ""
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
         if search.strip():
-            where.append(SEARCH)
-            params.append(_contains(email_key(" ".join(search.split()))))
+            conditions.search(email_key(" ".join(search.split())))
         name = query.get("filter") or ""
         if name:
             if name not in FILTERS:
                 raise ServiceError(f"filter must be one of {', '.join(FILTERS)} (got '{name}')")
-            sql, values = self.filter_sql(name)
-            where.append(sql)
-            params += values
+            self.add_filter(conditions, name)
         protocol = query.get("protocol") or ""
         if protocol:
             if protocol not in inbound_rules.CLIENT_PROTOCOLS:
@@ -310,65 +211,28 @@ class ClientQuery:
                     f"protocol must be one of {', '.join(sorted(inbound_rules.CLIENT_PROTOCOLS))}"
                     f" (got '{protocol}')"
                 )
-            where.append(ON_PROTOCOL)
-            params.append(protocol)
+            conditions.protocol(protocol)
         inbound = query.get("inboundId") or ""
         if inbound:
-            where.append(ON_INBOUND)
-            params.append(parse_id(inbound, "inboundId"))
+            conditions.inbound(parse_id(inbound, "inboundId"))
         group = query.get("group") or ""
         if group:
             if not isinstance(group, str) or len(group) > 255:
                 raise ServiceError("group must be a string of at most 255 characters")
-            labels = labels_of(self.store, group.strip()) or [group.strip()]
-            where.append(f"c.group_name IN ({', '.join('?' * len(labels))})")
-            params += labels
-        return where, params
+            conditions.groups(labels_of(self.store, group.strip()) or [group.strip()])
+        return conditions
 
     def summary(self) -> Summary:
         """Counts and the emails in each bucket, over every client, as of now."""
         return self.book.current()
 
-    def _near_limits(self, now: int) -> tuple[str, list]:
-        """Clients within trafficDiff GB of their quota (or past it) or with an expiry
-        within expireDiff days (or past): those whose bucket more traffic can change."""
-        horizon = now + self.settings.get("expireDiff") * 86_400_000
-        margin = self.settings.get("trafficDiff") * 1024**3
-        return (
-            f"((c.total_bytes > 0 AND c.total_bytes - {USED} <= ?) "
-            "OR (c.expiry_time > 0 AND c.expiry_time <= ?))",
-            [margin, horizon],
-        )
-
-    def _bucket_rows(self, where: str, params: list, now: int, members_only: bool) -> list:
-        """Clients matching `where` as (id, email key, email, enable, depleted, expiring),
-        the buckets judged at `now`; with `members_only`, only those in some bucket. The
-        caller holds the db_session."""
-        depleted, depleted_params = self.depleted_sql(now)
-        expiring, expiring_params = self.expiring_sql(now)
-        condition, condition_params = where, list(params)
-        if members_only:
-            condition = f"({where}) AND (c.enable = ? OR {depleted} OR {expiring})"
-            condition_params += [False, *depleted_params, *expiring_params]
-        return self.store.rows(
-            f"SELECT c.id, c.email_key, c.email, c.enable, "
-            f"CASE WHEN {depleted} THEN 1 ELSE 0 END, CASE WHEN {expiring} THEN 1 ELSE 0 END "
-            f"{FROM} WHERE {condition}",
-            [*depleted_params, *expiring_params, *condition_params],
-        )
-
     @db_session
     def nearing_limits(self) -> list[dict]:
         """The expiring clients (`expiring_sql`), each with what it nears: `quota`
         (trafficDiff GB or less left) and `expiry` (expireDiff days or less away)."""
-        expiring, params = self.expiring_sql()
-        horizon = int(self.clock() * 1000) + self.settings.get("expireDiff") * 86_400_000
-        margin = self.settings.get("trafficDiff") * 1024**3
-        rows = self.store.rows(
-            f"SELECT c.email, c.email_key, c.total_bytes, {USED}, c.expiry_time {FROM} "
-            f"WHERE {expiring}",
-            params,
-        )
+        now = self._moment(None)
+        horizon, margin = self._limits(now)
+        rows = client_queries.expiring_rows(self.store, now, horizon, margin)
         return [
             {
                 "email": email,
@@ -386,23 +250,7 @@ class ClientQuery:
 
     def attachments(self, client_ids: list[int] | None = None) -> dict[int, list[int]]:
         """client id -> sorted inbound ids, for the given clients or for all."""
-        if client_ids is None:
-            rows = self.store.rows(
-                "SELECT client_id, inbound_id FROM client_inbound ORDER BY client_id, inbound_id"
-            )
-        elif not client_ids:
-            return {}
-        else:
-            marks = ", ".join("?" * len(client_ids))
-            rows = self.store.rows(
-                "SELECT client_id, inbound_id FROM client_inbound "
-                f"WHERE client_id IN ({marks}) ORDER BY client_id, inbound_id",
-                client_ids,
-            )
-        result: dict[int, list[int]] = {}
-        for client_id, inbound_id in rows:
-            result.setdefault(client_id, []).append(inbound_id)
-        return result
+        return client_queries.attachments(self.store, client_ids)
 
     @db_session
     def list_all(self) -> list[dict]:
@@ -434,21 +282,12 @@ class ClientQuery:
                 # for every other request between batches, not one long wait for all.
                 breathe()
             with db_session:
-                rows = self.store.rows(
-                    f"SELECT c.id, {SELECT_COLUMNS}, t.up, t.down, t.enable {FROM} "
-                    "WHERE c.id > ? ORDER BY c.id LIMIT ?",
-                    [last, EXPORT_BATCH],
-                )
-                if not rows:
+                clients = client_queries.clients_after(self.store, last, EXPORT_BATCH)
+                if not clients:
                     return
-                attachments = self.attachments([row[0] for row in rows])
-            last = rows[-1][0]
-            yield [
-                client_view(
-                    row[1 : WIDTH + 1], attachments.get(row[0], []), traffic_of(row[WIDTH + 1 :])
-                )
-                for row in rows
-            ]
+                attachments = self.attachments([client.row_id for client in clients])
+            last = clients[-1].row_id
+            yield [api_view(client, attachments.get(client.row_id, [])) for client in clients]
 
     @db_session
     def online_emails(self) -> list[str]:
@@ -458,50 +297,24 @@ class ClientQuery:
     @db_session
     def emails_of(self, keys) -> list[str]:
         """The emails of the clients of `keys`, sorted; keys of no client are left out."""
-        keys = sorted(keys)
-        emails: list[str] = []
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            emails += [
-                row[0]
-                for row in self.store.rows(
-                    f"SELECT email FROM client WHERE email_key IN ({', '.join('?' * len(chunk))})",
-                    chunk,
-                )
-            ]
-        return sorted(emails)
+        return sorted(email for _, email in client_queries.emails_of(self.store, keys))
 
     @db_session
     def reverse_tags(self) -> list[str]:
         """Reverse tags clients carry, for routing rules in the core template."""
-        return [
-            row[0]
-            for row in self.store.rows(
-                "SELECT DISTINCT reverse_tag FROM client WHERE reverse_tag <> '' "
-                "ORDER BY reverse_tag"
-            )
-        ]
+        return client_queries.reverse_tags(self.store)
 
     @db_session
     def ips_by_email(self) -> dict[str, list[dict]]:
         result: dict[str, list[dict]] = {}
-        for email, ip, seen in self.store.rows(
-            "SELECT c.email, i.ip, i.seen_at FROM client_ip i "
-            "JOIN client c ON c.email_key = i.email_key ORDER BY c.email_key, i.seen_at DESC"
-        ):
+        for email, ip, seen in client_queries.ips_by_email(self.store):
             result.setdefault(email, []).append({"ip": ip, "timestamp": seen})
         return result
 
     @db_session
     def last_online(self) -> dict[str, int]:
         """email -> unix seconds of the last traffic seen."""
-        return {
-            email: last // 1000
-            for email, last in self.store.rows(
-                "SELECT c.email, t.last_online FROM client_traffic t "
-                "JOIN client c ON c.email_key = t.email_key WHERE t.last_online > 0"
-            )
-        }
+        return {email: last // 1000 for email, last in client_queries.last_online(self.store)}
 
     def core_clients(self, inbound_id: int) -> CoreClients:
         """The client views of one inbound as the config builder reads them, read anew
@@ -519,46 +332,25 @@ class ClientQuery:
         after = 0
         while True:
             with db_session:
-                rows = self.store.rows(
-                    f"SELECT c.id, {CORE_SELECT} FROM client_inbound ci "
-                    "JOIN client c ON c.id = ci.client_id "
-                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-                    "WHERE ci.inbound_id = ? AND ci.client_id > ? "
-                    "ORDER BY ci.client_id LIMIT ?",
-                    [inbound_id, after, CORE_BATCH],
+                clients = client_queries.inbound_clients_after(
+                    self.store, inbound_id, after, CORE_BATCH
                 )
-            for row in rows:
+            for client in clients:
                 pace()
-                yield core_view(row[1:])
-            if len(rows) < CORE_BATCH:
+                yield core_view(client)
+            if len(clients) < CORE_BATCH:
                 return
-            after = rows[-1][0]
+            after = clients[-1].row_id
             pace()
 
     def by_inbound(self, inbound_ids: list[int], slim: bool = False) -> dict[int, list[tuple]]:
-        """inbound id -> (client columns..., up, down, traffic enable, last_online) tuples,
-        or with `slim` just (email, enable, comment): a tenth of the work at 100k."""
+        """inbound id -> (client record, last online) pairs of its clients, or with `slim`
+        just (email, enable, comment): a tenth of the work at 100k."""
         if not inbound_ids:
             return {}
-        marks = ", ".join("?" * len(inbound_ids))
         if slim:
-            columns, joins = "c.email, c.enable, c.comment", ""
-        else:
-            columns = f"{SELECT_COLUMNS}, t.up, t.down, t.enable, t.last_online"
-            joins = "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-        rows = self.store.rows(
-            f"SELECT ci.inbound_id, {columns} "
-            f"FROM client_inbound ci JOIN client c ON c.id = ci.client_id {joins}"
-            f"WHERE ci.inbound_id IN ({marks}) ORDER BY ci.inbound_id, c.id",
-            inbound_ids,
-        )
-        result: dict[int, list[tuple]] = {}
-        for row in rows:
-            result.setdefault(row[0], []).append(row[1:])
-        return result
-
-
-WIDTH = len(CLIENT_COLUMNS)
+            return client_queries.slim_by_inbound(self.store, inbound_ids)
+        return client_queries.by_inbound(self.store, inbound_ids)
 
 
 @dataclass(frozen=True)
@@ -575,15 +367,23 @@ class CoreClients:
         return self.query.core_batches(self.inbound_id)
 
 
-def _source_and_order(sort: str, direction: str, filter_reads_traffic: bool) -> tuple[str, str]:
-    """The FROM clause and the ORDER BY of a page: ties broken by id, so pages never
-    overlap; the traffic join only when a condition or the order reads the counters."""
-    if sort == "traffic":
-        return BY_TRAFFIC, f"ORDER BY (t.up + t.down) {direction}, t.id {direction}"
-    source = FROM if filter_reads_traffic or sort == "remaining" else "FROM client c"
-    return source, f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
-
-
-def _contains(text: str) -> str:
-    """A LIKE pattern (with ESCAPE '!') matching `text` literally anywhere."""
-    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+def slim_view(client: ClientRecord, inbound_ids: list[int]) -> dict:
+    """What a row of the paged list shows of a client."""
+    return {
+        "email": client.email,
+        "subId": client.sub_id,
+        "enable": bool(client.enable),
+        "totalGB": client.total_bytes,
+        "expiryTime": client.expiry_time,
+        "limitIp": client.limit_ip,
+        "reset": client.reset_days,
+        "group": client.group_name,
+        "inboundIds": inbound_ids,
+        "traffic": {
+            "up": client.up,
+            "down": client.down,
+            "enable": bool(client.traffic_enable),
+        },
+        "createdAt": client.created_at,
+        "updatedAt": client.updated_at,
+    }

@@ -27,13 +27,15 @@ from pony.orm import TransactionIntegrityError, db_session, select
 from appliance.core.capabilities import VISION
 from appliance.domain import client_rules, inbound_rules
 from appliance.domain.client_rules import email_key
-from appliance.domain.client_views import CLIENT_COLUMNS, client_view
+from appliance.domain.clients import api_view, core_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.views import record_of
+from appliance.store import client_queries
 from appliance.store.batches import chunks
+from appliance.store.client_rows import entity_record
 from appliance.store.natural_order import natural_order
 
 LINK_KINDS = ("link", "subscription")
@@ -114,7 +116,9 @@ class Clients:
         with db_session:
             row = self.row(email)
             entries = select(
-                (i.ip, i.seen_at) for i in self.store.ClientIp if i.email_key == row.email_key
+                (i.ip, i.seen_at)
+                for i in self.store.entities.ClientIp
+                if i.email_key == row.email_key
             ).order_by(lambda ip, seen: -seen)[:]
         return [f"{ip} ({seen})" for ip, seen in entries]
 
@@ -125,24 +129,11 @@ class Clients:
         found: dict[str, tuple[dict, set[int]]] = {}
         with db_session:
             for part in chunks(keys):
-                marks = ", ".join("?" * len(part))
-                rows = self.store.rows(
-                    f"SELECT c.id, {CORE_SELECT} FROM client c "
-                    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-                    f"WHERE c.email_key IN ({marks})",
-                    list(part),
-                )
-                by_id = {row[0]: core_view(row[1:]) for row in rows}
-                inbound_ids: dict[int, set[int]] = {client_id: set() for client_id in by_id}
-                if by_id:
-                    for client_id, inbound_id in self.store.rows(
-                        "SELECT client_id, inbound_id FROM client_inbound "
-                        f"WHERE client_id IN ({', '.join('?' * len(by_id))})",
-                        list(by_id),
-                    ):
-                        inbound_ids[client_id].add(inbound_id)
-                for client_id, view in by_id.items():
-                    found[view["email"]] = (view, inbound_ids[client_id])
+                clients = client_queries.clients_of_keys(self.store, list(part))
+                attached = client_queries.attachments(self.store, [c.row_id for c in clients])
+                for client in clients:
+                    view = core_view(client)
+                    found[view["email"]] = (view, set(attached.get(client.row_id, ())))
         return found
 
     # ---- single-client writes ------------------------------------------------------------
@@ -163,19 +154,21 @@ class Clients:
     def create(self, record: dict, inbounds: list) -> Any:
         """Insert a normalised record and attach it; the caller holds the db_session."""
         key = email_key(record["email"])
-        if self.store.Client.get(email_key=key) is not None:
+        if self.store.entities.Client.get(email_key=key) is not None:
             raise ServiceError(f"email '{record['email']}' is already in use")
         self._check_secret_free(record["secret"], None)
         now = self.now_ms()
-        row = self.store.Client(email_key=key, created_at=now, updated_at=now, **columns_of(record))
+        row = self.store.entities.Client(
+            email_key=key, created_at=now, updated_at=now, **columns_of(record)
+        )
         # Before any other query: Pony flushes the new row ahead of the next SELECT, and
         # a concurrent insert of the same email or secret must fail here, as a sentence.
         self._flush_unique(record)
         for inbound in inbounds:
-            self.store.ClientInbound(client=row, inbound=inbound)
-        traffic = self.store.ClientTraffic.get(email_key=key)
+            self.store.entities.ClientInbound(client=row, inbound=inbound)
+        traffic = self.store.entities.ClientTraffic.get(email_key=key)
         if traffic is None:
-            self.store.ClientTraffic(email_key=key, email=record["email"])
+            self.store.entities.ClientTraffic(email_key=key, email=record["email"])
         else:
             traffic.email = record["email"]
         return row
@@ -194,7 +187,7 @@ class Clients:
     def _check_secret_free(self, secret: str, own_id: int | None) -> None:
         """No other client holds `secret`: an MTProto proxy tells its users apart by their
         keys alone, so a shared key would be one user counted as another."""
-        holder = select(c for c in self.store.Client if c.mt_secret == secret).first()
+        holder = select(c for c in self.store.entities.Client if c.mt_secret == secret).first()
         if holder is not None and holder.id != own_id:
             raise ServiceError(secret_taken(secret, holder.email))
 
@@ -214,7 +207,7 @@ class Clients:
             if new_key != row.email_key:
                 self._rename(row, record["email"], new_key)
             row.set(updated_at=self.now_ms(), **columns_of(record))
-            traffic = self.store.ClientTraffic.get(email_key=new_key)
+            traffic = self.store.entities.ClientTraffic.get(email_key=new_key)
             if traffic is not None:
                 traffic.email = record["email"]
             self._flush_unique(record)
@@ -238,8 +231,8 @@ class Clients:
     def forget(self, key: str) -> None:
         """Drop what is kept per email besides the client row: traffic and IP log."""
         self.store.client_writes.note(keys=(key,))
-        select(t for t in self.store.ClientTraffic if t.email_key == key).delete(bulk=True)
-        select(i for i in self.store.ClientIp if i.email_key == key).delete(bulk=True)
+        select(t for t in self.store.entities.ClientTraffic if t.email_key == key).delete(bulk=True)
+        select(i for i in self.store.entities.ClientIp if i.email_key == key).delete(bulk=True)
 
     def attach(self, email, body: Any) -> list[int]:
         inbound_ids = inbound_ids_of(body)
@@ -250,7 +243,7 @@ class Clients:
             new = [i for i in inbounds if i.id not in attached]
             self.refit(row, [a.inbound for a in row.attachments] + new)
             for inbound in new:
-                self.store.ClientInbound(client=row, inbound=inbound)
+                self.store.entities.ClientInbound(client=row, inbound=inbound)
             row.updated_at = self.now_ms()
             changed = row.email
         self.announce([changed])
@@ -278,7 +271,7 @@ class Clients:
             row = self.row(email)
             row.links.clear()
             for n, link in enumerate(links):
-                self.store.ClientLink(client=row, sort_order=n, **link)
+                self.store.entities.ClientLink(client=row, sort_order=n, **link)
         self.announce([])
 
     def reset_traffic(self, email) -> None:
@@ -312,7 +305,7 @@ class Clients:
     def clear_ips(self, email) -> None:
         with db_session:
             key = self.row(email).email_key
-            select(i for i in self.store.ClientIp if i.email_key == key).delete(bulk=True)
+            select(i for i in self.store.entities.ClientIp if i.email_key == key).delete(bulk=True)
         self.announce([])
 
     # ---- shared helpers --------------------------------------------------------------------
@@ -325,21 +318,25 @@ class Clients:
             raise ServiceError("email is required")
         key = email_key(email)
         # A key longer than any stored one names no client; the column would refuse it.
-        row = None if len(key) > client_rules.EMAIL_MAX else self.store.Client.get(email_key=key)
+        row = (
+            None
+            if len(key) > client_rules.EMAIL_MAX
+            else self.store.entities.Client.get(email_key=key)
+        )
         if row is None:
             raise ServiceError(f"no client with email '{email}'")
         return row
 
     def traffic_row(self, row):
-        traffic = self.store.ClientTraffic.get(email_key=row.email_key)
+        traffic = self.store.entities.ClientTraffic.get(email_key=row.email_key)
         if traffic is None:
-            traffic = self.store.ClientTraffic(email_key=row.email_key, email=row.email)
+            traffic = self.store.entities.ClientTraffic(email_key=row.email_key, email=row.email)
         return traffic
 
     def inbound_rows(self, inbound_ids: list[int]) -> list:
         rows = []
         for inbound_id in inbound_ids:
-            inbound = self.store.Inbound.get(id=inbound_id)
+            inbound = self.store.entities.Inbound.get(id=inbound_id)
             if inbound is None:
                 raise ServiceError(f"no inbound with id {inbound_id}")
             if inbound.protocol not in inbound_rules.CLIENT_PROTOCOLS:
@@ -355,19 +352,21 @@ class Clients:
         refit(row, inbounds)
 
     def _rename(self, row, email: str, new_key: str) -> None:
-        if self.store.Client.get(email_key=new_key) is not None:
+        if self.store.entities.Client.get(email_key=new_key) is not None:
             raise ServiceError(f"email '{email}' is already in use")
-        old = self.store.ClientTraffic.get(email_key=row.email_key)
-        kept = self.store.ClientTraffic.get(email_key=new_key)
+        old = self.store.entities.ClientTraffic.get(email_key=row.email_key)
+        kept = self.store.entities.ClientTraffic.get(email_key=new_key)
         if old is not None and kept is not None:
             kept.up, kept.down = kept.up + old.up, kept.down + old.down
             old.delete()
         elif old is not None:
             old.email_key = new_key
-        for entry in select(i for i in self.store.ClientIp if i.email_key == row.email_key)[:]:
+        for entry in select(
+            i for i in self.store.entities.ClientIp if i.email_key == row.email_key
+        )[:]:
             # The new email may still have an IP log (kept by `del ?keepTraffic=1`): one
             # row per address, with the later sighting.
-            other = self.store.ClientIp.get(email_key=new_key, ip=entry.ip)
+            other = self.store.entities.ClientIp.get(email_key=new_key, ip=entry.ip)
             if other is None:
                 entry.email_key = new_key
             else:
@@ -376,12 +375,8 @@ class Clients:
         row.email_key = new_key
 
     def view(self, row) -> dict:
-        traffic = self.store.ClientTraffic.get(email_key=row.email_key)
-        return client_view(
-            _row_tuple(row),
-            sorted(a.inbound.id for a in row.attachments),
-            (traffic.up, traffic.down, traffic.enable) if traffic else (0, 0, True),
-        )
+        traffic = self.store.entities.ClientTraffic.get(email_key=row.email_key)
+        return api_view(entity_record(row, traffic), sorted(a.inbound.id for a in row.attachments))
 
 
 def secret_taken(secret: str, holder: str) -> str:
@@ -391,38 +386,6 @@ def secret_taken(secret: str, holder: str) -> str:
         f"secret {secret} is already the MTProto key of {whose}; every client needs a key "
         "of its own, or a proxy cannot tell them apart: omit secret to have one generated"
     )
-
-
-# What the config builder reads of a client, in `core_view` order (c: client, t: traffic).
-CORE_SELECT = (
-    "c.uuid, c.email, c.flow, c.security, c.password, c.auth, c.method, c.reverse_tag, "
-    "c.enable, c.total_bytes, c.expiry_time, t.up, t.down, t.enable"
-)
-
-
-def core_view(row: tuple) -> dict:
-    """A client as the config builder reads it, from a tuple in `CORE_SELECT` order."""
-    (uuid, email, flow, security, password, auth, method, reverse, enable,
-     total, expiry, up, down, t_enable) = row  # fmt: skip
-    return {
-        "id": uuid,
-        "email": email,
-        "flow": flow,
-        "security": security,
-        "password": password,
-        "auth": auth,
-        "method": method,
-        "reverse": {"tag": reverse} if reverse else None,
-        "enable": bool(enable),
-        "totalGB": total,
-        "expiryTime": expiry,
-        # A client without a traffic row counts as enabled.
-        "traffic": {"up": up or 0, "down": down or 0, "enable": t_enable is None or bool(t_enable)},
-    }
-
-
-def _row_tuple(row) -> tuple:
-    return tuple(getattr(row, column) for column in CLIENT_COLUMNS)
 
 
 def columns_of(record: dict) -> dict:

@@ -28,10 +28,11 @@ is not stored, since it may hold the data from before it.
 Rendering state lives in the `Subscriptions` object, never in module globals, so any
 process that serves subscriptions keeps its own and follows the same invalidation.
 
-The reads run on plain DB-API connections kept for them (`ReadConnections`) rather than
-in a Pony `db_session`: on SQLite the session's bookkeeping costs more than the indexed
-query itself, and these reads need nothing of Pony. The panel API's link lists (by email,
-by inbound) read through Pony as usual.
+The reads run on plain DB-API connections kept for them (`ReadConnections`, in
+store/subscription_reads.py with the statements) rather than in a Pony `db_session`: on
+SQLite the session's bookkeeping costs more than the indexed query itself, and these
+reads need nothing of Pony. The panel API's link lists (by email, by inbound) read
+through Pony as usual.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +48,7 @@ from pony.orm import db_session
 
 from appliance.core.config import client_in_core
 from appliance.domain.client_rules import email_key
-from appliance.domain.client_views import CLIENT_COLUMNS, client_view
+from appliance.domain.clients import ClientRecord, api_view, served
 from appliance.domain.parse import parse_id, parse_int
 from appliance.errors import ServiceError
 from appliance.links import (
@@ -64,8 +64,9 @@ from appliance.links import (
     singbox_profile,
 )
 from appliance.services.clients.usage import month_usage
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, with_node_addresses
-from appliance.store import DatabaseUnavailable
+from appliance.services.inbounds.views import inbound_record, with_node_addresses
+from appliance.store import DatabaseUnavailable, client_queries, subscription_reads
+from appliance.store.subscription_reads import ReadConnections
 
 log = logging.getLogger(__name__)
 
@@ -75,30 +76,6 @@ MAX_SUB_ID = 64
 # An inbound's links are exported a page at a time: an inbound may carry 100,000 clients.
 EXPORT_PAGE_DEFAULT = 500
 EXPORT_PAGE_MAX = 1000
-CLIENT_SELECT = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
-WIDTH = len(CLIENT_COLUMNS)
-# Enough for the subscription server's reads to overlap; on a networked database each is a
-# server connection, so they stay few.
-READ_CONNECTIONS = 8
-# Everything a subscription needs of its clients, one row per attachment (one row with a
-# NULL inbound id for a client on none).
-LOOKUP_SQL = (
-    f"SELECT c.id, {CLIENT_SELECT}, t.up, t.down, t.enable, ci.inbound_id FROM client c "
-    "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-    "LEFT JOIN client_inbound ci ON ci.client_id = c.id "
-    "WHERE c.sub_id = ? ORDER BY c.id, ci.inbound_id"
-)
-# Positions in a LOOKUP_SQL row.
-EMAIL = 1 + CLIENT_COLUMNS.index("email")
-ENABLE = 1 + CLIENT_COLUMNS.index("enable")
-TOTAL = 1 + CLIENT_COLUMNS.index("total_bytes")
-EXPIRY = 1 + CLIENT_COLUMNS.index("expiry_time")
-UP, DOWN, TRAFFIC_ENABLE, INBOUND_ID = range(WIDTH + 1, WIDTH + 5)
-CLIENTS_SQL = (
-    f"SELECT c.id, {CLIENT_SELECT}, t.up, t.down, t.enable FROM client c "
-    "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE "
-)
-HOST_SELECT = "id, inbound_id, remark, address, port, security, sni, tags, enable, sort_order"
 
 
 @dataclass(frozen=True)
@@ -113,16 +90,16 @@ class Usage:
 
 @dataclass(frozen=True)
 class Lookup:
-    """The active clients of a subscription id, as of this request, with the rows they
-    were read from (a tuple of LOOKUP_SQL rows per client, in client id order), from
-    which a body is rendered when none is cached."""
+    """The active clients of a subscription id, as of this request, each with the ids of
+    the inbounds it is on (in client id order), from which a body is rendered when none
+    is cached."""
 
     sub_id: str
     client_ids: tuple[int, ...]
     title: str  # a display name when no subTitle is set: a lone client's email, or the subId
     usage: Usage
-    rows: tuple[tuple[tuple, ...], ...]
-    generation: int  # of the caches when the rows were read
+    clients: tuple[tuple[ClientRecord, tuple[int, ...]], ...]
+    generation: int  # of the caches when the clients were read
 
 
 @dataclass(frozen=True)
@@ -183,19 +160,22 @@ class Subscriptions:
             return None
         generation = self._generation
         now_ms = int(self.clock() * 1000)
-        by_client: dict[int, list[tuple]] = {}
-        for row in self.reads.rows(LOOKUP_SQL, [sub_id]):
-            by_client.setdefault(row[0], []).append(row)
-        active = [rows for rows in by_client.values() if _active(rows[0], now_ms)]
+        active = [
+            (client, inbound_ids)
+            for client, inbound_ids in subscription_reads.subscription_clients(
+                self.reads.rows, sub_id
+            )
+            if served(client, now_ms)
+        ]
         if not active:
             return None
-        firsts = [rows[0] for rows in active]
+        clients = [client for client, _ in active]
         return Lookup(
             sub_id,
-            tuple(row[0] for row in firsts),
-            firsts[0][EMAIL] if len(firsts) == 1 else sub_id,
-            _usage(firsts),
-            tuple(tuple(rows) for rows in active),
+            tuple(client.row_id for client in clients),
+            clients[0].email if len(clients) == 1 else sub_id,
+            _usage(clients),
+            tuple(active),
             generation,
         )
 
@@ -210,7 +190,7 @@ class Subscriptions:
     def month(self, lookup: Lookup) -> dict:
         """This month's usage, day by day, of the subscription's own clients (its page and
         `?format=info`)."""
-        keys = sorted({email_key(rows[0][EMAIL]) for rows in lookup.rows})
+        keys = sorted({email_key(client.email) for client, _ in lookup.clients})
         return month_usage(self.reads.rows, keys, int(self.clock()))
 
     def render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
@@ -253,7 +233,7 @@ class Subscriptions:
         if not isinstance(email, str) or not email:
             return []
         with db_session:
-            clients = self._clients("c.email_key = ?", [email_key(email)])
+            clients = _views(subscription_reads.clients_of_key(self.store, email_key(email)))
             pairs = self._pairs(clients) if clients else []
         ctx = self._context(address)
         return [
@@ -270,25 +250,17 @@ class Subscriptions:
         page = parse_int(query.get("page"), "page", 1, 10**9, 1)
         size = parse_int(query.get("pageSize"), "pageSize", 1, EXPORT_PAGE_MAX, EXPORT_PAGE_DEFAULT)
         with db_session:
-            found = self.store.rows(
-                f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id]
-            )
-            if not found:
+            found = subscription_reads.inbound_row(self.store, inbound_id)
+            if found is None:
                 raise ServiceError(f"no inbound with id {inbound_id}")
-            inbound = with_node_addresses([inbound_record(found[0])], self.store.rows)[0]
-            (total,) = self.store.rows(
-                "SELECT COUNT(*) FROM client_inbound WHERE inbound_id = ?", [inbound_id]
-            )[0]
-            page_ids = [
-                row[0]
-                for row in self.store.rows(
-                    "SELECT client_id FROM client_inbound WHERE inbound_id = ? "
-                    "ORDER BY client_id LIMIT ? OFFSET ?",
-                    [inbound_id, size, (page - 1) * size],
-                )
-            ]
-            marks = ", ".join("?" * len(page_ids))
-            clients = self._clients(f"c.id IN ({marks})", page_ids) if page_ids else {}
+            inbound = with_node_addresses([inbound_record(found)], self.store.rows)[0]
+            total = subscription_reads.attached_count(self.store, inbound_id)
+            page_ids = subscription_reads.attached_page(
+                self.store, inbound_id, size, (page - 1) * size
+            )
+            clients = (
+                _views(client_queries.clients_of_ids(self.store, page_ids)) if page_ids else {}
+            )
             hosts = self._hosts([inbound_id]).get(inbound_id, [])
         ctx = self._context(address)
         return {
@@ -310,7 +282,7 @@ class Subscriptions:
     def _render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
         """The body of `kind` from the clients of `lookup` and the prepared inbounds they
         are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound."""
-        clients = [(_view(rows[0]), _inbound_ids(rows)) for rows in lookup.rows]
+        clients = [(api_view(client, []), inbound_ids) for client, inbound_ids in lookup.clients]
         wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids} - self._unfit())
         prepared = self.inbounds.enabled(wanted)
         pairs = [
@@ -393,24 +365,10 @@ class Subscriptions:
     def _context(self, address: str) -> LinkContext:
         return LinkContext(address=address, remark_model=self.settings.get("remarkModel"))
 
-    def _clients(self, condition: str, params: list) -> dict[int, dict]:
-        """client row id -> API view, for the clients matching `condition`. Runs in the
-        caller's db_session."""
-        return {
-            row[0]: _view(row)
-            for row in self.store.rows(CLIENTS_SQL + condition + " ORDER BY c.id", params)
-        }
-
     def _pairs(self, by_row: dict[int, dict]) -> list[tuple[dict, dict, list]]:
         """(inbound, client, enabled hosts) for every attachment of the clients in
         `by_row`, by inbound, then client. Runs in the caller's db_session."""
-        marks = ", ".join("?" * len(by_row))
-        rows = self.store.rows(
-            f"SELECT ci.client_id, {_prefixed(INBOUND_SELECT, 'i')} FROM client_inbound ci "
-            "JOIN inbound i ON i.id = ci.inbound_id "
-            f"WHERE ci.client_id IN ({marks}) ORDER BY i.id, ci.client_id",
-            list(by_row),
-        )
+        rows = subscription_reads.attached_inbound_rows(self.store, list(by_row))
         if not rows:
             return []
         inbounds: dict[int, dict] = {}
@@ -423,8 +381,7 @@ class Subscriptions:
 
     def _hosts(self, inbound_ids: list[int]) -> dict[int, list[dict]]:
         """Enabled hosts by inbound; runs in the caller's db_session."""
-        statement, params = hosts_query(inbound_ids)
-        return hosts_by_inbound(self.store.rows(statement, params))
+        return hosts_by_inbound(subscription_reads.enabled_host_rows(self.store.rows, inbound_ids))
 
 
 class InboundCatalog:
@@ -461,14 +418,12 @@ class InboundCatalog:
         return {i: prepared[i] for i in inbound_ids if i in prepared}
 
     def _load(self, inbound_ids: list[int]) -> dict[int, PreparedInbound | None]:
-        marks = ", ".join("?" * len(inbound_ids))
-        rows = self.reads.rows(
-            f"SELECT {INBOUND_SELECT} FROM inbound WHERE enable = ? AND id IN ({marks})",
-            [True, *inbound_ids],
-        )
+        rows = subscription_reads.enabled_inbound_rows(self.reads.rows, inbound_ids)
         if not rows:
             return {}
-        hosts = hosts_by_inbound(self.reads.rows(*hosts_query([row[0] for row in rows])))
+        hosts = hosts_by_inbound(
+            subscription_reads.enabled_host_rows(self.reads.rows, [row[0] for row in rows])
+        )
         records = with_node_addresses([inbound_record(row) for row in rows], self.reads.rows)
         return {r["id"]: _prepared(r, hosts.get(r["id"], [])) for r in records}
 
@@ -497,16 +452,6 @@ def _rendered(renderer, inbound_id: int, prepared, client: dict, ctx: LinkContex
         return []
 
 
-def hosts_query(inbound_ids: list[int]) -> tuple[str, list]:
-    """The statement and parameters reading the enabled hosts of some inbounds."""
-    marks = ", ".join("?" * len(inbound_ids))
-    return (
-        f"SELECT {HOST_SELECT} FROM host WHERE enable = ? AND inbound_id IN ({marks}) "
-        "ORDER BY inbound_id, sort_order, id",
-        [True, *inbound_ids],
-    )
-
-
 def hosts_by_inbound(rows: list[tuple]) -> dict[int, list[dict]]:
     """Host records by inbound id, in order, from rows of `hosts_query`."""
     hosts: dict[int, list[dict]] = {}
@@ -528,100 +473,23 @@ def hosts_by_inbound(rows: list[tuple]) -> dict[int, list[dict]]:
     return hosts
 
 
-class ReadConnections:
-    """A few plain DB-API connections (`Store.raw_connect`) for single reads outside
-    Pony, each in autocommit mode so a read never holds a transaction open. At most
-    READ_CONNECTIONS are in use at once; a caller beyond that waits for one.
-
-    A networked server that restarted leaves every idle connection broken: a read that
-    fails drops them all and is tried once more on a new connection, so the first
-    request after the restart is served rather than failed."""
-
-    def __init__(self, store, size: int = READ_CONNECTIONS):
-        self.store = store
-        self._idle: list = []
-        self._slots = threading.BoundedSemaphore(size)  # cooperative once gevent patched it
-
-    def rows(self, statement: str, params: list) -> list[tuple]:
-        if self.store.dialect != "sqlite":
-            statement = statement.replace("?", "%s")
-        with self._slots:
-            try:
-                return self._read(statement, params)
-            except Exception:
-                log.warning("a subscription read failed; reconnecting", exc_info=True)
-                self.close()
-                return self._read(statement, params)
-
-    def _read(self, statement: str, params: list) -> list[tuple]:
-        connection = self._idle.pop() if self._idle else self._connect()
-        try:
-            cursor = connection.cursor()
-            cursor.execute(statement, params)
-            rows = list(cursor.fetchall())
-            cursor.close()
-        except Exception:
-            connection.close()
-            raise
-        self._idle.append(connection)
-        return rows
-
-    def _connect(self):
-        connection = self.store.raw_connect()
-        if self.store.dialect == "postgres":
-            connection.autocommit = True
-        elif self.store.dialect == "mysql":
-            connection.autocommit(True)
-        return connection
-
-    def close(self) -> None:
-        while self._idle:
-            self._idle.pop().close()
+def _views(clients: list[ClientRecord]) -> dict[int, dict]:
+    """client row id -> API view (without inboundIds)."""
+    return {client.row_id: api_view(client, []) for client in clients}
 
 
-def _view(row: tuple) -> dict:
-    """A client's API view from a row of CLIENTS_SQL or LOOKUP_SQL."""
-    up, down, traffic_enable = row[UP : TRAFFIC_ENABLE + 1]
-    return client_view(
-        row[1 : WIDTH + 1],
-        [],
-        (up or 0, down or 0, True if traffic_enable is None else traffic_enable),
-    )
-
-
-def _inbound_ids(rows: list[tuple]) -> tuple[int, ...]:
-    """The inbounds of one client from its LOOKUP_SQL rows (NULL: attached to none)."""
-    return tuple(row[INBOUND_ID] for row in rows if row[INBOUND_ID] is not None)
-
-
-def _active(row: tuple, now_ms: int) -> bool:
-    """Whether a client of a LOOKUP_SQL row is served: enabled, not cut off by the sweep,
-    quota left, not expired. An expiry that starts on first use (negative) has not passed."""
-    enable, total, expiry = row[ENABLE], row[TOTAL], row[EXPIRY]
-    up, down, traffic_enable = row[UP], row[DOWN], row[TRAFFIC_ENABLE]
-    if not enable or traffic_enable == 0:  # no traffic row (None) counts as enabled
-        return False
-    if total > 0 and (up or 0) + (down or 0) >= total:
-        return False
-    return not 0 < expiry <= now_ms
-
-
-def _usage(rows: list[tuple]) -> Usage:
+def _usage(clients: list[ClientRecord]) -> Usage:
     """Counters are summed; a limit is unlimited (0) as soon as one client's is. The
     expiry is the latest date, since the subscription serves something until then; an
     expiry that starts on first use has no date yet and counts as none."""
-    totals = [row[TOTAL] for row in rows]
-    expiries = [row[EXPIRY] for row in rows]
+    totals = [client.total_bytes for client in clients]
+    expiries = [client.expiry_time for client in clients]
     return Usage(
-        upload=sum(row[UP] or 0 for row in rows),
-        download=sum(row[DOWN] or 0 for row in rows),
+        upload=sum(client.up for client in clients),
+        download=sum(client.down for client in clients),
         total=0 if 0 in totals else sum(totals),
         expire=0 if any(e <= 0 for e in expiries) else max(expiries) // 1000,
     )
-
-
-def _prefixed(columns: str, alias: str) -> str:
-    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
 
 
 def _base64(text: str) -> bytes:

@@ -35,7 +35,9 @@ from gevent.lock import Semaphore
 from pony.orm import db_session
 
 from appliance.runtime.jobs import breathe
+from appliance.store import client_queries
 from appliance.store.batches import chunks
+from appliance.store.client_queries import expiry_between, id_range, ids_in, keys_in, near_limits
 from appliance.store.client_writes import ClientNotes
 
 log = logging.getLogger(__name__)
@@ -50,13 +52,11 @@ LOAD_SLICE = 2_000
 # scanned instead (2,000 lookups cost about what a scan of 100,000 does).
 MOVED_LOOKUPS = 20_000
 
-# A row of `ReadRows`: (id, email key, email, enable, depleted 0/1, expiring 0/1).
+GIB = 1024**3
+
+# A row of `client_queries.bucket_rows`: (id, email key, email, enable, depleted 0/1,
+# expiring 0/1).
 Row = tuple
-# (where, params, now in ms, members_only) -> rows: the clients matching `where`, their
-# buckets judged at `now`; with `members_only`, only those in some bucket.
-ReadRows = Callable[[str, list, int, bool], list[Row]]
-# now in ms -> (where, params): clients whose bucket more traffic could change.
-NearLimits = Callable[[int], tuple[str, list]]
 
 
 class EmailList:
@@ -214,12 +214,10 @@ class Book:
 
 
 class ClientSummary:
-    def __init__(self, store, settings, presence, read: ReadRows, near: NearLimits, clock):
+    def __init__(self, store, settings, presence, clock: Callable[[], float]):
         self.store = store
         self.settings = settings
         self.presence = presence
-        self.read = read
-        self.near = near
         self.clock = clock
         self.writes = store.client_writes
         self._lock = Semaphore()
@@ -299,14 +297,14 @@ class ClientSummary:
         """Read every client again: the notes taken so far are in what it reads, and
         those that arrive meanwhile are followed afterwards."""
         with db_session:
-            top = self.store.rows("SELECT MAX(id) FROM client")[0][0] or 0
-            total = self.store.rows("SELECT COUNT(*) FROM client")[0][0]
+            top = client_queries.top_client_id(self.store)
+            total = client_queries.client_count(self.store)
         book = Book(total)
         for low in range(0, top, LOAD_SLICE):
             if low:
                 breathe()
             with db_session:
-                book.gather(self.read("c.id > ? AND c.id <= ?", [low, low + LOAD_SLICE], now, True))
+                book.gather(self._read(id_range(low, low + LOAD_SLICE), now, True))
         book.settle()
         if self._book is not None:
             book.changes = self._book.changes + 1
@@ -315,19 +313,18 @@ class ClientSummary:
     def _follow(self, notes: ClientNotes, now: int) -> None:
         book = self._book
         first = True
-        # (column, the values noted, where a row carries it, what a value not found means)
-        for column, values, at, drop in (
-            ("c.id", sorted(notes.ids), 0, book.drop_id),
-            ("c.email_key", sorted(notes.keys), 1, book.drop_key),
+        # (the condition, the values noted, where a row carries it, what a value not
+        # found means)
+        for condition, values, at, drop in (
+            (ids_in, sorted(notes.ids), 0, book.drop_id),
+            (keys_in, sorted(notes.keys), 1, book.drop_key),
         ):
             for chunk in chunks(values):
                 if not first:
                     breathe()
                 first = False
                 with db_session:
-                    rows = self.read(
-                        f"{column} IN ({', '.join('?' * len(chunk))})", list(chunk), now, False
-                    )
+                    rows = self._read(condition(list(chunk)), now, False)
                 found = {row[at] for row in rows}
                 for row in rows:
                     book.put(row)
@@ -341,30 +338,24 @@ class ClientSummary:
             self._follow_traffic(moved, now)
         if notes.recount:
             with db_session:
-                book.set_total(self.store.rows("SELECT COUNT(*) FROM client")[0][0])
+                book.set_total(client_queries.client_count(self.store))
 
     def _follow_traffic(self, moved: set[str], now: int) -> None:
         """Counters that only grew: a client not near a limit now was in no bucket that
         traffic takes it out of, nor within reach of one. Looking up thousands of keys
         costs more than a scan of the clients near a limit, a slice of ids at a time."""
-        near, near_params = self.near(now)
+        horizon, margin = self._limits_at(now)
         if len(moved) > MOVED_LOOKUPS:
             with db_session:
-                top = self.store.rows("SELECT MAX(id) FROM client")[0][0] or 0
-            slices = [
-                ("c.id > ? AND c.id <= ?", [low, low + LOAD_SLICE])
-                for low in range(0, top, LOAD_SLICE)
-            ]
+                top = client_queries.top_client_id(self.store)
+            slices = [id_range(low, low + LOAD_SLICE) for low in range(0, top, LOAD_SLICE)]
         else:
-            slices = [
-                (f"c.email_key IN ({', '.join('?' * len(chunk))})", list(chunk))
-                for chunk in chunks(sorted(moved))
-            ]
-        for n, (where, params) in enumerate(slices):
+            slices = [keys_in(list(chunk)) for chunk in chunks(sorted(moved))]
+        for n, condition in enumerate(slices):
             if n:
                 breathe()
             with db_session:
-                rows = self.read(f"{where} AND {near}", [*params, *near_params], now, False)
+                rows = self._read(near_limits(condition, horizon, margin), now, False)
             for row in rows:
                 self._book.put(row)
 
@@ -377,9 +368,7 @@ class ClientSummary:
         horizon = self._limits[0] * DAY_MS
         with db_session:
             for start, end in ((low, high), (low + horizon, high + horizon)):
-                for row in self.read(
-                    "c.expiry_time > ? AND c.expiry_time <= ?", [start, end], now, False
-                ):
+                for row in self._read(expiry_between(start, end), now, False):
                     self._book.put(row)
         self._now = now
 
@@ -388,19 +377,27 @@ class ClientSummary:
         if keys == self._online_keys and not (renamed and keys):
             return
         found: list[tuple[str, str]] = []
-        ordered = sorted(keys)
-        for chunk in chunks(ordered):
+        for chunk in chunks(sorted(keys)):
             with db_session:
-                found += self.store.rows(
-                    "SELECT email_key, email FROM client "
-                    f"WHERE email_key IN ({', '.join('?' * len(chunk))})",
-                    list(chunk),
-                )
+                found += client_queries.emails_of(self.store, chunk)
         emails = [email for _, email in sorted(found)]
         self._online_keys = keys
         if emails != self._online.emails:
             self._online = EmailList(emails)
             self._online_changes += 1
+
+    def _limits_at(self, now: int) -> tuple[int, int]:
+        """The expiring horizon (ms) at `now` and the quota margin (bytes)."""
+        return (
+            now + self.settings.get("expireDiff") * DAY_MS,
+            self.settings.get("trafficDiff") * GIB,
+        )
+
+    def _read(self, condition: tuple[str, list], now: int, members_only: bool) -> list[Row]:
+        """The clients of `condition`, their buckets judged at `now`; with `members_only`,
+        only those in some bucket. The caller holds the db_session."""
+        horizon, margin = self._limits_at(now)
+        return client_queries.bucket_rows(self.store, condition, now, horizon, margin, members_only)
 
     def _snapshot(self) -> Summary:
         book = self._book

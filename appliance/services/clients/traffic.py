@@ -19,28 +19,19 @@ For the metrics page each tick also notes how long it took and what it added (`T
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
-from appliance.domain.protocols import INT64_MAX
 from appliance.runtime.timings import Timings
-from appliance.services.clients import usage
-from appliance.store.batches import chunks
+from appliance.store import traffic_sql, usage_sql
 
 GENERATION = "#generation"
 SEPARATOR = ">>>"
 KINDS = frozenset({"user", "inbound", "outbound"})
 DIRECTIONS = {"uplink": 0, "downlink": 1}
-# Totals stop at the largest value their 64-bit columns hold: past it SQLite would store a
-# floating-point number and the networked servers would refuse the whole tick.
-ADD_UP_DOWN = (
-    "up = CASE WHEN up > ? THEN ? ELSE up + ? END, "
-    "down = CASE WHEN down > ? THEN ? ELSE down + ? END"
-)
 
 
 @dataclass
@@ -129,11 +120,7 @@ class TrafficAccounting:
                 changed[GENERATION] = generation
                 # Every kept value belongs to the old core: zero them all, so a counter
                 # the new core has not moved yet is not measured against the old one.
-                self.store.execute("UPDATE core_counter SET value = 0")
-                self.store.execute(
-                    "UPDATE client_traffic SET core_up = 0, core_down = 0 "
-                    "WHERE core_up <> 0 OR core_down <> 0"
-                )
+                traffic_sql.zero_core_values(self.store)
             new_outbounds = self._write(tick, moved_users, changed, last)
         # Only now that the transaction committed: a tick whose write failed leaves the
         # kept values as they were, and the next tick adds the same bytes again.
@@ -152,17 +139,8 @@ class TrafficAccounting:
 
     def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         if self._users is None:
-            self._users = {
-                key: [core_up, core_down]
-                for key, core_up, core_down in self.store.rows(
-                    "SELECT email_key, core_up, core_down FROM client_traffic "
-                    "WHERE core_up <> 0 OR core_down <> 0"
-                )
-            }
-            self._last = dict(self.store.rows("SELECT name, value FROM core_counter"))
-            self._outbounds = {
-                row[0] for row in self.store.rows("SELECT tag FROM outbound_traffic")
-            }
+            self._users, self._last = traffic_sql.kept_core_values(self.store)
+            self._outbounds = traffic_sql.outbound_tags(self.store)
         return self._users, self._last
 
     def _write(
@@ -180,36 +158,14 @@ class TrafficAccounting:
             # core's values they were measured against, in the same transaction. In the
             # order of their keys, as bulk calls lock them (`bulk.in_lock_order`): a
             # tick and a bulk call never wait on each other in a circle.
-            store.execute_many(
-                f"UPDATE client_traffic SET {ADD_UP_DOWN}, core_up = ?, "
-                "core_down = ?, last_online = ? WHERE email_key = ?",
-                [
-                    (*added(up, down), *moved_users[key], now, key)
-                    for key, (up, down) in sorted(tick.clients.items())
-                ],
-            )
-            start_clocks(store, set(tick.clients), now)
-        if tick.inbounds:
-            store.execute_many(
-                f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ?",
-                [(*added(up, down), tag) for tag, (up, down) in tick.inbounds.items()],
-            )
-        usage.record(
-            store,
-            now,
-            tick.clients,
-            [((tag,), up, down) for tag, (up, down) in tick.inbounds.items()],
-            "tag = ?",
-        )
+            traffic_sql.add_client_core_traffic(store, tick.clients, moved_users, now)
+            traffic_sql.start_clocks(store, set(tick.clients), now)
+        inbounds = [((tag,), up, down) for tag, (up, down) in tick.inbounds.items()]
+        if inbounds:
+            traffic_sql.add_inbound_traffic(store, inbounds, by="tag")
+        usage_sql.record(store, now, tick.clients, inbounds, by="tag")
         new_outbounds = [tag for tag in tick.outbounds if tag not in self._outbounds]
-        store.execute_many(
-            "INSERT INTO outbound_traffic (tag, up, down) VALUES (?, 0, 0)",
-            [(tag,) for tag in new_outbounds],
-        )
-        store.execute_many(
-            f"UPDATE outbound_traffic SET {ADD_UP_DOWN} WHERE tag = ?",
-            [(*added(up, down), tag) for tag, (up, down) in tick.outbounds.items()],
-        )
+        traffic_sql.add_outbound_traffic(store, tick.outbounds, new_outbounds)
         known: list[tuple[int, str]] = []
         fresh: list[tuple[str, int]] = []
         for name, value in changed.items():
@@ -217,29 +173,8 @@ class TrafficAccounting:
                 known.append((value, name))
             else:
                 fresh.append((name, value))
-        store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
-        store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
+        traffic_sql.keep_core_values(store, known, fresh)
         return new_outbounds
-
-
-def start_clocks(store, moved: set[str], now: int) -> None:
-    """Expiry "start on first use" (stored as minus the duration) begins with the first
-    bytes, here or on a node: it becomes now plus the duration. Few clients wait to
-    start, and an index finds them, so only those are touched."""
-    waiting = {row[0] for row in store.rows("SELECT email_key FROM client WHERE expiry_time < 0")}
-    keys = sorted(waiting & moved)
-    for chunk in chunks(keys):
-        store.execute(
-            "UPDATE client SET expiry_time = ? - expiry_time "
-            f"WHERE expiry_time < 0 AND email_key IN ({', '.join('?' * len(chunk))})",
-            [now, *chunk],
-        )
-
-
-@functools.lru_cache(maxsize=1 << 19)
-def added(up: int, down: int) -> tuple[int, ...]:
-    """The parameters of ADD_UP_DOWN that add `up` and `down`, stopping at the maximum."""
-    return (INT64_MAX - up, INT64_MAX, up, INT64_MAX - down, INT64_MAX, down)
 
 
 def _counter(name: str) -> tuple[str, str, int] | None:

@@ -1,12 +1,12 @@
 """Usage history: what each client and each inbound moved, hour by hour.
 
 Every path that adds traffic to the totals (the core's tick, the MTProto proxies, the
-node polls) calls `record` with the same amounts in the same transaction, so the history
-of a client or inbound sums to what its totals gained since history began: a tick that
-fails leaves both as they were. A tick writes one row per client that moved, into the
-current hour's bucket through the unique index (insert or add), which leads with the
-bucket: the current hour's rows sit together at the index's end, so a tick's cost
-follows what moved, not how much history is kept.
+node polls) calls `record` (store/usage_sql.py) with the same amounts in the same
+transaction, so the history of a client or inbound sums to what its totals gained since
+history began: a tick that fails leaves both as they were. A tick writes one row per
+client that moved, into the current hour's bucket through the unique index (insert or
+add), which leads with the bucket: the current hour's rows sit together at the index's
+end, so a tick's cost follows what moved, not how much history is kept.
 
 Hourly buckets are kept for 90 days; `prune` then adds them into daily buckets (kept for
 a year) one hour at a time, oldest first, and drops daily buckets older than a year.
@@ -27,48 +27,15 @@ from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import breathe
-from appliance.store.batches import chunks
-from appliance.store.ddl import adding_upsert
+from appliance.store import usage_sql
+from appliance.store.usage_sql import DAY, HOUR, OWNERS
 
-HOUR = 3600
-DAY = 86400
 HOURLY_DAYS = 90
 DAILY_DAYS = 365
 STEPS = {"hour": HOUR, "day": DAY}
 # The longest range one request may ask for, in buckets of its step.
 MOST_BUCKETS = {"hour": 24 * 93, "day": 400}
 DEFAULT_BUCKETS = {"hour": 24, "day": 30}
-OWNERS = {"client": ("client_usage", "email_key"), "inbound": ("inbound_usage", "inbound_id")}
-
-
-def record(
-    store,
-    now_ms: int,
-    clients: dict[str, list[int]],
-    inbounds: list[tuple[tuple, int, int]],
-    inbound_where: str = "id = ?",
-) -> None:
-    """Add what moved to the current hour's buckets, inside the caller's transaction:
-    `clients` by email key -> [up, down]; `inbounds` as (parameters of `inbound_where`,
-    up, down), the inbound found by that condition (a tag, a node's tag, an id)."""
-    hour = now_ms // 1000 // HOUR * HOUR
-    dialect = store.dialect
-    if clients:
-        # Through the client's traffic row, as the totals: a counter of a client that is
-        # gone (or a node's own) adds to neither.
-        store.execute_many(
-            "INSERT INTO client_usage (email_key, at, up, down) "
-            "SELECT email_key, ?, ?, ? FROM client_traffic WHERE email_key = ?"
-            + adding_upsert("client_usage", ("at", "email_key"), ("up", "down"), dialect),
-            [(hour, up, down, key) for key, (up, down) in sorted(clients.items())],
-        )
-    if inbounds:
-        store.execute_many(
-            "INSERT INTO inbound_usage (inbound_id, at, up, down) "
-            f"SELECT id, ?, ?, ? FROM inbound WHERE {inbound_where}"
-            + adding_upsert("inbound_usage", ("at", "inbound_id"), ("up", "down"), dialect),
-            [(hour, up, down, *where) for where, up, down in inbounds if up or down],
-        )
 
 
 class UsageHistory:
@@ -80,7 +47,7 @@ class UsageHistory:
         """A client's buckets over a range (`from`, `to` in ms, `step` hour or day)."""
         key = email_key(email or "")
         with db_session:
-            if not self.store.rows("SELECT 1 FROM client_traffic WHERE email_key = ?", [key]):
+            if not usage_sql.has_client_traffic(self.store, key):
                 raise ServiceError(f"no client with email {email!r}")
             return self._read("client", key, query)
 
@@ -88,7 +55,7 @@ class UsageHistory:
         """An inbound's buckets over a range, as `client`."""
         inbound_id = parse_id(inbound_id, "inbound id")
         with db_session:
-            if not self.store.rows("SELECT 1 FROM inbound WHERE id = ?", [inbound_id]):
+            if not usage_sql.has_inbound(self.store, inbound_id):
                 raise ServiceError(f"no inbound with id {inbound_id}")
             return self._read("inbound", inbound_id, query)
 
@@ -113,8 +80,7 @@ class UsageHistory:
         }
 
     def _rows(self, kind: str, owner, start: int, end: int) -> list[tuple]:
-        table, column = OWNERS[kind]
-        return bucket_rows(self.store.rows, table, column, owner, start, end)
+        return usage_sql.bucket_rows(self.store.rows, kind, owner, start, end)
 
     def prune(self) -> int:
         """Add hourly buckets older than 90 days into daily ones and drop daily buckets
@@ -122,51 +88,19 @@ class UsageHistory:
         first: a prune stopped midway loses nothing and the next goes on from there."""
         now = int(self.clock())
         rolled = 0
-        for table, column in OWNERS.values():
+        for kind in OWNERS:
             cutoff = (now - HOURLY_DAYS * DAY) // DAY * DAY
             while True:
                 with db_session:
-                    oldest = self.store.rows(f"SELECT MIN(at) FROM {table}")[0][0]
+                    oldest = usage_sql.oldest_hour(self.store, kind)
                     if oldest is None or oldest >= cutoff:
                         break
-                    self._roll_up(table, column, oldest)
+                    usage_sql.roll_up(self.store, kind, oldest)
                 rolled += 1
                 breathe()
             with db_session:
-                self.store.execute(
-                    f"DELETE FROM {table}_day WHERE at < ?", [now - DAILY_DAYS * DAY]
-                )
+                usage_sql.drop_days_before(self.store, kind, now - DAILY_DAYS * DAY)
         return rolled
-
-    def _roll_up(self, table: str, column: str, hour: int) -> None:
-        rows = self.store.rows(f"SELECT {column}, up, down FROM {table} WHERE at = ?", [hour])
-        day = hour // DAY * DAY
-        self.store.execute_many(
-            f"INSERT INTO {table}_day ({column}, at, up, down) VALUES (?, ?, ?, ?)"
-            + adding_upsert(f"{table}_day", ("at", column), ("up", "down"), self.store.dialect),
-            [(owner, day, up, down) for owner, up, down in rows],
-        )
-        self.store.execute(f"DELETE FROM {table} WHERE at = ?", [hour])
-
-
-def bucket_rows(
-    rows: Callable[[str, list], list[tuple]], table: str, column: str, owner, start: int, end: int
-) -> list[tuple]:
-    """(at, up, down) of one owner's hourly and daily buckets starting from `start` to
-    `end` (seconds, both included), read through `rows(statement, params)`. The index
-    leads with the bucket, so each bucket of the range is looked up: the cost follows
-    the range, never the number of clients or how much history is kept. A daily bucket
-    counts whole in the range its start falls in."""
-    found = []
-    for name, size in ((table, HOUR), (f"{table}_day", DAY)):
-        starts = list(range(-(-start // size) * size, end + 1, size))
-        for chunk in chunks(starts):
-            found += rows(
-                f"SELECT at, up, down FROM {name} "
-                f"WHERE at IN ({', '.join('?' * len(chunk))}) AND {column} = ?",
-                [*chunk, owner],
-            )
-    return found
 
 
 def month_usage(rows: Callable[[str, list], list[tuple]], keys: list[str], now: int) -> dict:
@@ -180,7 +114,7 @@ def month_usage(rows: Callable[[str, list], list[tuple]], keys: list[str], now: 
     )
     days: dict[int, list[int]] = {}
     for key in keys:
-        for at, up, down in bucket_rows(rows, "client_usage", "email_key", key, start, now):
+        for at, up, down in usage_sql.bucket_rows(rows, "client", key, start, now):
             pair = days.setdefault(at // DAY * DAY, [0, 0])
             pair[0] += up
             pair[1] += down

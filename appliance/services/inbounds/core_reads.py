@@ -15,7 +15,8 @@ from pony.orm import db_session
 
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.inbounds.fallbacks import Fallbacks
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.services.inbounds.views import inbound_record
+from appliance.store.inbound_rows import INBOUND_SELECT
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]

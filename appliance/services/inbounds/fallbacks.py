@@ -59,7 +59,7 @@ class Fallbacks:
             for rule in master.fallbacks.select()[:]:
                 rule.delete()
             for rule in rules:
-                self.store.Fallback(master=master, **rule)
+                self.store.entities.Fallback(master=master, **rule)
             master.flush()
             return [_view(rule) for rule in self._rules(master.id)]
 
@@ -70,7 +70,7 @@ class Fallbacks:
         check_master(master)
         for index, item in enumerate(items):
             rule = self._clean(master, item, index)
-            self.store.Fallback(master=master, **rule)
+            self.store.entities.Fallback(master=master, **rule)
 
     def rendered(self, master_id: int) -> list[dict]:
         """The master's rules as the core's `settings.fallbacks` entries."""
@@ -78,7 +78,7 @@ class Fallbacks:
 
     def by_master(self) -> dict[int, list[dict]]:
         rules: dict[int, list[dict]] = {}
-        query = select(f for f in self.store.Fallback).order_by(
+        query = select(f for f in self.store.entities.Fallback).order_by(
             lambda f: (f.master.id, f.sort_order, f.id)
         )
         for rule in query:
@@ -86,13 +86,13 @@ class Fallbacks:
         return rules
 
     def _rules(self, master_id: int):
-        return select(f for f in self.store.Fallback if f.master.id == master_id).order_by(
+        return select(f for f in self.store.entities.Fallback if f.master.id == master_id).order_by(
             lambda f: (f.sort_order, f.id)
         )[:]
 
     def _master(self, master_id):
         master_id = parse_id(master_id, "inbound id")
-        master = self.store.Inbound.get(id=master_id)
+        master = self.store.entities.Inbound.get(id=master_id)
         if master is None:
             raise ServiceError(f"no inbound with id {master_id}")
         return master
@@ -105,7 +105,7 @@ class Fallbacks:
         child_id = item.get("childId")
         if child_id not in (None, 0, ""):
             child_id = parse_id(child_id, f"{where}.childId")
-            child = self.store.Inbound.get(id=child_id)
+            child = self.store.entities.Inbound.get(id=child_id)
             if child is None:
                 raise ServiceError(f"{where}.childId: no inbound with id {child_id}")
             if child.id == master.id:

@@ -49,7 +49,7 @@ class Hosts:
     def list(self) -> list[dict]:
         """Every host, by inbound, then position."""
         with db_session:
-            rows = select(h for h in self.store.Host).order_by(
+            rows = select(h for h in self.store.entities.Host).order_by(
                 lambda h: (h.inbound.id, h.sort_order, h.id)
             )[:]
             return [host_view(row) for row in rows]
@@ -61,14 +61,14 @@ class Hosts:
     def by_inbound(self, inbound_id) -> list[dict]:
         with db_session:
             inbound = self._inbound(inbound_id)
-            rows = select(h for h in self.store.Host if h.inbound == inbound).order_by(
+            rows = select(h for h in self.store.entities.Host if h.inbound == inbound).order_by(
                 lambda h: (h.sort_order, h.id)
             )[:]
             return [host_view(row) for row in rows]
 
     def tags(self) -> list[str]:
         with db_session:
-            stored = select(h.tags for h in self.store.Host)[:]
+            stored = select(h.tags for h in self.store.entities.Host)[:]
         return sorted({tag for text in stored for tag in json.loads(text)})
 
     # ---- writes ----------------------------------------------------------------------
@@ -80,8 +80,10 @@ class Hosts:
         fields = normalize_host(payload)
         with db_session:
             inbound = self._inbound(payload["inboundId"])
-            last = select(h.sort_order for h in self.store.Host if h.inbound == inbound).max()
-            row = self.store.Host(
+            last = select(
+                h.sort_order for h in self.store.entities.Host if h.inbound == inbound
+            ).max()
+            row = self.store.entities.Host(
                 inbound=inbound,
                 sort_order=0 if last is None else last + 1,
                 enable=_enable(payload.get("enable", True)),
@@ -139,7 +141,7 @@ class Hosts:
                     f"ids must all belong to one inbound: host {ids[0]} belongs to inbound "
                     f"{inbound.id}, others to inbound {', '.join(map(str, others))}"
                 )
-            siblings = select(h.id for h in self.store.Host if h.inbound == inbound)[:]
+            siblings = select(h.id for h in self.store.entities.Host if h.inbound == inbound)[:]
             missing = sorted(set(siblings) - set(ids))
             if missing:
                 raise ServiceError(
@@ -166,7 +168,7 @@ class Hosts:
         done, skipped = [], []
         with db_session:
             for host_id in dict.fromkeys(ids):
-                row = self.store.Host.get(id=host_id)
+                row = self.store.entities.Host.get(id=host_id)
                 if row is None:
                     skipped.append({"id": host_id, "reason": f"no host with id {host_id}"})
                     continue
@@ -181,14 +183,14 @@ class Hosts:
 
     def _row(self, host_id):
         host_id = parse_id(host_id, "host id")
-        row = self.store.Host.get(id=host_id)
+        row = self.store.entities.Host.get(id=host_id)
         if row is None:
             raise ServiceError(f"no host with id {host_id}")
         return row
 
     def _inbound(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inboundId")
-        row = self.store.Inbound.get(id=inbound_id)
+        row = self.store.entities.Inbound.get(id=inbound_id)
         if row is None:
             raise ServiceError(f"inboundId {inbound_id}: no inbound with that id")
         return row

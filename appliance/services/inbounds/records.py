@@ -46,7 +46,8 @@ from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.core_reads import ReservedPorts
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record, record_of
+from appliance.services.inbounds.views import inbound_record, record_of
+from appliance.store.inbound_rows import INBOUND_SELECT
 
 # (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
@@ -127,7 +128,7 @@ class Inbounds:
 
     def options(self) -> list[dict]:
         with db_session:
-            rows = select(i for i in self.store.Inbound).order_by(lambda i: i.id)[:]
+            rows = select(i for i in self.store.entities.Inbound).order_by(lambda i: i.id)[:]
             options = []
             for row in rows:
                 record = _record(row)
@@ -178,7 +179,9 @@ class Inbounds:
             record = {**record, "tag": self._tag_for(record, None)}
             with self._node_first(None, record):
                 now = int(self.clock() * 1000)
-                row = self.store.Inbound(created_at=now, **_columns(record, record["tag"], now))
+                row = self.store.entities.Inbound(
+                    created_at=now, **_columns(record, record["tag"], now)
+                )
                 row.flush()
                 self.fallbacks.replace_from_payload(row, inbound_rules.payload_fallbacks(payload))
                 self._check_core(row.id, record)
@@ -292,7 +295,7 @@ class Inbounds:
 
     def reset_all_traffics(self) -> None:
         with db_session:
-            for row in select(i for i in self.store.Inbound if i.up > 0 or i.down > 0):
+            for row in select(i for i in self.store.entities.Inbound if i.up > 0 or i.down > 0):
                 row.up = row.down = 0
         self.notice.publish(Change("inbounds"))
 
@@ -339,7 +342,7 @@ class Inbounds:
 
     def _row(self, inbound_id):
         inbound_id = parse_id(inbound_id, "inbound id")
-        row = self.store.Inbound.get(id=inbound_id)
+        row = self.store.entities.Inbound.get(id=inbound_id)
         if row is None:
             raise ServiceError(f"no inbound with id {inbound_id}")
         return row
@@ -351,7 +354,7 @@ class Inbounds:
         node_id = record["nodeId"]
         if node_id is None:
             return record
-        if not self.store.Node.exists(id=node_id):
+        if not self.store.entities.Node.exists(id=node_id):
             raise ServiceError(f"nodeId {node_id}: no node with that id")
         if record["protocol"] not in NODE_PROTOCOLS:
             raise ServiceError(
@@ -372,7 +375,7 @@ class Inbounds:
         if record["nodeId"] is not None:
             base = f"n{record['nodeId']}-{base}"[:60]
         tag, n = base, 2
-        while self.store.Inbound.get(tag=tag) is not None:
+        while self.store.entities.Inbound.get(tag=tag) is not None:
             tag, n = f"{base}-{n}", n + 1
         return tag
 
@@ -380,7 +383,7 @@ class Inbounds:
         """Which local inbound listens on TCP `port`, for settings that move the panel."""
         with db_session:
             for other in select(
-                i for i in self.store.Inbound if i.port == port and i.node_id is None
+                i for i in self.store.entities.Inbound if i.port == port and i.node_id is None
             ):
                 if "tcp" in inbound_rules.transports(_record(other)):
                     return f"inbound {other.id} ({other.remark or other.tag})"
@@ -390,7 +393,7 @@ class Inbounds:
         """Tags are unique; ports are unique per host: among the inbounds of this host,
         or of one node."""
         if record["tag"]:
-            other = self.store.Inbound.get(tag=record["tag"])
+            other = self.store.entities.Inbound.get(tag=record["tag"])
             if other is not None and other.id != own_id:
                 raise ServiceError(
                     f"tag '{record['tag']}' is already used by inbound {other.id} "
@@ -411,11 +414,11 @@ class Inbounds:
             raise ServiceError(f"port {port}/tcp is used by {what}; choose another port")
         if node_id is None:
             same_port = select(
-                i for i in self.store.Inbound if i.port == port and i.node_id is None
+                i for i in self.store.entities.Inbound if i.port == port and i.node_id is None
             )[:]
         else:
             same_port = select(
-                i for i in self.store.Inbound if i.port == port and i.node_id == node_id
+                i for i in self.store.entities.Inbound if i.port == port and i.node_id == node_id
             )[:]
         for other in same_port:
             if other.id == own_id or not overlap(other.listen, record["listen"]):
@@ -445,7 +448,7 @@ class Inbounds:
         path = _socket_path(listen)
         sockets = select(
             i
-            for i in self.store.Inbound
+            for i in self.store.entities.Inbound
             if i.node_id is None and (i.listen.startswith("/") or i.listen.startswith("@"))
         )
         for other in sockets:

@@ -10,26 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-INBOUND_COLUMNS = [
-    "id",
-    "remark",
-    "tag",
-    "protocol",
-    "listen",
-    "port",
-    "enable",
-    "expiry_time",
-    "total",
-    "up",
-    "down",
-    "settings",
-    "stream_settings",
-    "sniffing",
-    "node_id",
-    "created_at",
-    "updated_at",
-]
-INBOUND_SELECT = ", ".join(INBOUND_COLUMNS)
+from appliance.store.inbound_rows import INBOUND_COLUMNS
 
 
 def inbound_record(row: tuple) -> dict:

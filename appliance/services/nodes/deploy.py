@@ -533,7 +533,7 @@ class NodeDeploy:
     def _bound_nodes(self) -> set[int]:
         if self._any_nodes is None:
             with db_session:
-                self._any_nodes = self.store.Node.select().exists()
+                self._any_nodes = self.store.entities.Node.select().exists()
         if not self._any_nodes:
             return set()
         if self._bound is None:

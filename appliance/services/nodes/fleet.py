@@ -155,11 +155,11 @@ class Fleet:
         counts: dict[int, dict] = {}
         with db_session:
             inbounds = select(
-                (i.node_id, count(i)) for i in store.Inbound if i.node_id is not None
+                (i.node_id, count(i)) for i in store.entities.Inbound if i.node_id is not None
             )[:]
             clients = select(
                 (a.inbound.node_id, count(a.client, distinct=True))
-                for a in store.ClientInbound
+                for a in store.entities.ClientInbound
                 if a.inbound.node_id is not None
             )[:]
             condition, params = self.depleted_sql()

@@ -74,7 +74,9 @@ class Nodes:
         """Every record as stored (token included), in id order: for the services that
         call nodes, never for a reply."""
         with db_session:
-            return [self._record(n) for n in select(n for n in self.store.Node).order_by(1)]
+            return [
+                self._record(n) for n in select(n for n in self.store.entities.Node).order_by(1)
+            ]
 
     def stored(self, node_id) -> dict:
         node_id = parse_id(node_id, "node id")
@@ -83,11 +85,11 @@ class Nodes:
 
     def exists(self, node_id: int) -> bool:
         with db_session:
-            return self.store.Node.exists(id=node_id)
+            return self.store.entities.Node.exists(id=node_id)
 
     def bound_inbounds(self, node_id: int) -> int:
         with db_session:
-            return count(i for i in self.store.Inbound if i.node_id == node_id)
+            return count(i for i in self.store.entities.Inbound if i.node_id == node_id)
 
     # ---- writes ----------------------------------------------------------------------
 
@@ -96,7 +98,7 @@ class Nodes:
         now = int(self.clock())
         with db_session:
             self._check_name(record["name"], None)
-            row = self.store.Node(**self._columns(record), created_at=now, updated_at=now)
+            row = self.store.entities.Node(**self._columns(record), created_at=now, updated_at=now)
             row.flush()
             made = self._record(row)
         self._announce(made["id"])
@@ -133,8 +135,8 @@ class Nodes:
             row = self._row(node_id)
             gone = self._record(row)
             row.delete()
-            self.store.NodeCounter.select(lambda c: c.node_id == node_id).delete(bulk=True)
-            bound = count(i for i in self.store.Inbound if i.node_id == node_id)
+            self.store.entities.NodeCounter.select(lambda c: c.node_id == node_id).delete(bulk=True)
+            bound = count(i for i in self.store.entities.Inbound if i.node_id == node_id)
         self._announce(node_id)
         return gone, bound
 
@@ -147,7 +149,7 @@ class Nodes:
         when it differs from what is stored."""
         columns = {_COLUMN.get(k, k): v for k, v in fields.items()}
         with db_session:
-            row = self.store.Node.get(id=node_id)
+            row = self.store.entities.Node.get(id=node_id)
             if row is None:
                 return
             changed = {k: v for k, v in columns.items() if getattr(row, k) != v}
@@ -159,19 +161,23 @@ class Nodes:
         if not ids:
             return
         with db_session:
-            for row in select(n for n in self.store.Node if n.id in ids and n.dirty != dirty):
+            for row in select(
+                n for n in self.store.entities.Node if n.id in ids and n.dirty != dirty
+            ):
                 row.dirty = dirty
 
     def seal_stored(self) -> tuple[int, list[str]]:
         """Seal the tokens stored in plaintext; returns how many, and the names of the
         nodes whose sealed token this key cannot open."""
         with db_session:
-            rows = [n for n in select(n for n in self.store.Node) if not is_sealed(n.api_token)]
+            rows = [
+                n for n in select(n for n in self.store.entities.Node) if not is_sealed(n.api_token)
+            ]
             for row in rows:
                 row.api_token = self.seal.seal(row.api_token)
             unopened = [
                 n.name
-                for n in select(n for n in self.store.Node).order_by(1)
+                for n in select(n for n in self.store.entities.Node).order_by(1)
                 if is_sealed(self.seal.open(n.api_token))
             ]
             return len(rows), unopened
@@ -192,14 +198,14 @@ class Nodes:
         return {**_columns(record), "api_token": self.seal.seal(record["apiToken"])}
 
     def _row(self, node_id: int):
-        row = self.store.Node.get(id=node_id)
+        row = self.store.entities.Node.get(id=node_id)
         if row is None:
             raise ServiceError(f"node {node_id} not found")
         return row
 
     def _check_name(self, name: str, own_id: int | None) -> None:
         key = name.casefold()
-        for row in select(n for n in self.store.Node):
+        for row in select(n for n in self.store.entities.Node):
             if row.name.casefold() == key and row.id != own_id:
                 raise ServiceError(f"a node named {row.name!r} already exists")
 

@@ -43,11 +43,9 @@ from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
 from appliance.domain.protocols import INT64_MAX
-from appliance.services.clients import usage
 from appliance.services.clients.counters import CounterJournal
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
-from appliance.services.clients.traffic import ADD_UP_DOWN, added, start_clocks
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
@@ -58,6 +56,7 @@ from appliance.services.nodes.reports import (
     known_emails,
     known_tags,
 )
+from appliance.store import traffic_sql, usage_sql
 from appliance.store.batches import chunks
 
 log = logging.getLogger(__name__)
@@ -216,7 +215,7 @@ class NodeTraffic:
         is charged from then on, not with what the node counted before."""
         now = int(self.clock() * 1000)
         with db_session:
-            if not self.store.Node.exists(id=node_id):
+            if not self.store.entities.Node.exists(id=node_id):
                 return {}, {}  # deleted while its answer was on the way
             last = self._kept(node_id)
             changed: dict[str, tuple[int, int]] = {}
@@ -259,23 +258,12 @@ class NodeTraffic:
     def _write(self, node_id, now, clients, inbounds, changed, last, gone) -> None:
         store = self.store
         if clients:
-            store.execute_many(
-                f"UPDATE client_traffic SET {ADD_UP_DOWN}, last_online = ? WHERE email_key = ?",
-                [(*added(up, down), now, key) for key, (up, down) in sorted(clients.items())],
-            )
-            start_clocks(store, set(clients), now)
-        if inbounds:
-            store.execute_many(
-                f"UPDATE inbound SET {ADD_UP_DOWN} WHERE tag = ? AND node_id = ?",
-                [(*added(up, down), tag, node_id) for tag, (up, down) in inbounds.items()],
-            )
-        usage.record(
-            store,
-            now,
-            clients,
-            [((tag, node_id), up, down) for tag, (up, down) in inbounds.items()],
-            "tag = ? AND node_id = ?",
-        )
+            traffic_sql.add_client_traffic(store, clients, now)
+            traffic_sql.start_clocks(store, set(clients), now)
+        moved = [((tag, node_id), up, down) for tag, (up, down) in inbounds.items()]
+        if moved:
+            traffic_sql.add_inbound_traffic(store, moved, by="node tag")
+        usage_sql.record(store, now, clients, moved, by="node tag")
         store.execute_many(
             "UPDATE node_counter SET up = ?, down = ? WHERE node_id = ? AND name = ?",
             [(up, down, node_id, name) for name, (up, down) in changed.items() if name in last],

@@ -14,9 +14,11 @@ import re
 from dataclasses import dataclass, field
 
 from appliance.domain.client_rules import email_key
-from appliance.domain.client_views import CLIENT_COLUMNS, client_view
-from appliance.services.inbounds.views import INBOUND_SELECT, inbound_record
+from appliance.domain.clients import api_view
+from appliance.services.inbounds.views import inbound_record
 from appliance.store.batches import chunks
+from appliance.store.client_rows import CLIENT_SELECT, client_record, extra
+from appliance.store.inbound_rows import INBOUND_SELECT
 
 # The prefix this panel gives the tag of an inbound bound to node `<id>`.
 NODE_TAG = re.compile(r"^n[0-9]+-")
@@ -53,7 +55,6 @@ CLIENT_FIELDS = (
     "group",
     "method",
 )
-CLIENT_SELECT = ", ".join(f"c.{name}" for name in CLIENT_COLUMNS)
 
 
 def bare_tag(tag: str) -> str:
@@ -134,7 +135,7 @@ def node_clients(store, node_id: int | None, keys: list[str] | None = None) -> d
     """{node id: {email key: (payload, node-side tags)}} for the clients attached to the
     inbounds of `node_id` (every node when None), all of them or those of `keys`."""
     base = (
-        f"SELECT i.node_id, i.tag, c.email_key, {CLIENT_SELECT}, t.up, t.down, t.enable "
+        f"SELECT {CLIENT_SELECT}, i.node_id, i.tag, c.email_key "
         "FROM client c JOIN client_inbound ci ON ci.client_id = c.id "
         "JOIN inbound i ON i.id = ci.inbound_id "
         "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
@@ -153,16 +154,12 @@ def node_clients(store, node_id: int | None, keys: list[str] | None = None) -> d
                 (base + condition + f" AND c.email_key IN ({marks})", [*params, *part])
             )
     found: dict[int, dict[str, tuple[dict, set[str]]]] = {}
-    width = len(CLIENT_COLUMNS)
     for statement, values in statements:
         for row in store.rows(statement, values):
-            node, tag, key = row[0], row[1], row[2]
+            node, tag, key = extra(row)
             wanted = found.setdefault(node, {})
             if key not in wanted:
-                up, down, enable = row[3 + width :]
-                traffic = (up or 0, down or 0, enable is None or bool(enable))
-                view = client_view(row[3 : 3 + width], [], traffic)
-                wanted[key] = (node_client(view), set())
+                wanted[key] = (node_client(api_view(client_record(row), [])), set())
             wanted[key][1].add(bare_tag(tag))
     return found
 

@@ -103,7 +103,7 @@ def merged_outbounds(store, replaced: dict[int, list[dict]] | None = None) -> tu
     subscription id to outbounds standing in for its stored ones."""
     first: list[dict] = []
     last: list[dict] = []
-    rows = select(s for s in store.OutboundSub if s.enabled)
+    rows = select(s for s in store.entities.OutboundSub if s.enabled)
     for row in rows.order_by(lambda s: (s.sort_order, s.id)):
         stored = (replaced or {}).get(row.id)
         if stored is None:
@@ -135,7 +135,7 @@ class OutboundSubs:
     def list(self) -> list[dict]:
         """Every subscription, newest first."""
         with db_session:
-            rows = select(s for s in self.store.OutboundSub).order_by(lambda s: -s.id)
+            rows = select(s for s in self.store.entities.OutboundSub).order_by(lambda s: -s.id)
             return [_view(row) for row in rows]
 
     def _checked(self, replaced: dict[int, list[dict]] | None = None) -> None:
@@ -152,9 +152,9 @@ class OutboundSubs:
         made, note = self._read(record["url"], record["allowPrivate"])
         with db_session:
             self._check_prefix(record["tagPrefix"], None)
-            top = select(s.sort_order for s in self.store.OutboundSub).max() or 0
+            top = select(s.sort_order for s in self.store.entities.OutboundSub).max() or 0
             now = int(self.clock())
-            row = self.store.OutboundSub(
+            row = self.store.entities.OutboundSub(
                 **_columns(record), sort_order=top + 1, outbounds="[]", created_at=now
             )
             row.flush()
@@ -214,7 +214,9 @@ class OutboundSubs:
         with db_session:
             self._row(sub_id)
             rows = list(
-                select(s for s in self.store.OutboundSub).order_by(lambda s: (s.sort_order, s.id))
+                select(s for s in self.store.entities.OutboundSub).order_by(
+                    lambda s: (s.sort_order, s.id)
+                )
             )
             for place, row in enumerate(rows):
                 row.sort_order = place + 1
@@ -290,7 +292,7 @@ class OutboundSubs:
         with db_session:
             due = [
                 s.id
-                for s in select(s for s in self.store.OutboundSub if s.enabled)
+                for s in select(s for s in self.store.entities.OutboundSub if s.enabled)
                 if now - s.last_attempt >= s.update_interval
             ]
         for sub_id in due:
@@ -305,13 +307,13 @@ class OutboundSubs:
         self.notice.publish(Change("outbounds"))
 
     def _row(self, sub_id: int):
-        row = self.store.OutboundSub.get(id=sub_id)
+        row = self.store.entities.OutboundSub.get(id=sub_id)
         if row is None:
             raise ServiceError(f"outbound subscription {sub_id} does not exist")
         return row
 
     def _check_prefix(self, prefix: str, own_id: int | None) -> None:
-        for other in select(s for s in self.store.OutboundSub if s.tag_prefix == prefix):
+        for other in select(s for s in self.store.entities.OutboundSub if s.tag_prefix == prefix):
             if other.id != own_id:
                 raise ServiceError(
                     f"tagPrefix '{prefix}' is used by outbound subscription {other.id}; "
