@@ -313,6 +313,15 @@ def schema(conn) -> dict[str, list[str]]:
     }
 
 
+def page_size(path: str) -> int:
+    """The page size of the SQLite file at `path`."""
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def row_counts(path: str) -> dict[str, int]:
     conn = sqlite3.connect(path)
     try:

@@ -68,12 +68,6 @@ def clients_of_key(store, key: str) -> list[ClientRecord]:
     )
 
 
-def inbound_row(store, inbound_id: int) -> tuple | None:
-    """An inbound's row in INBOUND_SELECT order, or None when there is none."""
-    found = store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
-    return found[0] if found else None
-
-
 def enabled_inbound_rows(rows: Rows, inbound_ids: list[int]) -> list[tuple]:
     """The rows of those of `inbound_ids` that are enabled."""
     return rows(

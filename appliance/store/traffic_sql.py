@@ -83,6 +83,20 @@ def outbound_tags(store) -> set[str]:
     return {row[0] for row in store.rows("SELECT tag FROM outbound_traffic")}
 
 
+def outbound_totals(store) -> list[tuple[str, int, int]]:
+    """(tag, up, down) of every outbound counted, in tag order."""
+    return store.rows("SELECT tag, up, down FROM outbound_traffic ORDER BY tag")
+
+
+def zero_outbound_traffic(store, tag: str) -> None:
+    """One outbound's totals back to zero."""
+    store.execute("UPDATE outbound_traffic SET up = 0, down = 0 WHERE tag = ?", [tag])
+
+
+def zero_all_outbound_traffic(store) -> None:
+    store.execute("UPDATE outbound_traffic SET up = 0, down = 0")
+
+
 def start_clocks(store, moved: set[str], now: int) -> None:
     """Expiry "start on first use" (stored as minus the duration) begins with the first
     bytes, here or on a node: it becomes now plus the duration. Few clients wait to

@@ -85,6 +85,12 @@ def drop_days_before(store, kind: str, start: int) -> None:
     store.execute(f"DELETE FROM {table}_day WHERE at < ?", [start])
 
 
+def drop_inbound_history(store, inbound_id: int) -> None:
+    """Drop every hourly and daily bucket of an inbound (one deleted)."""
+    for name in ("inbound_usage", "inbound_usage_day"):
+        store.execute(f"DELETE FROM {name} WHERE inbound_id = ?", [inbound_id])
+
+
 def bucket_rows(
     rows: Callable[[str, list], list[tuple]], kind: str, owner, start: int, end: int
 ) -> list[tuple]:

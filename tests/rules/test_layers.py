@@ -6,12 +6,14 @@ accident found a year later when two layers can no longer be told apart.
 
 The services layer has an order of its own: each service package (clients, inbounds,
 control ...) may import only the packages SERVICE_ALLOWED gives it, and that table has
-no cycle, so two packages never lean on each other.
+no cycle, so two packages never lean on each other. And it holds no SQL: every statement
+lives in the store, behind a function whose name says what it reads or writes.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers import ROOT
@@ -189,6 +191,66 @@ def test_the_check_sees_a_cycle_between_two_packages():
     ]
     cycle = cycle_in({**SERVICE_ALLOWED, "inbounds": {"clients"}})
     assert {"clients", "inbounds"} <= set(cycle) and cycle[0] == cycle[-1]
+
+
+# A statement as this code base writes one, in capitals: text that starts with one (or
+# with a sub-select), or holds a whole clause of one. Prose ("select a row", "updated")
+# and an HTTP method alone ("DELETE") do not match.
+SQL_STATEMENT = re.compile(
+    r"^\s*\(?(SELECT|UPDATE|INSERT|DELETE)\s+\S"
+    r"|\bSELECT\s.*\bFROM\s|\bINSERT\s+INTO\s|\bDELETE\s+FROM\s|\bUPDATE\s+\w+\s+SET\s",
+    re.DOTALL,
+)
+
+
+def sql_strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string constant and f-string that holds an SQL statement,
+    in line order; an f-string is read whole, each of its values as `{}`."""
+    parts = {
+        id(part)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        for part in node.values
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(
+                part.value if isinstance(part, ast.Constant) else "{}" for part in node.values
+            )
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts
+        ):
+            text = node.value
+        else:
+            continue
+        if SQL_STATEMENT.search(text):
+            found.append((node.lineno, text))
+    return sorted(found)
+
+
+def test_services_hold_no_sql():
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text[:60]}"
+        for path in sorted(SERVICES.rglob("*.py"))
+        for line, text in sql_strings(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not found, "move these statements into appliance/store/:\n" + "\n".join(found)
+
+
+def test_the_check_sees_an_sql_string():
+    tree = ast.parse(
+        '"""Select the rows to update, then delete from the list: SELECT is a word here."""\n'
+        'rows = store.rows(f"SELECT {COLUMNS} FROM audit_entry WHERE at < ?", [cutoff])\n'
+        'store.execute("UPDATE node SET dirty = ? " "WHERE id = ?", [True, node_id])\n'
+        'link.call("DELETE", f"/panel/api/inbounds/del/{inbound_id}")\n'
+        'condition = "(SELECT 1 FROM client_inbound ci WHERE ci.client_id = c.id)"\n'
+    )
+    assert sql_strings(tree) == [
+        (2, "SELECT {} FROM audit_entry WHERE at < ?"),
+        (3, "UPDATE node SET dirty = ? WHERE id = ?"),
+        (5, "(SELECT 1 FROM client_inbound ci WHERE ci.client_id = c.id)"),
+    ]
 
 
 def test_no_module_is_over_800_lines():

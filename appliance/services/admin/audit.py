@@ -33,6 +33,7 @@ from pony.orm import db_session
 
 from appliance.domain.parse import parse_int
 from appliance.errors import ServiceError
+from appliance.store import audit_sql
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,6 @@ MAX_FIELDS = 50
 # subscription ids, client UUIDs and keys): cut out of any refusal message that quotes them.
 SECRET_FIELD = re.compile(r"pass|token|secret|uuid|subid|auth|key|psk|code|^id$", re.IGNORECASE)
 MIN_BARE_SECRET_CHARS = 8
-COLUMNS = (
-    "id, at, actor, actor_kind, method, route, path, target, address, success, status, "
-    "message, fields"
-)
 
 
 @dataclass(frozen=True)
@@ -105,11 +102,8 @@ class AuditLog:
         size = parse_int(query.get("pageSize"), "pageSize", 1, PAGE_SIZE_MAX, PAGE_SIZE_DEFAULT)
         where, params = _filters(query)
         with db_session:
-            total = self.store.rows(f"SELECT COUNT(*) FROM audit_entry{where}", params)[0][0]
-            rows = self.store.rows(
-                f"SELECT {COLUMNS} FROM audit_entry{where} ORDER BY id DESC LIMIT ? OFFSET ?",
-                [*params, size, (page - 1) * size],
-            )
+            total = audit_sql.count(self.store, where, params)
+            rows = audit_sql.newest_page(self.store, where, params, size, (page - 1) * size)
         return {
             "items": [_view(row) for row in rows],
             "total": int(total),
@@ -125,17 +119,10 @@ class AuditLog:
         return self._lines(where, params)
 
     def _lines(self, where: str, params: list) -> Iterator[str]:
-        joiner = " AND " if where else " WHERE "
         before = None
         while True:
-            clause, values = where, list(params)
-            if before is not None:
-                clause, values = f"{where}{joiner}id < ?", [*params, before]
             with db_session:
-                rows = self.store.rows(
-                    f"SELECT {COLUMNS} FROM audit_entry{clause} ORDER BY id DESC LIMIT ?",
-                    [*values, EXPORT_BATCH],
-                )
+                rows = audit_sql.batch_before(self.store, where, params, before, EXPORT_BATCH)
             for row in rows:
                 yield json.dumps(_view(row), ensure_ascii=False) + "\n"
             if len(rows) < EXPORT_BATCH:
@@ -147,7 +134,7 @@ class AuditLog:
         days = self.settings.get("auditRetentionDays")
         cutoff = int(self.clock() * 1000) - days * DAY_MS
         with db_session:
-            removed = self.store.execute("DELETE FROM audit_entry WHERE at < ?", (cutoff,))
+            removed = audit_sql.delete_before(self.store, cutoff)
         if removed:
             log.info("audit log: %d entries older than %d days removed", removed, days)
         return removed
@@ -224,21 +211,14 @@ def _secret_values(value: Any, secret: bool = False) -> set[str]:
 
 
 def _filters(query: dict) -> tuple[str, list]:
-    where, params = [], []
+    """The query's actor and route filters, checked, as `audit_sql.filters` clause."""
     actor = query.get("actor") or ""
     route = query.get("route") or ""
     if not isinstance(actor, str) or len(actor) > 64:
         raise ServiceError("actor must be a name of at most 64 characters")
     if not isinstance(route, str) or len(route) > 255:
         raise ServiceError("route must be a text of at most 255 characters")
-    if actor:
-        where.append("actor = ?")
-        params.append(actor)
-    if route:
-        escaped = route.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
-        where.append("LOWER(route) LIKE ? ESCAPE '!'")
-        params.append(f"%{escaped}%")
-    return (" WHERE " + " AND ".join(where) if where else ""), params
+    return audit_sql.filters(actor, route)
 
 
 def _view(row: tuple) -> dict:

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,19 +156,14 @@ class Backups:
                 "upload a file that getDb or getMigration produced"
             )
         backup.check_restorable(prepared)
-        backup.prepare_for_restore(prepared, None if self.networked else self._live_page_size())
+        backup.prepare_for_restore(
+            prepared, None if self.networked else backup.page_size(self.store.url.path)
+        )
 
     def _review(self, prepared: str) -> list[str]:
         """The routes' rules on the checked file, with the files and the ports of the
         panel that runs the core."""
         return review_file(prepared, self.core.places, self.core.inbounds.reserved_ports)
-
-    def _live_page_size(self) -> int:
-        conn = sqlite3.connect(self.store.url.path)
-        try:
-            return int(conn.execute("PRAGMA page_size").fetchone()[0])
-        finally:
-            conn.close()
 
     def _keep_current(self) -> str:
         kept = os.path.join(self.directory, f"appliance-before-import-{self._stamp()}.db")

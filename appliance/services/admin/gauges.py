@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pony.orm import db_session
 
+from appliance.store import inbound_rows, node_sql
+
 
 class Gauges:
     def __init__(self, store, node_health):
@@ -19,14 +21,14 @@ class Gauges:
     def inbound_traffic(self) -> list[tuple[str, int, int]]:
         """(tag, up, down) of every inbound, in tag order."""
         with db_session:
-            rows = self.store.rows("SELECT tag, up, down FROM inbound ORDER BY tag")
+            rows = inbound_rows.traffic_by_tag(self.store)
         return [(tag, int(up), int(down)) for tag, up, down in rows]
 
     def nodes(self) -> list[dict]:
         """Each node's name, whether it is enabled and out of step, and what its last
         heartbeat found (status and latency in milliseconds), in name order."""
         with db_session:
-            rows = self.store.rows("SELECT id, name, enable, dirty FROM node ORDER BY name")
+            rows = node_sql.nodes_by_name(self.store)
         found = []
         for node_id, name, enable, dirty in rows:
             snapshot = self.node_health.snapshot(node_id)

@@ -41,6 +41,7 @@ from appliance.services.admin.settings_table import BY_NAME, DEFAULTS, WHOLE_SET
 from appliance.services.inbounds.hosts import normalize_host
 from appliance.services.inbounds.listeners import Reserved, reserved_by, template_port_problem
 from appliance.services.outbounds.subscriptions import parse_form
+from appliance.store import import_review_sql
 from appliance.store.migrations import LATEST, current_version, migrate
 
 log = logging.getLogger(__name__)
@@ -70,18 +71,14 @@ def review_file(
     reset."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        stored = dict(conn.execute("SELECT key, value FROM setting").fetchall())
+        stored = import_review_sql.settings(conn)
         reserved = reserved_ports() if reserved_ports else ports_of(stored)
         refuse_inbounds_on(conn, reserved)
         writes, notes = repair_settings(stored, places, reserved)
-        conn.execute("BEGIN")
-        for key, raw in writes.items():
-            if raw is None:
-                conn.execute("DELETE FROM setting WHERE key = ?", (key,))
-            else:
-                conn.execute("UPDATE setting SET value = ? WHERE key = ?", (raw, key))
-        notes += leave_out_refused_rows(conn)
-        conn.execute("COMMIT")
+        with import_review_sql.transaction(conn):
+            for key, raw in writes.items():
+                import_review_sql.write_setting(conn, key, raw)
+            notes += leave_out_refused_rows(conn)
     finally:
         conn.close()
     for note in notes:
@@ -134,11 +131,7 @@ def ports_of(stored: dict[str, str]) -> list[Reserved]:
 def refuse_inbounds_on(conn: sqlite3.Connection, reserved: list[Reserved]) -> None:
     """An inbound the inbound routes would refuse (`inbound_rules`), or one of this host on
     a port the panel itself listens on: the import is refused, naming it."""
-    rows = conn.execute(
-        "SELECT id, remark, tag, protocol, listen, port, enable, expiry_time, total, settings, "
-        "stream_settings, sniffing, node_id FROM inbound ORDER BY id"
-    )
-    for row in rows:
+    for row in import_review_sql.inbound_rows(conn):
         inbound_id, remark, tag = row[:3]
         payload = dict(zip(INBOUND_FIELDS, row[3:], strict=True))
         payload["enable"] = bool(payload["enable"])
@@ -169,9 +162,7 @@ def leave_out_refused_rows(conn: sqlite3.Connection) -> list[str]:
     from the file): links then use the inbound's own address, and the core runs without
     that subscription's outbounds. Returns a sentence per row left out."""
     notes = []
-    hosts = conn.execute(
-        "SELECT id, remark, address, port, security, sni, tags FROM host ORDER BY id"
-    ).fetchall()
+    hosts = import_review_sql.host_rows(conn)
     for host_id, remark, address, port, security, sni, tags in hosts:
         payload = {
             "remark": remark,
@@ -183,12 +174,9 @@ def leave_out_refused_rows(conn: sqlite3.Connection) -> list[str]:
         }
         reason = _refusal(normalize_host, payload)
         if reason:
-            conn.execute("DELETE FROM host WHERE id = ?", (host_id,))
+            import_review_sql.delete_host(conn, host_id)
             notes.append(f"host {host_id} ({remark}) was left out ({reason})")
-    subscriptions = conn.execute(
-        "SELECT id, remark, url, tag_prefix, update_interval, enabled, allow_private, prepend "
-        "FROM outbound_sub ORDER BY id"
-    ).fetchall()
+    subscriptions = import_review_sql.subscription_rows(conn)
     for sub_id, remark, url, prefix, interval, enabled, private, prepend in subscriptions:
         form = {
             "remark": remark or "",
@@ -201,7 +189,7 @@ def leave_out_refused_rows(conn: sqlite3.Connection) -> list[str]:
         }
         reason = _refusal(lambda form: parse_form(form, None), form)
         if reason:
-            conn.execute("DELETE FROM outbound_sub WHERE id = ?", (sub_id,))
+            import_review_sql.delete_subscription(conn, sub_id)
             name = f"outbound subscription {sub_id} ({remark or url})"
             notes.append(f"{name} was left out ({reason})")
     return notes

@@ -65,7 +65,7 @@ from appliance.links import (
 )
 from appliance.services.clients.usage import month_usage
 from appliance.services.inbounds.views import inbound_record, with_node_addresses
-from appliance.store import DatabaseUnavailable, client_queries, subscription_reads
+from appliance.store import DatabaseUnavailable, client_queries, inbound_rows, subscription_reads
 from appliance.store.subscription_reads import ReadConnections
 
 log = logging.getLogger(__name__)
@@ -250,7 +250,7 @@ class Subscriptions:
         page = parse_int(query.get("page"), "page", 1, 10**9, 1)
         size = parse_int(query.get("pageSize"), "pageSize", 1, EXPORT_PAGE_MAX, EXPORT_PAGE_DEFAULT)
         with db_session:
-            found = subscription_reads.inbound_row(self.store, inbound_id)
+            found = inbound_rows.inbound_row(self.store, inbound_id)
             if found is None:
                 raise ServiceError(f"no inbound with id {inbound_id}")
             inbound = with_node_addresses([inbound_record(found)], self.store.rows)[0]

@@ -43,17 +43,12 @@ from appliance.errors import ServiceError
 from appliance.mtproto.driver import ProxyDriver
 from appliance.runtime.egress import ALLOW_SETTING, allowed
 from appliance.services.admin.settings_rules import DATA_CENTRES, check_data_centres
+from appliance.store import mtproto_sql
 
 log = logging.getLogger(__name__)
 
 SYNC_DELAY = 0.2
 RETRY_SECONDS = 5.0
-# The clients of one MTProto inbound as a sync reads them.
-SECRET_SELECT = (
-    "SELECT c.mt_secret, c.email, c.ad_tag, c.enable, c.total_bytes, c.expiry_time, "
-    "t.up, t.down, t.enable FROM client_inbound ci JOIN client c ON c.id = ci.client_id "
-    "LEFT JOIN client_traffic t ON t.email_key = c.email_key WHERE ci.inbound_id = ?"
-)
 
 
 class MtprotoService:
@@ -116,11 +111,7 @@ class MtprotoService:
         internal = DATA_CENTRES in allowed(self.settings)
         found = {}
         with db_session:
-            rows = self.store.rows(
-                "SELECT id, tag, listen, port, settings FROM inbound "
-                "WHERE protocol = ? AND enable = ? AND node_id IS NULL",
-                ["mtproto", True],
-            )
+            rows = mtproto_sql.listeners(self.store)
             for inbound_id, tag, listen, port, settings_text in rows:
                 settings = load_json(settings_text, "settings")
                 domain = settings.get("domain", "")
@@ -134,7 +125,7 @@ class MtprotoService:
                 }
                 inbound_tag = settings.get("adTag", "")
                 entries = {}
-                for row in self.store.rows(SECRET_SELECT, [inbound_id]):
+                for row in mtproto_sql.secret_rows(self.store, inbound_id):
                     secret, email, ad_tag, enable, total, expiry, up, down, t_enable = row
                     view = {
                         "enable": bool(enable),

@@ -94,6 +94,7 @@ from appliance.services.inbounds.listeners import (
     core_sockets,
     template_port_problem,
 )
+from appliance.store import inbound_rows, traffic_sql
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ class CoreService:
         self.error = reason
         tags = set(stale_tags(self.running, wanted))
         with db_session:
-            rows = self.store.rows("SELECT id, tag FROM inbound ORDER BY id")
+            rows = inbound_rows.ids_and_tags(self.store)
         self.stale = [inbound_id for inbound_id, tag in rows if tag in tags]
         log.warning("the core is out of step with the stored config: %s", reason)
 
@@ -436,17 +437,15 @@ class CoreService:
 
     def outbound_traffic(self) -> list[dict]:
         with db_session:
-            rows = self.store.rows("SELECT tag, up, down FROM outbound_traffic ORDER BY tag")
+            rows = traffic_sql.outbound_totals(self.store)
         return [{"tag": tag, "up": up, "down": down, "total": up + down} for tag, up, down in rows]
 
     def reset_outbound_traffic(self, tag: str) -> None:
         with db_session:
             if tag:
-                self.store.execute(
-                    "UPDATE outbound_traffic SET up = 0, down = 0 WHERE tag = ?", [tag]
-                )
+                traffic_sql.zero_outbound_traffic(self.store, tag)
             else:
-                self.store.execute("UPDATE outbound_traffic SET up = 0, down = 0")
+                traffic_sql.zero_all_outbound_traffic(self.store)
 
     def running_config(self) -> dict:
         """The config the core runs, as its config.json holds it (live changes included);

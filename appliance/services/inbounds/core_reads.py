@@ -16,7 +16,7 @@ from pony.orm import db_session
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.inbounds.fallbacks import Fallbacks
 from appliance.services.inbounds.views import inbound_record
-from appliance.store.inbound_rows import INBOUND_SELECT
+from appliance.store import inbound_rows
 
 # (listen, port, what) of sockets the panel itself holds.
 ReservedPorts = Callable[[], list[tuple[str, int, str]]]
@@ -35,7 +35,7 @@ class CoreInbounds:
         config builder reads them (`ClientQuery.core_clients`, read as the builder goes).
         The builder renders the entries itself, so they and clientStats are left empty."""
         with db_session:
-            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
+            rows = inbound_rows.all_inbound_rows(self.store)
             fallbacks = self.fallbacks.by_master()
         views = []
         for row in rows:

@@ -47,7 +47,7 @@ from appliance.services.inbounds.core_reads import ReservedPorts
 from appliance.services.inbounds.fallbacks import NOT_ON_NODES, Fallbacks, master_problem
 from appliance.services.inbounds.listeners import Socket, busy_transports, overlap, reserved_by
 from appliance.services.inbounds.views import inbound_record, record_of
-from appliance.store.inbound_rows import INBOUND_SELECT
+from appliance.store import inbound_rows, usage_sql
 
 # (inbound ids, slim) -> {inbound id: client row tuples}, see ClientQuery.by_inbound.
 ClientsOf = Callable[[list[int], bool], dict[int, list[tuple]]]
@@ -118,7 +118,7 @@ class Inbounds:
 
     def _views(self, slim: bool) -> list[dict]:
         with db_session:
-            rows = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound ORDER BY id")
+            rows = inbound_rows.all_inbound_rows(self.store)
             fallbacks = self.fallbacks.by_master()
             clients = self.clients_of([row[0] for row in rows], slim)
         return [
@@ -161,7 +161,7 @@ class Inbounds:
     def _view_of(self, inbound_id: int) -> dict:
         """The API view of one inbound, read fresh (the caller holds the db_session)."""
         self.store.db.flush()
-        (row,) = self.store.rows(f"SELECT {INBOUND_SELECT} FROM inbound WHERE id = ?", [inbound_id])
+        row = inbound_rows.inbound_row(self.store, inbound_id)
         clients = self.clients_of([inbound_id], False).get(inbound_id, [])
         view = self._view(row, self.fallbacks.rendered(inbound_id), clients, slim=False)
         del view["clientRows"]
@@ -256,8 +256,7 @@ class Inbounds:
                 row.delete()
                 self.store.db.flush()
                 # Its history goes with it (a client's stays: see clients/usage.py).
-                for name in ("inbound_usage", "inbound_usage_day"):
-                    self.store.execute(f"DELETE FROM {name} WHERE inbound_id = ?", [row_id])
+                usage_sql.drop_inbound_history(self.store, row_id)
         self._announce(row_id, detached)
 
     def bulk_delete(self, ids) -> dict:

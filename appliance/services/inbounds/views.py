@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from appliance.store import node_sql
 from appliance.store.inbound_rows import INBOUND_COLUMNS
 
 
@@ -50,8 +51,7 @@ def with_node_addresses(records: list[dict], rows: Callable) -> list[dict]:
     node (hosts still override). Reads the node table only when one is bound."""
     node_ids = sorted({r["nodeId"] for r in records if r["nodeId"] is not None})
     if node_ids:
-        marks = ", ".join("?" * len(node_ids))
-        addresses = dict(rows(f"SELECT id, address FROM node WHERE id IN ({marks})", node_ids))
+        addresses = node_sql.addresses(rows, node_ids)
         for record in records:
             if record["nodeId"] is not None:
                 record["nodeAddress"] = addresses.get(record["nodeId"], "")

@@ -45,7 +45,6 @@ from appliance.services.nodes.records import Nodes, details
 from appliance.services.nodes.retired import RetiredTags
 from appliance.services.nodes.wanted import (
     bare_tag,
-    bound_nodes,
     keys_of,
     node_clients,
     node_inbound,
@@ -54,6 +53,7 @@ from appliance.services.nodes.wanted import (
     same_client,
     same_inbound,
 )
+from appliance.store import node_sql
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,7 @@ class NodeDeploy:
         if not ids:
             return {}
         with db_session:
-            marks = ", ".join("?" * len(ids))
-            dirty = dict(self.store.rows(f"SELECT id, dirty FROM node WHERE id IN ({marks})", ids))
+            dirty = node_sql.dirty_flags(self.store, ids)
         found = {}
         for node_id in ids:
             if node_id not in dirty:
@@ -538,7 +537,7 @@ class NodeDeploy:
             return set()
         if self._bound is None:
             with db_session:
-                self._bound = bound_nodes(self.store)
+                self._bound = node_sql.bound_node_ids(self.store)
         return self._bound
 
     def _mark(self, node_id: int, reason: str = "") -> None:

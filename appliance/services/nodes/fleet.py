@@ -17,6 +17,7 @@ from appliance.errors import ServiceError
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeLink
 from appliance.services.nodes.records import Nodes, details, parse_node, public_view
+from appliance.store import node_sql
 
 if TYPE_CHECKING:
     from appliance.services.nodes.traffic import NodeTraffic
@@ -162,14 +163,7 @@ class Fleet:
                 for a in store.entities.ClientInbound
                 if a.inbound.node_id is not None
             )[:]
-            condition, params = self.depleted_sql()
-            depleted = store.rows(
-                "SELECT i.node_id, COUNT(DISTINCT c.id) FROM client_inbound ci "
-                "JOIN inbound i ON i.id = ci.inbound_id JOIN client c ON c.id = ci.client_id "
-                "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-                f"WHERE i.node_id IS NOT NULL AND {condition} GROUP BY i.node_id",
-                params,
-            )
+            depleted = node_sql.depleted_counts(store, self.depleted_sql())
         online = self.traffic.online_counts()
         for key, rows in (
             ("inbounds", inbounds),

@@ -25,7 +25,7 @@ from pony.orm import db_session
 from appliance.domain.client_rules import email_key
 from appliance.domain.protocols import INT64_MAX
 from appliance.errors import ServiceError
-from appliance.store.batches import chunks
+from appliance.store import master_traffic_sql
 
 MAX_ITEMS = 100_000
 
@@ -44,31 +44,11 @@ class MasterTraffic:
         keys = sorted(totals)
         with db_session:
             self.store.begin_write()
-            known, stored = set(), set()
-            for chunk in chunks(keys):
-                marks = ", ".join("?" * len(chunk))
-                known |= {
-                    row[0]
-                    for row in self.store.rows(
-                        f"SELECT email_key FROM client WHERE email_key IN ({marks})", chunk
-                    )
-                }
-                stored |= {
-                    row[0]
-                    for row in self.store.rows(
-                        "SELECT email_key FROM master_traffic "
-                        f"WHERE master_guid = ? AND email_key IN ({marks})",
-                        [guid, *chunk],
-                    )
-                }
-            self.store.execute_many(
-                "UPDATE master_traffic SET up = ?, down = ?, updated_at = ? "
-                "WHERE master_guid = ? AND email_key = ?",
+            known = master_traffic_sql.client_keys(self.store, keys)
+            stored = master_traffic_sql.kept_keys(self.store, guid, keys)
+            master_traffic_sql.keep_totals(
+                self.store,
                 [(*totals[k][1:], now, guid, k) for k in keys if k in known and k in stored],
-            )
-            self.store.execute_many(
-                "INSERT INTO master_traffic (master_guid, email_key, up, down, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
                 [(guid, k, *totals[k][1:], now) for k in keys if k in known and k not in stored],
             )
         skipped = sorted(totals[k][0] for k in keys if k not in known)
@@ -80,14 +60,10 @@ class MasterTraffic:
         if not guid:
             return None
         with db_session:
-            rows = self.store.rows(
-                "SELECT up, down, updated_at FROM master_traffic "
-                "WHERE master_guid = ? AND email_key = ?",
-                [guid, email_key(email)],
-            )
-        if not rows:
+            found = master_traffic_sql.totals_of(self.store, guid, email_key(email))
+        if found is None:
             return None
-        up, down, updated_at = rows[0]
+        up, down, updated_at = found
         return {"masterGuid": guid, "up": up, "down": down, "updatedAt": updated_at}
 
 

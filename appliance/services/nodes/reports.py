@@ -11,8 +11,9 @@ a client or inbound this panel has, but not on that node, is a report no honest 
 sends: it is logged once per node and name (not once per poll) and listed on the node's
 row (`ignoredReports`), so the admin sees which node to distrust.
 
-Checks read only what a poll names (its movers, chunked), so a poll of a few clients
-costs a few lookups at any fleet size. What was noted is kept in memory, bounded per node.
+Checks read only what a poll names (its movers, chunked: `store/node_sql.py` and
+`store/inbound_rows.py`), so a poll of a few clients costs a few lookups at any fleet
+size. What was noted is kept in memory, bounded per node.
 """
 
 from __future__ import annotations
@@ -20,64 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from appliance.store.batches import chunks
-
 log = logging.getLogger(__name__)
 
 # Names noted (logged, counted) per node; past this, further ones are ignored unlogged.
 MAX_NOTED = 1000
 # Names of each kind a node's row lists.
 SHOWN = 20
-
-
-def bound_keys(store, node_id: int, keys: Iterable[str]) -> set[str]:
-    """The email keys among `keys` of clients attached to an inbound bound to `node_id`;
-    the caller holds the db_session."""
-    found: set[str] = set()
-    for chunk in chunks(sorted(set(keys))):
-        found.update(
-            row[0]
-            for row in store.rows(
-                "SELECT DISTINCT c.email_key FROM client c "
-                "JOIN client_inbound ci ON ci.client_id = c.id "
-                "JOIN inbound i ON i.id = ci.inbound_id "
-                f"WHERE i.node_id = ? AND c.email_key IN ({', '.join('?' * len(chunk))})",
-                [node_id, *chunk],
-            )
-        )
-    return found
-
-
-def known_emails(store, keys: Iterable[str]) -> dict[str, str]:
-    """email key -> email of the clients this panel has among `keys`."""
-    found: dict[str, str] = {}
-    for chunk in chunks(sorted(set(keys))):
-        found.update(
-            store.rows(
-                "SELECT email_key, email FROM client "
-                f"WHERE email_key IN ({', '.join('?' * len(chunk))})",
-                list(chunk),
-            )
-        )
-    return found
-
-
-def bound_tags(store, node_id: int) -> set[str]:
-    """The tags (as this panel names them) of the inbounds bound to `node_id`."""
-    return {row[0] for row in store.rows("SELECT tag FROM inbound WHERE node_id = ?", [node_id])}
-
-
-def known_tags(store, tags: Iterable[str]) -> set[str]:
-    found: set[str] = set()
-    for chunk in chunks(sorted(set(tags))):
-        found.update(
-            row[0]
-            for row in store.rows(
-                f"SELECT tag FROM inbound WHERE tag IN ({', '.join('?' * len(chunk))})",
-                list(chunk),
-            )
-        )
-    return found
 
 
 class IgnoredReports:

@@ -49,14 +49,8 @@ from appliance.services.clients.query import ClientQuery
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
-from appliance.services.nodes.reports import (
-    IgnoredReports,
-    bound_keys,
-    bound_tags,
-    known_emails,
-    known_tags,
-)
-from appliance.store import traffic_sql, usage_sql
+from appliance.services.nodes.reports import IgnoredReports
+from appliance.store import inbound_rows, node_sql, node_traffic_sql, traffic_sql, usage_sql
 from appliance.store.batches import chunks
 
 log = logging.getLogger(__name__)
@@ -225,16 +219,16 @@ class NodeTraffic:
                 _measure(USER + key, (up, down), last, changed, clients, key)
             for tag, values in answer.inbounds.items():
                 _measure(INBOUND + tag, values, last, changed, inbounds, f"n{node_id}-{tag}")
-            foreign = _keep_only(clients, bound_keys(self.store, node_id, clients))
-            strays = _keep_only(inbounds, bound_tags(self.store, node_id))
+            foreign = _keep_only(clients, node_sql.bound_keys(self.store, node_id, clients))
+            strays = _keep_only(inbounds, inbound_rows.tags_of_node(self.store, node_id))
             gone = []
             if answer.full:
                 names = {USER + key for key in answer.clients}
                 names |= {INBOUND + tag for tag in answer.inbounds}
                 gone = [name for name in last if name not in names]
             self._write(node_id, now, clients, inbounds, changed, last, gone)
-            emails = known_emails(self.store, foreign).values() if foreign else []
-            tags = known_tags(self.store, strays) if strays else set()
+            emails = node_sql.known_emails(self.store, foreign).values() if foreign else []
+            tags = inbound_rows.known_tags(self.store, strays) if strays else set()
         for name in gone:
             del last[name]
         last.update(changed)
@@ -249,9 +243,7 @@ class NodeTraffic:
         if last is None:
             last = self._last[node_id] = {
                 name: (up, down)
-                for name, up, down in self.store.rows(
-                    "SELECT name, up, down FROM node_counter WHERE node_id = ?", [node_id]
-                )
+                for name, up, down in node_traffic_sql.kept_counters(self.store, node_id)
             }
         return last
 
@@ -264,20 +256,12 @@ class NodeTraffic:
         if moved:
             traffic_sql.add_inbound_traffic(store, moved, by="node tag")
         usage_sql.record(store, now, clients, moved, by="node tag")
-        store.execute_many(
-            "UPDATE node_counter SET up = ?, down = ? WHERE node_id = ? AND name = ?",
+        node_traffic_sql.keep_counters(
+            store,
             [(up, down, node_id, name) for name, (up, down) in changed.items() if name in last],
-        )
-        store.execute_many(
-            "INSERT INTO node_counter (node_id, name, up, down) VALUES (?, ?, ?, ?)",
             [(node_id, name, up, down) for name, (up, down) in changed.items() if name not in last],
         )
-        for chunk in chunks(gone):
-            store.execute(
-                "DELETE FROM node_counter WHERE node_id = ? "
-                f"AND name IN ({', '.join('?' * len(chunk))})",
-                [node_id, *chunk],
-            )
+        node_traffic_sql.drop_counters(store, node_id, gone)
 
     # ---- pushing totals down ----------------------------------------------------------
 
@@ -317,21 +301,8 @@ class NodeTraffic:
     def _totals(self, node_id: int, keys: list[str] | None) -> dict[str, tuple[str, int, int]]:
         """email key -> (email, up, down) of the clients attached to the node's inbounds,
         of `keys` only unless None."""
-        select = (
-            "SELECT DISTINCT t.email_key, c.email, t.up, t.down FROM client_inbound ci "
-            "JOIN inbound i ON i.id = ci.inbound_id JOIN client c ON c.id = ci.client_id "
-            "JOIN client_traffic t ON t.email_key = c.email_key WHERE i.node_id = ?"
-        )
         with db_session:
-            if keys is None:
-                rows = self.store.rows(select, [node_id])
-            else:
-                rows = []
-                for chunk in chunks(sorted(keys)):
-                    rows += self.store.rows(
-                        f"{select} AND t.email_key IN ({', '.join('?' * len(chunk))})",
-                        [node_id, *chunk],
-                    )
+            rows = node_traffic_sql.client_totals(self.store, node_id, keys)
         return {key: (email, up, down) for key, email, up, down in rows}
 
     def _read_ips(self, record: dict, link: NodeLink, state: _NodeState) -> None:
@@ -355,8 +326,8 @@ class NodeTraffic:
         }
         keys = {email_key(e) for entries in found.values() for e in entries}
         with db_session:
-            allowed = bound_keys(self.store, node_id, keys)
-            foreign = known_emails(self.store, keys - allowed) if keys - allowed else {}
+            allowed = node_sql.bound_keys(self.store, node_id, keys)
+            foreign = node_sql.known_emails(self.store, keys - allowed) if keys - allowed else {}
         state.ips = {
             guid: {e: v for e, v in entries.items() if email_key(e) in allowed}
             for guid, entries in found.items()

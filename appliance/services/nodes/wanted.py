@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from appliance.domain.client_rules import email_key
 from appliance.domain.clients import api_view
 from appliance.services.inbounds.views import inbound_record
-from appliance.store.batches import chunks
-from appliance.store.client_rows import CLIENT_SELECT, client_record, extra
-from appliance.store.inbound_rows import INBOUND_SELECT
+from appliance.store import inbound_rows, node_sql
+from appliance.store.client_rows import client_record, extra
 
 # The prefix this panel gives the tag of an inbound bound to node `<id>`.
 NODE_TAG = re.compile(r"^n[0-9]+-")
@@ -106,20 +105,10 @@ class NodeWants:
     clients: dict[str, tuple[dict, set[str]]] = field(default_factory=dict)
 
 
-def bound_nodes(store) -> set[int]:
-    """The ids of the (existing) nodes some inbound is bound to; the caller holds the
-    db_session."""
-    rows = store.rows("SELECT DISTINCT i.node_id FROM inbound i JOIN node n ON n.id = i.node_id")
-    return {row[0] for row in rows}
-
-
 def node_inbounds(store, node_id: int) -> dict[str, dict]:
     """The node-side bodies of the inbounds bound to `node_id`, by node-side tag."""
-    rows = store.rows(
-        f"SELECT {INBOUND_SELECT} FROM inbound WHERE node_id = ? ORDER BY id", [node_id]
-    )
     found = {}
-    for row in rows:
+    for row in inbound_rows.node_inbound_rows(store, node_id):
         body = node_inbound(inbound_record(row))
         found[body["tag"]] = body
     return found
@@ -127,40 +116,19 @@ def node_inbounds(store, node_id: int) -> dict[str, dict]:
 
 def node_tags(store, node_id: int) -> set[str]:
     """The node-side tags of the inbounds bound to `node_id`."""
-    rows = store.rows("SELECT tag FROM inbound WHERE node_id = ?", [node_id])
-    return {bare_tag(row[0]) for row in rows}
+    return {bare_tag(tag) for tag in inbound_rows.tags_of_node(store, node_id)}
 
 
 def node_clients(store, node_id: int | None, keys: list[str] | None = None) -> dict:
     """{node id: {email key: (payload, node-side tags)}} for the clients attached to the
     inbounds of `node_id` (every node when None), all of them or those of `keys`."""
-    base = (
-        f"SELECT {CLIENT_SELECT}, i.node_id, i.tag, c.email_key "
-        "FROM client c JOIN client_inbound ci ON ci.client_id = c.id "
-        "JOIN inbound i ON i.id = ci.inbound_id "
-        "LEFT JOIN client_traffic t ON t.email_key = c.email_key "
-    )
-    if node_id is None:
-        condition, params = "WHERE i.node_id IS NOT NULL", []
-    else:
-        condition, params = "WHERE i.node_id = ?", [node_id]
-    statements = []
-    if keys is None:
-        statements.append((base + condition, params))
-    else:
-        for part in chunks(sorted(set(keys))):
-            marks = ", ".join("?" * len(part))
-            statements.append(
-                (base + condition + f" AND c.email_key IN ({marks})", [*params, *part])
-            )
     found: dict[int, dict[str, tuple[dict, set[str]]]] = {}
-    for statement, values in statements:
-        for row in store.rows(statement, values):
-            node, tag, key = extra(row)
-            wanted = found.setdefault(node, {})
-            if key not in wanted:
-                wanted[key] = (node_client(api_view(client_record(row), [])), set())
-            wanted[key][1].add(bare_tag(tag))
+    for row in node_sql.node_client_rows(store, node_id, keys):
+        node, tag, key = extra(row)
+        wanted = found.setdefault(node, {})
+        if key not in wanted:
+            wanted[key] = (node_client(api_view(client_record(row), [])), set())
+        wanted[key][1].add(bare_tag(tag))
     return found
 
 
