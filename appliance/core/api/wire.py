@@ -198,13 +198,14 @@ def _stats_by_fields(data: bytes) -> dict[str, int]:
     stats = {}
     for number, value in fields(data):
         if number == 1 and isinstance(value, bytes):
-            name, count = _decode_stat(value)
+            name, count = _string_and_int64(value)
             stats[name] = count
     return stats
 
 
-def _decode_stat(data: bytes) -> tuple[str, int]:
-    """Stat{string name = 1; int64 value = 2}."""
+def _string_and_int64(data: bytes) -> tuple[str, int]:
+    """A message {string = 1; int64 = 2}: a Stat {name, value}, or an entry of a map of
+    strings to int64 {key, value}."""
     name, count = "", 0
     for number, value in fields(data):
         if number == 1 and isinstance(value, bytes):
@@ -258,16 +259,10 @@ def decode_online_ips(data: bytes) -> dict[str, int]:
     {key = 1; value = 2}."""
     ips: dict[str, int] = {}
     for number, value in fields(data):
-        if number != 2 or not isinstance(value, bytes):
-            continue
-        address, seen = "", 0
-        for key, part in fields(value):
-            if key == 1 and isinstance(part, bytes):
-                address = part.decode(errors="replace")
-            elif key == 2 and isinstance(part, int):
-                seen = int64(part)
-        if address:
-            ips[address] = seen
+        if number == 2 and isinstance(value, bytes):
+            address, seen = _string_and_int64(value)
+            if address:
+                ips[address] = seen
     return ips
 
 
