@@ -181,6 +181,7 @@ register_dataset(
         "Shadowsocks inbounds; two hosts on the VLESS one",
         seed=seed_subscriptions,
         check=check_subscriptions,
+        without_core=True,
     )
 )
 
