@@ -132,6 +132,12 @@ class CoreProcess:
     def version(self) -> str:
         return self.info.version if self.info else ""
 
+    def running_for(self) -> float:
+        """Seconds since the running core was started; 0 when none runs."""
+        if self.state != RUNNING or self._proc is None:
+            return 0.0
+        return time.monotonic() - self._started_at
+
     def check_features(self, features: Iterable[str]) -> None:
         """Raise `ServiceError` naming the core and the feature when the detected core
         does not run all of `features`; without a core, nothing is refused. Asked of the

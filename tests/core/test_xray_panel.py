@@ -275,6 +275,16 @@ def test_the_routing_test_and_balancers_use_xrays_router(api):
     assert spread["outboundTag"] == "direct", spread
 
 
+def test_a_route_test_asked_as_xray_restarts_waits_for_its_router(api, panel):
+    """Xray listens on its API port a moment after it starts: a question asked in that
+    moment is answered once it listens, not refused as if no core ran."""
+    pid = core_pid(panel)
+    ok(api.post("/panel/api/server/restartCoreService"))
+    blocked = ok(api.post("/panel/api/core/routeTest", data={"domain": "blocked.test"}))
+    assert blocked["outboundTag"] == "blocked", blocked
+    assert core_pid(panel) not in (0, pid), "Xray was not restarted"
+
+
 def test_reality_vision_clients_connect_from_their_links_and_join_live(api, panel, tmp_path, echo):
     """VLESS over REALITY with Vision, the most common production inbound: each client's
     subscription link, read by an Xray client app, carries bytes; a client added while

@@ -56,6 +56,11 @@ def lacks_xray_api(info, feature: str) -> str:
     return f"the running core ({info.flavor} {info.version}) has no {feature}; it needs Xray"
 
 
+class CoreApiUnreachable(CoreApiError):
+    """Nothing answers on the core's API port: the core is not running, or has just
+    started and does not listen yet."""
+
+
 class CoreApiUnsupported(CoreApiError):
     """The core does not serve the service or method called: a core without it (V2Ray
     has no balancer override), or an Xray whose template leaves it out of api.services."""
@@ -205,6 +210,8 @@ class CoreApi:
                 raise CoreApiUnsupported(f"cannot {what}: {self._reason(exc)}") from None
             if exc.code == channel.NOT_FOUND:
                 raise CoreApiNotFound(f"cannot {what}: {self._reason(exc)}") from None
+            if exc.code == channel.UNAVAILABLE:
+                raise CoreApiUnreachable(f"cannot {what}: {self._reason(exc)}") from None
             raise CoreApiError(f"cannot {what}: {self._reason(exc)}") from None
         try:
             return decode(response)

@@ -16,11 +16,23 @@ from __future__ import annotations
 
 import ipaddress
 
-from appliance.core.api import CoreApiError, CoreApiUnsupported, lacks_xray_api, wire
+import gevent
+
+from appliance.core.api import (
+    CoreApiError,
+    CoreApiUnreachable,
+    CoreApiUnsupported,
+    lacks_xray_api,
+    wire,
+)
 from appliance.domain.parse import parse_port, parse_text
 from appliance.errors import ServiceError
 
 BALANCER_TAGS_LIMIT = 100
+# A core started this recently may not listen on its API port yet (Xray takes a moment,
+# longer on a busy host): a question asked then waits for it rather than failing.
+STARTUP_GRACE = 10.0
+STARTUP_POLL = 0.2
 FIELD_LIMIT = 255
 # The router's answer when no rule matches: the connection then takes the first outbound.
 NO_RULE_MATCHED = "not enough information for making a decision"
@@ -104,15 +116,14 @@ class CoreRouting:
         return running.skeleton
 
     def _ask(self, call, feature: str):
-        api = self.core.api
-        if api is None:
-            raise ServiceError("the core is not running; start it to ask its router")
+        if self.core.api is None:
+            self._not_running()
         info = self.core.process.info
         lacking = lacks_xray_api(info, feature)
         if lacking:
             raise ServiceError(lacking)
         try:
-            return call(api)
+            return self._answered(call)
         except CoreApiUnsupported:
             if info is not None:
                 raise ServiceError(
@@ -121,6 +132,22 @@ class CoreRouting:
                 ) from None
             unknown = f"the running core (unknown) has no {feature}; it needs Xray"
             raise ServiceError(unknown) from None
+
+    def _answered(self, call):
+        """`call` on the core's API, retried while a core that has just started does
+        not listen yet (a restart may bring a new API client: it is read each time); any
+        other failure, or a core long started that does not answer, raises."""
+        while True:
+            try:
+                return call(self.core.api or self._not_running())
+            except CoreApiUnreachable:
+                if not 0 < self.core.process.running_for() < STARTUP_GRACE:
+                    raise
+            gevent.sleep(STARTUP_POLL)
+
+    @staticmethod
+    def _not_running():
+        raise ServiceError("the core is not running; start it to ask its router")
 
 
 def routing_context(form: dict) -> bytes:
