@@ -327,12 +327,18 @@ def test_subscriptions_carry_the_link_and_hosts_override_the_server(api, panel):
 
 def test_an_expiry_that_passes_withdraws_the_secret(api):
     inbound = mtproto_inbound(api)
-    expiry = int(time.time() * 1000) + 3000
-    client = add_client(api, [inbound["id"]], expiryTime=expiry)
+    client = add_client(api, [inbound["id"]])
     running_proxy(api, inbound["id"], secrets=1)
     [link] = tg_links(api, client["email"])
-    wait_until(lambda: running_proxy(api, inbound["id"])["secrets"] == 0, "the secret withdrawn")
-    assert ok(api.get(f"{API}/get/{client['email']}"))["client"]["enable"] is False
+    # Set once the proxy serves the secret: a proxy slow to start must not see it lapse first.
+    expiry = int(time.time() * 1000) + 2000
+    ok(api.post(f"{API}/update/{client['email']}", {"client": {**client, "expiryTime": expiry}}))
+
+    def withdrawn() -> bool:
+        disabled = ok(api.get(f"{API}/get/{client['email']}"))["client"]["enable"] is False
+        return disabled and running_proxy(api, inbound["id"])["secrets"] == 0
+
+    wait_until(withdrawn, "the client disabled and its secret withdrawn")
     assert tg_links(api, client["email"]) == []
     assert refused_by_proxy(inbound["port"], secret_in(link))
 
