@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import threading
+import time
 import uuid
 from urllib.parse import quote
 
@@ -337,3 +338,26 @@ def test_a_device_behind_a_trusted_proxy_is_logged_at_the_forwarded_address(pane
         ok(api.post(SETTINGS, {"trustedProxies": ""}))
     [device] = ok(api.get(f"{CLIENTS}/devices/{quote(client['email'])}"))
     assert device["address"] == "203.0.113.7"
+
+
+def test_a_known_device_asking_again_is_seen_later(panel, api, inbound):
+    client = add_client(api, inbound["id"])
+    email = quote(client["email"])
+    headers = happ(new_hwid())
+    assert sub(panel, client["subId"], headers).status_code == 200
+    [first] = ok(api.get(f"{CLIENTS}/devices/{email}"))
+    time.sleep(0.01)
+    assert sub(panel, client["subId"], {**headers, "Connection": "close"}).status_code == 200
+    deadline = time.monotonic() + 30  # written behind, in the next batch
+    while time.monotonic() < deadline:
+        [device] = ok(api.get(f"{CLIENTS}/devices/{email}"))
+        if device["lastSeen"] > first["lastSeen"]:
+            break
+        time.sleep(0.5)
+    assert device["lastSeen"] > first["lastSeen"]
+    assert device["firstSeen"] == first["firstSeen"]
+
+
+def test_the_announce_text_is_bounded(api):
+    refused(api.post(SETTINGS, {"hwidAnnounce": "x" * 1001}), "hwidAnnounce", "1000")
+    refused(api.post(SETTINGS, {"hwidDefaultLimit": -1}), "hwidDefaultLimit")
