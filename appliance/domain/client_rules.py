@@ -160,6 +160,7 @@ def normalize_client(payload: Any, inbounds: list[dict]) -> dict:
         "expiryTime": _int(payload.get("expiryTime"), "expiryTime", -INT64_MAX, INT64_MAX),
         "limitIp": _int(payload.get("limitIp"), "limitIp", 0, 100_000),
         "reset": _int(payload.get("reset"), "reset", 0, 36_500),
+        "deviceLimit": _int(payload.get("deviceLimit"), "deviceLimit", -1, 100_000),
         "tgId": _int(payload.get("tgId"), "tgId", 0, INT64_MAX),
         "comment": _text(payload.get("comment"), "comment", COMMENT_MAX),
         "enable": True if payload.get("enable") is None else to_bool(payload["enable"], "enable"),

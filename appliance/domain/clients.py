@@ -51,6 +51,7 @@ class ClientRecord(NamedTuple):
     sub_id: str = ""
     limit_ip: int = 0
     reset_days: int = 0
+    device_limit: int = 0
     tg_id: int = 0
     comment: str = ""
     group_name: str = ""
@@ -126,6 +127,7 @@ def api_view(client: ClientRecord, inbound_ids: list[int]) -> dict:
         "expiryTime": client.expiry_time,
         "limitIp": client.limit_ip,
         "reset": client.reset_days,
+        "deviceLimit": client.device_limit,
         "tgId": client.tg_id,
         "comment": client.comment,
         "enable": bool(client.enable),

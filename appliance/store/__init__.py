@@ -82,7 +82,12 @@ class Store:
             connection.commit()
         return connection
 
-    def _raw_connect(self):
+    def writable_connect(self):
+        """A plain DB-API connection that may write even on a read-only store: for the
+        device table alone (`device_sql.DeviceWrites`, the one writer that runs on it)."""
+        return self._raw_connect(writable=True)
+
+    def _raw_connect(self, writable: bool = False):
         url = self.url
         if url.kind == "sqlite":
             conn = sqlite3.connect(url.path, isolation_level=None)
@@ -100,7 +105,7 @@ class Store:
                 user=url.user,
                 password=url.password,
                 dbname=url.database,
-                **self._pg_options(),
+                **({} if writable else self._pg_options()),
             )
         import pymysql
 

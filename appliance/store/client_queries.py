@@ -64,6 +64,11 @@ ON_INBOUND = (
 # A substring search cannot seek an index, but it can scan the narrow search index
 # (migration 8) instead of every client row, then fetch only the matches by id.
 SEARCH = "c.id IN (SELECT id FROM client WHERE search_key LIKE ? ESCAPE '!')"
+# A device id matches whole and as written (device ids are not folded): a seek on the
+# (sub_id, hwid) index's table finds the subscriptions that device was served.
+SEARCH_OR_DEVICE = (
+    f"({SEARCH} OR c.sub_id IN (SELECT d.sub_id FROM client_device d WHERE d.hwid = ?))"
+)
 # Keys per IN list: well under every backend's limit on parameters.
 KEYS_PER_READ = 500
 
@@ -78,9 +83,13 @@ class Conditions:
     params: list = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
 
-    def search(self, text: str) -> None:
-        """Clients whose email, subId or comment (folded as email keys) hold `text`."""
-        self._add("search", SEARCH, [_contains(text)])
+    def search(self, text: str, hwid: str = "") -> None:
+        """Clients whose email, subId or comment (folded as email keys) hold `text`, or
+        whose subscription served the device `hwid` when one is given."""
+        if hwid:
+            self._add("search", SEARCH_OR_DEVICE, [_contains(text), hwid])
+        else:
+            self._add("search", SEARCH, [_contains(text)])
 
     def online(self, keys: list[str]) -> None:
         if not keys:

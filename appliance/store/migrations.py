@@ -483,6 +483,33 @@ def _v16_natural_email_order(dialect: str) -> list[Statement]:
     return statements
 
 
+def _v17_client_devices(dialect: str) -> list[str]:
+    """Device limits: the devices (client apps' x-hwid) each subscription id was served
+    to, one numbered slot each. Both pairs are unique, so a new device is admitted by
+    inserting its slot: two devices racing for the last slot cannot both win, on any
+    backend, without a lock. Each client gets its own limit (0: the panel's default)."""
+    table = Table(
+        "client_device",
+        (
+            Column("sub_id", "str", 64),
+            Column("slot", "int"),
+            Column("hwid", "str", 128),
+            Column("os", "str", 255, default=""),
+            Column("os_version", "str", 255, default=""),
+            Column("model", "str", 255, default=""),
+            Column("user_agent", "str", 255, default=""),
+            Column("address", "str", 64, default=""),
+            Column("first_seen", "bigint", default=0),
+            Column("last_seen", "bigint", default=0),
+        ),
+        (Index(("sub_id", "hwid"), unique=True), Index(("sub_id", "slot"), unique=True)),
+    )
+    return [
+        add_column("client", Column("device_limit", "int", default=0), dialect),
+        *table.create(dialect),
+    ]
+
+
 def _fill_email_order(cur, mark: str) -> None:
     cur.execute("SELECT id, email_key FROM client")
     rows = [(natural_order(key), client_id) for client_id, key in cur.fetchall()]
@@ -529,6 +556,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
     (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
     (16, "clients sorted by email in natural order", _v16_natural_email_order),
+    (17, "device limits: the devices of subscriptions, a limit per client", _v17_client_devices),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -42,6 +42,7 @@ class Entities:
     ClientInbound: type
     ClientTraffic: type
     ClientIp: type
+    ClientDevice: type
     ClientLink: type
     ClientGroup: type
     CoreCounter: type
@@ -147,6 +148,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
         expiry_time = Required(int, size=64, default=0, index="ix_client_expiry_time")
         limit_ip = Required(int, default=0)
         reset_days = Required(int, default=0)
+        device_limit = Required(int, default=0)
         tg_id = Required(int, size=64, default=0)
         comment = Optional(str, 1024, autostrip=False)
         enable = Required(bool, default=True)
@@ -201,6 +203,21 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
         ip = Required(str, 64)
         seen_at = Required(int, size=64, default=0)
         composite_key(email_key, ip)
+
+    class ClientDevice(db.Entity):
+        _table_ = "client_device"
+        sub_id = Required(str, 64, autostrip=False)
+        slot = Required(int)
+        hwid = Required(str, 128, autostrip=False)
+        os = Optional(str, 255, autostrip=False)
+        os_version = Optional(str, 255, autostrip=False)
+        model = Optional(str, 255, autostrip=False)
+        user_agent = Optional(str, 255, autostrip=False)
+        address = Optional(str, 64)
+        first_seen = Required(int, size=64, default=0)
+        last_seen = Required(int, size=64, default=0)
+        composite_key(sub_id, hwid)
+        composite_key(sub_id, slot)
 
     class ClientLink(db.Entity):
         _table_ = "client_link"
@@ -367,6 +384,7 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
         ClientInbound=ClientInbound,
         ClientTraffic=ClientTraffic,
         ClientIp=ClientIp,
+        ClientDevice=ClientDevice,
         ClientLink=ClientLink,
         ClientGroup=ClientGroup,
         CoreCounter=CoreCounter,

@@ -67,6 +67,21 @@ class OneOf:
 
 PORT = Range(1, 65535)
 
+# The most characters of an announcement a client app is sent in a header.
+ANNOUNCE_MAX = 1000
+
+
+def announce_text(name: str, value: str) -> str:
+    """Text sent in a response header: bounded, one line or several, no other control
+    characters (the header carries it base64-encoded, but an app shows it as written)."""
+    if len(value) > ANNOUNCE_MAX:
+        raise ServiceError(
+            f"{name} must be at most {ANNOUNCE_MAX} characters (got {len(value)} characters)"
+        )
+    if any(not c.isprintable() and c != "\n" for c in value):
+        raise ServiceError(f"{name} may contain line breaks but no other control characters")
+    return value
+
 
 DATA_CENTRES = "mtprotoDataCenters"
 

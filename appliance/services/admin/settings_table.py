@@ -25,6 +25,7 @@ from appliance.services.admin.settings_rules import (
     OneOf,
     Range,
     Rule,
+    announce_text,
     backup_schedule,
     check_cert_pair,
     check_core_template,
@@ -217,6 +218,36 @@ SETTINGS = (
         "Enforce each client's IP limit: addresses beyond it are written to "
         "logs/ip-limit.log in the data directory, for fail2ban to block.",
         "clients",
+    ),
+    Setting(
+        "hwidEnable",
+        False,
+        "Limit the devices of each subscription: client apps send a device id (x-hwid) "
+        "with every request; a new device beyond the client's device limit gets no "
+        "configuration.",
+        "clients",
+    ),
+    Setting(
+        "hwidDefaultLimit",
+        0,
+        "Devices a subscription may use when its client's deviceLimit is 0; 0 for no limit.",
+        "clients",
+        Range(0, 100_000),
+    ),
+    Setting(
+        "hwidRequired",
+        False,
+        "With hwidEnable, refuse requests that send no device id; off, such a request gets "
+        "the subscription and is not counted as a device.",
+        "clients",
+    ),
+    Setting(
+        "hwidAnnounce",
+        "",
+        "Text client apps show when a device is refused for the device limit (at most 1000 "
+        "characters); empty for none.",
+        "clients",
+        announce_text,
     ),
     # ---- subscription --------------------------------------------------------------------
     Setting(

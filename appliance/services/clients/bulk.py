@@ -19,7 +19,7 @@ from pony.orm import db_session, select
 from appliance.domain import client_rules
 from appliance.domain.client_rules import email_key
 from appliance.domain.parse import parse_emails, parse_id, parse_json_text
-from appliance.domain.protocols import INT64_MAX
+from appliance.domain.protocols import INT64_MAX, to_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace
 from appliance.services.clients.records import Clients, columns_of, inbound_ids_of, secret_taken
@@ -233,10 +233,14 @@ class ClientBulk:
         return {"deleted": deleted, "skipped": skipped}
 
     def bulk_adjust(self, body: Any) -> dict:
-        """Add days to expiry and bytes to quota; unlimited fields are left alone."""
+        """Add days to expiry and bytes to quota; unlimited fields are left alone. A
+        `deviceLimit` given sets that limit on each client."""
         emails = in_lock_order(parse_emails(body))
         days = _signed(body.get("addDays", 0), "addDays")
         extra_bytes = _signed(body.get("addBytes", 0), "addBytes")
+        device_limit = body.get("deviceLimit")
+        if device_limit is not None:
+            device_limit = to_int(device_limit, "deviceLimit", -1, 100_000)
         adjusted, skipped = 0, []
         with db_session:
             for email in emails:
@@ -267,6 +271,9 @@ class ClientBulk:
                     else:
                         row.total_bytes += extra_bytes
                         changed = True
+                if device_limit is not None and row.device_limit != device_limit:
+                    row.device_limit = device_limit
+                    changed = True
                 if changed:
                     row.updated_at = self.clients.now_ms()
                     adjusted += 1

@@ -198,7 +198,7 @@ class ClientQuery:
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
         if search.strip():
-            conditions.search(email_key(" ".join(search.split())))
+            conditions.search(email_key(" ".join(search.split())), search.strip()[:128])
         name = query.get("filter") or ""
         if name:
             if name not in FILTERS:
@@ -377,6 +377,7 @@ def slim_view(client: ClientRecord, inbound_ids: list[int]) -> dict:
         "expiryTime": client.expiry_time,
         "limitIp": client.limit_ip,
         "reset": client.reset_days,
+        "deviceLimit": client.device_limit,
         "group": client.group_name,
         "inboundIds": inbound_ids,
         "traffic": {

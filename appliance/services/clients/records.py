@@ -403,6 +403,7 @@ def columns_of(record: dict) -> dict:
         "expiry_time": record["expiryTime"],
         "limit_ip": record["limitIp"],
         "reset_days": record["reset"],
+        "device_limit": record["deviceLimit"],
         "tg_id": record["tgId"],
         "comment": record["comment"],
         "enable": record["enable"],
