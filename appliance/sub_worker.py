@@ -4,8 +4,12 @@ On a host with several cores the panel starts one of these per core
 (`appliance.runtime.workers`); each serves the subscription port's socket it inherits,
 with the same `SubscriptionApp` the panel serves it with on one core. It reads the
 panel's database directly (SQLite in WAL mode, so readers never wait for the panel's
-writes, or the networked server) and writes nothing: its database sessions refuse writes
-(`Store.attach`), and the panel stays the only writer.
+writes, or the networked server) and writes one table alone: its database sessions
+refuse writes (`Store.attach`), and its one write path is `DeviceWrites`
+(appliance.store.device_sql), a few connections of its own that insert the devices it
+admits and write, in a batch every few seconds, when known ones were last seen, exactly
+as the panel does; the unique keys of that table keep the two from admitting one slot
+twice. The panel's caches hold no device, so they need to hear nothing of these writes.
 
 A worker keeps the same caches the panel keeps (settings, rendered bodies) and drops
 them when the panel's change counter moved since its last request, so what an admin
@@ -49,6 +53,7 @@ from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.runtime.workers import IDLE_EXIT, IDLE_RATE, ChangeCounter  # noqa: E402
 from appliance.services.admin.settings import Settings  # noqa: E402
 from appliance.services.admin.settings_rules import parse_trusted_proxies  # noqa: E402
+from appliance.services.clients.devices import Devices  # noqa: E402
 from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
 from appliance.store import RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS, Store  # noqa: E402
 from appliance.sub.app import SubscriptionApp  # noqa: E402
@@ -154,7 +159,9 @@ def main() -> int:
         return 0
     sock = socket.socket(fileno=spec["listenFd"])
     tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
-    app = SubscriptionApp(settings, subscriptions, refresh=follow)
+    devices = Devices(store, settings)
+    devices.start()
+    app = SubscriptionApp(settings, subscriptions, devices, refresh=follow)
     leave = LeaveWhenIdle(app, spec["idleSeconds"]) if spec.get("idleSeconds") else None
     limits = ConnectionLimits(**spec["limits"])  # the panel's, so every process has the same
 
@@ -170,6 +177,7 @@ def main() -> int:
     stopped.wait()
     server.stop(timeout=STOP_GRACE_SECONDS)
     subscriptions.close()
+    devices.close()
     store.close()
     return IDLE_EXIT if leave is not None and leave.idle.is_set() else 0
 

@@ -63,6 +63,7 @@ from appliance.services.admin.tgnotices import BotNotices
 from appliance.services.admin.update import PanelUpdate
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.counters import CounterFeed, CounterJournal
+from appliance.services.clients.devices import Devices
 from appliance.services.clients.groups import Groups
 from appliance.services.clients.ips import ClientIps
 from appliance.services.clients.mtproto_traffic import MtprotoAccounting
@@ -167,6 +168,7 @@ class Panel:
         self.master_traffic = MasterTraffic(store, self.managing_panel.guid)
         self.groups = Groups(store)
         self.subscriptions = Subscriptions(store, self.settings)
+        self.devices = Devices(store, self.settings, self.notice)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
         self.accounting = TrafficAccounting(store, self.presence)
         self.usage = UsageHistory(store)
@@ -390,7 +392,7 @@ class Panel:
         on_demand = self.options.sub_workers is None and workers > 1
         sub_server = None
         if workers == 1 or on_demand:
-            sub_app = SubscriptionApp(self.settings, self.subscriptions)
+            sub_app = SubscriptionApp(self.settings, self.subscriptions, self.devices)
             if on_demand:
                 sub_app = DemandMeter(sub_app, self._more_sub_workers)
             sub_server = make_server(
@@ -427,6 +429,7 @@ class Panel:
         os.makedirs(self.places.www_dir, exist_ok=True)
         self.core.start()
         self.mtproto.start()
+        self.devices.start()
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
         every(self.settings.get("trafficInterval"), self.mtproto.tick, "MTProto traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
@@ -575,6 +578,7 @@ class Panel:
             self._changes.close()
             self._changes = None
         self.subscriptions.close()
+        self.devices.close()
         self.store.close()
         log.info("panel stopped")
 

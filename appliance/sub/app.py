@@ -26,6 +26,13 @@ that is not a host name is replaced by the address the server listens on.
 A database that is unavailable for a while (a networked server gone, the SQLite file
 locked or read-only) gets 503 with the reason and a Retry-After: client apps keep the
 configuration they have and ask again.
+
+With `hwidEnable` on, every answer for a subscription (each format, the info page and
+`?format=info`) first admits the requesting device (appliance.services.clients.devices),
+before any cached body is looked at. A device refused gets 403 with
+`x-hwid-max-devices-reached: true` and the `hwidAnnounce` text as `Announce`: apps such
+as Happ show that text on an answer that is not 200 and keep the configuration they
+had, where a 404 would look like a deleted subscription.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from urllib.parse import parse_qs, quote
 
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import request_host
+from appliance.services.clients.devices import Devices, device_headers, effective_limit
 from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import SCRIPT_HASH, info_page
 
@@ -64,7 +72,7 @@ PAGE_SECURITY = [
     (
         "Content-Security-Policy",
         f"default-src 'none'; style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'; "
-        "frame-ancestors 'none'",
+        "frame-ancestors 'none'; form-action 'self'",
     ),
     ("X-Frame-Options", "DENY"),
     # A subscription URL is a credential: it must not leave in a Referer.
@@ -82,10 +90,12 @@ class SubscriptionApp:
         self,
         settings,
         subscriptions: Subscriptions,
+        devices: Devices,
         refresh: Callable[[], None] | None = None,
     ):
         self.settings = settings
         self.subscriptions = subscriptions
+        self.devices = devices
         self.refresh = refresh
 
     def __call__(self, environ, start_response):
@@ -114,15 +124,23 @@ class SubscriptionApp:
         get = self.settings.get
         if not get("subEnable"):
             return _not_found()
-        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
+        method = environ.get("REQUEST_METHOD", "GET")
         route = self._route(_path(environ))
+        query = _query(environ) if route is not None else {}
+        if (
+            method == "POST"
+            and route is not None
+            and route[0] == "links"
+            and "deleteDevice" in query
+        ):
+            return self._delete_device(environ, route[1], query)
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
         if route is None:
             return _not_found()
         path_kind, sub_id = route
         if "\x00" in sub_id:  # no subId holds one, and PostgreSQL could not even look
             return _not_found()
-        query = _query(environ)
         asked = query.get("format")
         # The info page is for a browser on the plain path; it shows the share links.
         # `?format=info` gives the subscription's owner its usage as JSON there.
@@ -142,6 +160,10 @@ class SubscriptionApp:
         lookup = self.subscriptions.lookup(sub_id)
         if lookup is None:
             return _not_found()
+        if get("hwidEnable"):
+            refused = self._admit(environ, lookup)
+            if refused is not None:
+                return refused
         name, authority = request_host(environ)
         address = get("subDomain") or name
         rendered = self.subscriptions.render(kind, lookup, address)
@@ -177,6 +199,7 @@ class SubscriptionApp:
                 yaml_url=self._url(environ, authority, "subYamlPath", sub_id)
                 if get("subYamlEnable")
                 else "",
+                devices=self.devices.of_sub_id(lookup.sub_id) if get("hwidEnable") else None,
             )
             return (
                 "200 OK",
@@ -185,6 +208,39 @@ class SubscriptionApp:
             )
         headers.append(("Content-Type", CONTENT_TYPES[kind]))
         return "200 OK", headers, rendered.body
+
+    def _delete_device(
+        self, environ, sub_id: str, query: dict[str, list[str]]
+    ) -> tuple[str, list[tuple[str, str]], bytes]:
+        """The page's remove button: forget one device, then back to the page (303)."""
+        if not self.settings.get("hwidEnable") or "\x00" in sub_id:
+            return _not_found()
+        lookup = self.subscriptions.lookup(sub_id)
+        if lookup is None:
+            return _not_found()
+        hwid = query["deleteDevice"][0]
+        if not self.devices.remove_of_sub_id(lookup.sub_id, hwid):
+            return "400 Bad Request", [], b"no such device on this subscription\n"
+        _, authority = request_host(environ)
+        location = self._url(environ, authority, "subPath", sub_id)
+        return "303 See Other", [("Location", location), ("Cache-Control", "no-store")], b""
+
+    def _admit(self, environ, lookup: Lookup) -> tuple[str, list[tuple[str, str]], bytes] | None:
+        """None when the requesting device is served; else the refusal."""
+        get = self.settings.get
+        headers = device_headers(environ)
+        limit = effective_limit(
+            (client.device_limit for client, _ in lookup.clients), get("hwidDefaultLimit")
+        )
+        address = environ.get("REMOTE_ADDR", "") or ""
+        if self.devices.admit(lookup.sub_id, headers, address, limit):
+            return None
+        refusal = [("x-hwid-max-devices-reached", "true"), ("Cache-Control", "no-store")]
+        if get("hwidAnnounce"):
+            refusal.append(("Announce", _base64_value(get("hwidAnnounce"))))
+        if not headers["hwid"]:
+            return "403 Forbidden", refusal, b"this subscription needs the device id (x-hwid)\n"
+        return "403 Forbidden", refusal, b"the device limit of this subscription is reached\n"
 
     def _route(self, path: str) -> tuple[str, str] | None:
         """(format, subscription id) of a request path, None when it is none of ours."""

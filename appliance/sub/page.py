@@ -13,6 +13,10 @@ The copy buttons work where the browser offers no clipboard API (a page on plain
 an address other than localhost): they fall back to selecting the text and the browser's
 copy command, and when that fails too they leave the text selected and say to press
 Ctrl+C.
+
+With device limits on, the page lists the devices the subscription was served to, each
+with a remove button: a plain form that POSTs `?deleteDevice=<hwid>` to the page's own
+address (the subscription id is the credential), which answers 303 back to the page.
 """
 
 from __future__ import annotations
@@ -92,9 +96,10 @@ def info_page(
     sub_url: str,
     json_url: str,
     yaml_url: str,
+    devices: list[dict] | None = None,
 ) -> bytes:
     """The whole HTML document; `json_url`/`yaml_url` are empty when those formats are
-    off."""
+    off; `devices` is None when device limits are."""
     # Imported on the first page a browser asks for: client apps, nearly every request
     # here, never need a QR code, and the encoder's tables stay out of an idle panel.
     import segno
@@ -144,8 +149,23 @@ def info_page(
         f"<section>{usage_html}</section>"
         f'<section class="apps"><h2>Import</h2>{apps_html}{url_html}{sub_qr}</section>'
         f"<section><h2>Links</h2>{links_html}</section>"
+        f"{_devices_html(devices)}"
         f"</main><script>{COPY_SCRIPT}</script></body></html>"
     ).encode()
+
+
+def _devices_html(devices: list[dict] | None) -> str:
+    if devices is None:
+        return ""
+    rows = "".join(
+        f'<div class="link"><span>{escape(device["model"] or "unknown device")} '
+        f"{escape(device['os'])} {escape(device['osVersion'])}<br>"
+        f"<code>{escape(device['hwid'])}</code><br>{escape(device['userAgent'])}</span>"
+        f'<form method="post" action="?deleteDevice={escape(quote(device["hwid"], safe=""))}">'
+        "<button>Remove</button></form></div>"
+        for device in devices
+    )
+    return f"<section><h2>Devices</h2>{rows or '<p>No devices yet.</p>'}</section>"
 
 
 def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from appliance.services.admin.settings import Settings
     from appliance.services.clients.bulk import ClientBulk
     from appliance.services.clients.counters import CounterFeed
+    from appliance.services.clients.devices import Devices
     from appliance.services.clients.query import ClientQuery
     from appliance.services.clients.records import Clients
     from appliance.services.clients.sub_address import SubscriptionAddress
@@ -43,6 +44,7 @@ class ClientRouteNeeds:
     counter_feed: CounterFeed  # the counters a managing panel polls
     master_traffic: MasterTraffic  # totals a managing panel pushed down
     usage: UsageHistory  # traffic hour by hour and day by day
+    devices: Devices  # the devices each subscription was served to
 
 
 def client_routes(needs: ClientRouteNeeds) -> RouteTable:
@@ -159,7 +161,12 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         "/bulkAdjust",
         "Add days and bytes to many clients",
         resource="clients",
-        body={"emails": "string[]", "addDays": "integer", "addBytes": "integer"},
+        body={
+            "emails": "string[]",
+            "addDays": "integer",
+            "addBytes": "integer",
+            "deviceLimit": "integer",
+        },
     )
     def bulk_adjust():
         return bulk.bulk_adjust(json_object(BULK_BODY))
@@ -245,6 +252,32 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     )
     def ips(email):
         return clients.ips(email)
+
+    @table.get(
+        "/devices/<email>",
+        "Devices the client's subscription was served to (hwid, os, osVersion, model, "
+        "userAgent, address, firstSeen and lastSeen in unix ms)",
+    )
+    def devices(email):
+        return needs.devices.of_email(email)
+
+    @table.post(
+        "/devices/<email>/del",
+        "Forget one device of the client's subscription, freeing its place",
+        resource="clients",
+        body={"hwid": "string"},
+    )
+    def delete_device(email):
+        needs.devices.remove(email, json_object(8192))
+        return Reply("device removed")
+
+    @table.post(
+        "/devices/<email>/clear",
+        "Forget every device of the client's subscription",
+        resource="clients",
+    )
+    def clear_devices(email):
+        return Reply("devices cleared", {"removed": needs.devices.clear(email)})
 
     @table.post("/clearIps/<email>", "Forget a client's addresses", resource="clients")
     def clear_ips(email):

@@ -25,7 +25,7 @@ from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace, breathe
 from appliance.services.clients.groups import labels_of
 from appliance.services.clients.summary import ClientSummary, Summary
-from appliance.store import client_queries
+from appliance.store import client_queries, device_sql
 from appliance.store.client_queries import ORDERS, SORTS, Conditions
 from appliance.store.client_rules_sql import depleted_sql, expiring_sql
 
@@ -186,8 +186,14 @@ class ClientQuery:
             return []
         by_id = {c.row_id: c for c in client_queries.clients_of_ids(self.store, client_ids)}
         attachments = client_queries.attachments(self.store, client_ids)
+        devices = device_sql.device_counts(
+            self.store.rows, sorted({client.sub_id for client in by_id.values()})
+        )
         return [
-            slim_view(by_id[client_id], attachments.get(client_id, []))
+            {
+                **slim_view(by_id[client_id], attachments.get(client_id, [])),
+                "devices": devices.get(by_id[client_id].sub_id, 0),
+            }
             for client_id in client_ids
             if client_id in by_id
         ]
