@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import requests
 from helpers import create_inbound, free_port, ok
-from ui_pages import DESKTOP, client_row, expect, form_field, go, signed_in_page
+from ui_pages import DESKTOP, client_row, expect, form_field, go, screenshot, signed_in_page
 
 API = "/panel/api/clients"
 PHONE_A = {
@@ -96,7 +96,7 @@ def test_a_device_that_fetched_the_subscription_is_listed_and_deleted(browser, p
         "1 device"
     )
     dialog = open_info(page, "dev-list@ui")
-    device = dialog.locator("tr[data-hwid='hwid-ui-phone-a']")
+    device = dialog.locator("li[data-hwid='hwid-ui-phone-a']")
     expect(device).to_contain_text("Pixel 8")
     expect(device).to_contain_text("Android 14")
     expect(device).to_contain_text("Happ/3.1.0")
@@ -122,12 +122,13 @@ def test_clear_all_frees_every_device_of_the_client(browser, panel, watches):
         "2 devices"
     )
     dialog = open_info(page, "dev-clear@ui")
-    expect(dialog.locator("tr[data-hwid]")).to_have_count(2)
-    expect(dialog.locator("tr[data-hwid='hwid-ui-phone-b']")).to_contain_text("iOS 17.5")
+    expect(dialog.locator("li[data-hwid]")).to_have_count(2)
+    expect(dialog.locator("li[data-hwid='hwid-ui-phone-b']")).to_contain_text("iOS 17.5")
+    screenshot(page, "client-devices.png")
 
     dialog.locator("[data-testid=devices-clear]").click()
     confirm(page)
-    expect(dialog.locator("tr[data-hwid]")).to_have_count(0)
+    expect(dialog.locator("li[data-hwid]")).to_have_count(0)
     assert ok(api.get(f"{API}/devices/dev-clear@ui")) == []
 
 

@@ -14,21 +14,23 @@ function seen(milliseconds) {
 }
 
 function system(device) {
-  return [device.os, device.osVersion].filter(Boolean).join(" ") || "—";
+  return [device.os, device.osVersion].filter(Boolean).join(" ");
 }
 
-function deviceRow(device, remove) {
-  return html`<tr key=${device.hwid} data-hwid=${device.hwid}>
-    <td data-label=${t("devices.model")}><strong>${device.model || "—"}</strong>
-      <div class="muted small"><code>${device.hwid}</code></div></td>
-    <td data-label=${t("devices.os")}>${system(device)}</td>
-    <td data-label=${t("devices.app")} class="small">${device.userAgent || "—"}</td>
-    <td data-label=${t("devices.address")}><code>${device.address || "—"}</code></td>
-    <td data-label=${t("devices.firstSeen")} class="small">${seen(device.firstSeen)}</td>
-    <td data-label=${t("devices.lastSeen")} class="small">${seen(device.lastSeen)}</td>
-    <td class="actions"><button class="danger" data-testid="device-delete"
-      aria-label=${t("devices.deleteOne", { model: device.model || device.hwid })}
-      onClick=${() => remove(device)}>${t("common.delete")}</button></td></tr>`;
+// One device as a short card (the dialog is narrow, and a phone narrower): what it is,
+// the app that asked, where from and when.
+function deviceItem(device, remove) {
+  return html`<li key=${device.hwid} class="device" data-hwid=${device.hwid}>
+    <div class="row"><strong>${device.model || t("devices.unknownModel")}</strong>
+      <span class="muted">${system(device)}</span><span class="spacer"></span>
+      <button class="danger" data-testid="device-delete" aria-label=${t("devices.deleteOne", { model: device.model || device.hwid })}
+        onClick=${() => remove(device)}>${t("common.delete")}</button></div>
+    <dl class="info small">
+      <div><dt>${t("devices.app")}</dt><dd>${device.userAgent || "—"}</dd></div>
+      <div><dt>${t("devices.address")}</dt><dd><code>${device.address || "—"}</code></dd></div>
+      <div><dt>${t("devices.firstSeen")}</dt><dd>${seen(device.firstSeen)}</dd></div>
+      <div><dt>${t("devices.lastSeen")}</dt><dd>${seen(device.lastSeen)}</dd></div>
+      <div><dt>${t("devices.hwid")}</dt><dd><code>${device.hwid}</code></dd></div></dl></li>`;
 }
 
 export const ClientDevices = {
@@ -66,11 +68,7 @@ export const ClientDevices = {
           ${list && list.length ? html`<button class="danger" data-testid="devices-clear" onClick=${clear}>${t("devices.clear")}</button>` : null}</div>
         ${list === null ? html`<p class="muted">${t("common.loading")}</p>`
           : !list.length ? html`<p class="empty">${t("devices.none")}</p>`
-          : html`<div class="table-wrap"><table class="table responsive" data-testid="devices-table">
-            <thead><tr><th>${t("devices.model")}</th><th>${t("devices.os")}</th><th>${t("devices.app")}</th>
-              <th>${t("devices.address")}</th><th>${t("devices.firstSeen")}</th><th>${t("devices.lastSeen")}</th>
-              <th><span class="sr-only">${t("common.actions")}</span></th></tr></thead>
-            <tbody>${list.map((device) => deviceRow(device, remove))}</tbody></table></div>`}
+          : html`<ul class="plain" data-testid="devices-list">${list.map((device) => deviceItem(device, remove))}</ul>`}
       </section>`;
     };
   },
