@@ -1,9 +1,9 @@
 """Device limits in the admin UI: a client's deviceLimit set in its form is what the
-panel stores, the info dialog lists the devices its subscription was fetched from (sent
-by real subscription requests carrying x-hwid) and frees them one by one or all at once,
-the clients row counts them, and the settings page carries the four hwid settings.
-Headless Chromium against a real panel (helpers and the watch on console errors come
-from ui_pages)."""
+panel stores, generated clients take the generator's limit, the info dialog lists the
+devices its subscription was fetched from (sent by real subscription requests carrying
+x-hwid) and frees them one by one or all at once, the clients row counts them, and the
+settings page carries the four hwid settings. Headless Chromium against a real panel
+(helpers and the watch on console errors come from ui_pages)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,26 @@ def test_device_limit_set_in_the_form_is_saved_and_shown(browser, panel, watches
     assert ok(api.get(f"{API}/get/dev-limit@ui"))["client"]["deviceLimit"] == -1
     dialog = open_info(page, "dev-limit@ui")
     expect(dialog.locator("[data-field=deviceLimit] dd")).to_have_text("Unlimited")
+
+
+def test_generated_clients_get_the_device_limit_of_the_dialog(browser, panel, watches):
+    api = panel.client()
+    inbound = create_inbound(
+        api, {"protocol": "vless", "port": free_port(), "settings": {"decryption": "none"}}
+    )
+    page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
+    go(page, "clients")
+    page.click("[data-testid=generate]")
+    form = page.locator("#generate-form")
+    form.locator("input[name=count]").fill("2")
+    form.locator("input[name=prefix]").fill("dev-gen-")
+    form.locator("input[name=suffix]").fill("@ui")
+    form.locator("input[name=deviceLimit]").fill("2")
+    form.locator(f"input[name=inbound][value='{inbound['id']}']").check()
+    page.click("button[form=generate-form]")
+    expect(page.locator("[data-testid=generate-result]")).to_contain_text("Created 2 clients")
+    for n in (1, 2):
+        assert ok(api.get(f"{API}/get/dev-gen-{n}@ui"))["client"]["deviceLimit"] == 2
 
 
 def test_a_device_that_fetched_the_subscription_is_listed_and_deleted(browser, panel, watches):
