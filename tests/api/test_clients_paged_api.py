@@ -26,6 +26,8 @@ SLIM_KEYS = {
     "totalGB",
     "expiryTime",
     "limitIp",
+    "deviceLimit",
+    "devices",
     "reset",
     "group",
     "inboundIds",
