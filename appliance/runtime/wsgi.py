@@ -8,6 +8,7 @@ site's. One parser keeps them agreeing on what a Host header may be.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 HOST_HEADER = re.compile(r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._-]{1,253})(?::(?P<port>\d{1,5}))?$")
@@ -32,3 +33,34 @@ def request_host(environ: dict) -> tuple[str, str]:
         name, port = parsed
     bracketed = f"[{name}]" if ":" in name else name
     return name, f"{bracketed}:{port}" if port else bracketed
+
+
+def client_address(environ: dict, trusted: list) -> str:
+    """The caller's address; `X-Forwarded-For` counts only when a trusted proxy (one of
+    the `trusted` networks) sent it.
+
+    The client is the last hop that is not a trusted proxy. A hop that is no address
+    (`garbage6`, a name, `1.2.3.4:80`) names nobody: the peer's address stands instead,
+    or every such spelling would be a fresh client to the sign-in limiter and a made-up
+    one in the audit log. An address comes back in its one canonical spelling, so
+    `2001:DB8::1` and `2001:db8::1` are one client."""
+    remote = environ.get("REMOTE_ADDR", "") or ""
+    peer = _ip(remote)
+    if not trusted or peer is None or not any(peer in network for network in trusted):
+        return remote
+    forwarded = environ.get("HTTP_X_FORWARDED_FOR", "")
+    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+    for hop in reversed(hops):
+        address = _ip(hop)
+        if address is None:
+            return remote
+        if not any(address in network for network in trusted):
+            return str(address)
+    return remote
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None

@@ -22,6 +22,7 @@ from multipart import MultipartError, MultipartSegment, PushMultipartParser, par
 
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
+from appliance.runtime.wsgi import client_address as wsgi_client_address
 from appliance.runtime.wsgi import split_host
 
 
@@ -303,25 +304,9 @@ def raw_header(name: str) -> str:
 
 
 def client_address(trusted: list) -> str:
-    """The caller's address; `X-Forwarded-For` counts only when a trusted proxy sent it.
-
-    The client is the last hop that is not a trusted proxy. A hop that is no address
-    (`garbage6`, a name, `1.2.3.4:80`) names nobody: the peer's address stands instead,
-    or every such spelling would be a fresh client to the sign-in limiter and a made-up
-    one in the audit log. An address comes back in its one canonical spelling, so
-    `2001:DB8::1` and `2001:db8::1` are one client."""
-    remote = request.environ.get("REMOTE_ADDR", "") or ""
-    if not trusted or not address_in(remote, trusted):
-        return remote
-    forwarded = raw_header("X-Forwarded-For")
-    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-    for hop in reversed(hops):
-        address = _address(hop)
-        if address is None:
-            return remote
-        if not any(address in network for network in trusted):
-            return str(address)
-    return remote
+    """The caller's address (`runtime.wsgi.client_address`); `X-Forwarded-For` counts
+    only when a trusted proxy sent it."""
+    return wsgi_client_address(request.environ, trusted)
 
 
 def is_tls(trusted: list) -> bool:

@@ -325,3 +325,15 @@ def test_sub_workers_admit_exactly_once_like_the_panel(worker_panel):
         [device] = ok(api.get(f"{CLIENTS}/devices/{quote(client['email'])}"))
         known = happ(device["hwid"])
         assert sub(worker_panel, client["subId"], known).status_code == 200
+
+
+def test_a_device_behind_a_trusted_proxy_is_logged_at_the_forwarded_address(panel, api, inbound):
+    client = add_client(api, inbound["id"])
+    ok(api.post(SETTINGS, {"trustedProxies": "127.0.0.1"}))
+    try:
+        headers = {**happ(new_hwid()), "X-Forwarded-For": "203.0.113.7"}
+        assert sub(panel, client["subId"], headers).status_code == 200
+    finally:
+        ok(api.post(SETTINGS, {"trustedProxies": ""}))
+    [device] = ok(api.get(f"{CLIENTS}/devices/{quote(client['email'])}"))
+    assert device["address"] == "203.0.113.7"
