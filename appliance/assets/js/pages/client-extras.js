@@ -1,12 +1,14 @@
 // Dialogs opened from a client row: its subscription URL and share links with QR codes
 // (from clients/get, clients/links and clients/subLinks, shown when the panel answers
-// them), what it has used and until when, and its recorded IPs.
+// them), what it has used and until when, the devices its subscription was fetched
+// from, and its recorded IPs.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { copyButton, formatBytes, formatDate, Modal, QrCode } from "../components.js";
 import { UsageHistory } from "./usage-history.js";
+import { ClientDevices } from "./client-devices.js";
 
 // A client's subscription URL (built by the panel from the subscription settings, or from
 // the address this page was loaded from), its QR code and a copy button.
@@ -74,7 +76,14 @@ export const LinksDialog = {
   },
 };
 
-// What one client has used and may use, until when, and its subscription URL.
+// A client's deviceLimit in words: 0 takes the hwidDefaultLimit setting, -1 is none.
+function deviceLimitText(limit) {
+  if (!limit) return t("clients.deviceLimitDefault");
+  if (limit < 0) return t("common.unlimited");
+  return String(limit);
+}
+
+// What one client has used and may use, until when, its subscription URL and devices.
 export const ClientInfoDialog = {
   props: ["client", "onClose"],
   setup(props) {
@@ -100,6 +109,7 @@ export const ClientInfoDialog = {
         ["used", t("clients.used"), total ? `${formatBytes(used)} / ${formatBytes(total)}` : formatBytes(used)],
         ["remaining", t("clients.remaining"), total ? formatBytes(Math.max(total - used, 0)) : t("common.unlimited")],
         ["expiry", t("clients.expiry"), formatDate(client.expiryTime)],
+        ["deviceLimit", t("clients.deviceLimit"), deviceLimitText(client.deviceLimit)],
         ["lastOnline", t("clients.lastOnline"), counters && counters.lastOnline ? formatDate(counters.lastOnline) : t("common.never")],
       ];
     }
@@ -111,6 +121,7 @@ export const ClientInfoDialog = {
         return html`<dl class="info" data-testid="client-details">${rows(client, traffic.value).map(([key, label, value]) =>
           html`<div key=${key} data-field=${key}><dt>${label}</dt><dd>${value}</dd></div>`)}</dl>
           ${subUrl ? subscriptionUrl(subUrl) : null}
+          <${ClientDevices} email=${props.client.email} />
           <${UsageHistory} path=${`panel/api/clients/history/${encodeURIComponent(props.client.email)}`} />`;
       }}
       footer=${() => html`<button onClick=${props.onClose}>${t("common.close")}</button>`} />`;

@@ -1,5 +1,5 @@
 // The add/edit form of a client: identity, the inbounds it is attached to, quota and
-// expiry, limits and labels. Editing replaces the record (the API's update is not a
+// expiry, limits (IPs, devices) and labels. Editing replaces the record (the API's update is not a
 // patch) and then attaches or detaches inbounds whose boxes changed. A new client starts
 // on the inbound it was added from, else the only inbound, else the inbounds the last
 // new client got.
@@ -61,7 +61,7 @@ export const ClientForm = {
     const loaded = Vue.ref(!editing);
     const busy = Vue.ref(false);
     const model = Vue.reactive({
-      email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0,
+      email: "", enable: true, subId: randomSubId(), comment: "", group: "", limitIp: 0, deviceLimit: 0,
       tgId: 0, reset: 0, flow: "", totalGB: 0, expiryMode: "never", expiryDate: "", expiryDays: 30,
       presetFrom: "now", secret: "", adTag: "", auth: "", id: randomUuid(), password: randomPassword(),
     });
@@ -87,7 +87,7 @@ export const ClientForm = {
         Object.assign(model, {
           email: original.email, enable: original.enable, subId: original.subId || "",
           comment: original.comment || "", group: original.group || "", limitIp: original.limitIp || 0,
-          tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
+          deviceLimit: original.deviceLimit || 0, tgId: original.tgId || 0, reset: original.reset || 0, flow: original.flow || "",
           totalGB: original.totalGB ? +(original.totalGB / GB).toFixed(2) : 0,
           secret: original.secret || "", adTag: original.adTag || "", auth: original.auth || "",
           id: original.id || "", password: original.password || "",
@@ -163,7 +163,7 @@ export const ClientForm = {
       const client = {
         ...(original || {}),
         email: model.email.trim(), enable: model.enable, subId: model.subId, comment: model.comment,
-        group: model.group, limitIp: Number(model.limitIp) || 0, tgId: Number(model.tgId) || 0,
+        group: model.group, limitIp: Number(model.limitIp) || 0, deviceLimit: Number(model.deviceLimit) || 0, tgId: Number(model.tgId) || 0,
         reset: Number(model.reset) || 0, flow: flowCapable.value ? model.flow : "",
         totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
         secret: model.secret.trim(), adTag: model.adTag.trim(), auth: model.auth.trim(),
@@ -231,6 +231,7 @@ export const ClientForm = {
         ${presets()}
         ${model.expiryMode === "afterFirstUse" ? field(t("clients.days"), numberInput(model, "expiryDays", { min: 1 })) : null}
         ${field(t("clients.limitIp"), numberInput(model, "limitIp", { min: 0 }), t("common.zeroUnlimited"))}
+        ${field(t("clients.deviceLimit"), numberInput(model, "deviceLimit", { name: "deviceLimit", min: -1, step: 1 }), t("clients.deviceLimitHint"))}
         ${field(t("clients.reset"), numberInput(model, "reset", { min: 0 }), t("clients.resetHint"))}
         ${flowCapable.value ? field(t("clients.flow"), html`<select name="flow" value=${model.flow} onChange=${(event) => (model.flow = event.target.value)}>${
           FLOWS.map((f) => html`<option value=${f} selected=${model.flow === f} disabled=${!!f && !!flowRefused.value}

@@ -1,7 +1,7 @@
 // Many clients at once from a pattern: a count, emails made of a prefix, a number or a
-// random part, and a suffix, with the same quota, expiry, inbounds and group for all. The
-// panel's bulk create judges each one; the dialog then says how many it created and why
-// it refused the others.
+// random part, and a suffix, with the same quota, expiry, device limit, inbounds and
+// group for all. The panel's bulk create judges each one; the dialog then says how many
+// it created and why it refused the others.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
@@ -29,7 +29,7 @@ export const GeneratorDialog = {
   setup(props) {
     const model = Vue.reactive({
       count: 10, mode: "number", prefix: "user", suffix: "", start: 1,
-      totalGB: 0, expiryDays: 0, firstUse: false, group: "",
+      totalGB: 0, expiryDays: 0, firstUse: false, deviceLimit: 0, group: "",
     });
     const chosen = Vue.ref(new Set(props.inbounds.length === 1 ? [props.inbounds[0].id] : []));
     const busy = Vue.ref(false);
@@ -53,7 +53,7 @@ export const GeneratorDialog = {
       const count = Math.min(MAX_COUNT, Math.max(1, Math.floor(Number(model.count) || 0)));
       const client = {
         totalGB: Math.round((Number(model.totalGB) || 0) * GB), expiryTime: expiryTime(),
-        group: model.group.trim(), enable: true,
+        deviceLimit: Number(model.deviceLimit) || 0, group: model.group.trim(), enable: true,
       };
       const inboundIds = [...chosen.value];
       const items = generatedEmails({ ...model, count }).map((email) => ({ client: { ...client, email }, inboundIds }));
@@ -88,6 +88,7 @@ export const GeneratorDialog = {
         ${field(t("clients.totalGB"), numberInput(model, "totalGB", { name: "totalGB", min: 0, step: "any" }), t("common.zeroUnlimited"))}
         ${field(t("clients.days"), numberInput(model, "expiryDays", { name: "expiryDays", min: 0 }), t("common.zeroUnlimited"))}
         ${checkbox(model, "firstUse", t("clients.afterFirstUseMode"), { name: "firstUse" })}
+        ${field(t("clients.deviceLimit"), numberInput(model, "deviceLimit", { name: "deviceLimit", min: -1, step: 1 }), t("clients.deviceLimitHint"))}
         ${field(t("clients.group"), textInput(model, "group", { name: "group", list: "group-names" }))}
         <fieldset class="span-2"><legend>${t("clients.inbounds")}</legend>
           ${props.inbounds.length === 0 ? html`<p class="muted">${t("clients.noInbounds")}</p>` : null}

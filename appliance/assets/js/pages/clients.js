@@ -1,6 +1,6 @@
 // Clients: a page of rows from clients/list/paged (search, status filter, group, sort and
 // paging all run on the server, so 100,000 clients cost what 25 do), the enable switch,
-// add and edit, links and QR codes, IPs, external links, groups, import and export, and
+// add and edit, links and QR codes, IPs and devices, external links, groups, import and export, and
 // bulk actions on the selected rows. The rows follow the live traffic ticks in place. Once
 // there are nodes, an online client names the panels it is connected through, and a client
 // on inbounds of a node that does not run them as stored is marked.
@@ -175,6 +175,13 @@ export const ClientsPage = {
       selected.value = next;
     }
 
+    function deviceCount(row) {
+      if (!row.devices) return null;
+      const limit = row.deviceLimit > 0 ? ` (${t("clients.deviceCountLimit", { limit: row.deviceLimit })})` : "";
+      return html`<span class="muted small" data-testid="device-count"> · ${
+        t("clients.deviceCount", { count: row.devices })}${limit}</span>`;
+    }
+
     function statusOf(row, summary) {
       if (!row.enable) return "deactive";
       if (summary.depleted.includes(row.email)) return "depleted";
@@ -207,7 +214,8 @@ export const ClientsPage = {
           <div><span class=${`status ${status}`}>${t(`clients.status.${status}`)}</span>${
             status === "online" && places.value.has(item.email)
               ? html`<span class="muted small" data-testid="online-where"> · ${
-                places.value.get(item.email).map((guid) => placeName(guid, nodes.value)).join(", ")}</span>` : null}</div>
+                places.value.get(item.email).map((guid) => placeName(guid, nodes.value)).join(", ")}</span>` : null}${
+            deviceCount(item)}</div>
           ${staleClientMark(item.inboundIds)}${clientNodeMark(item.inboundIds, inbounds.value, nodes.value)}</td>
         <td data-label=${t("common.enabled")}>${toggle(item.enable, (value) =>
           run(() => setEnabled([item.email], value), value ? t("clients.enabledNow") : t("clients.disabledNow")),

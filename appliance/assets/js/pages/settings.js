@@ -14,14 +14,22 @@ import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
-  clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "mtprotoDataCenters"],
+  clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "hwidEnable", "hwidDefaultLimit", "hwidRequired", "hwidAnnounce", "mtprotoDataCenters"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "subFormatRules", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
   smtp: ["smtpEnable", "smtpHost", "smtpPort", "smtpSecurity", "smtpUsername", "smtpPassword", "smtpFrom"],
 };
 const SECRETS = new Set(["tgBotToken", "smtpPassword"]);
-const LONG_TEXT = new Set(["subAnnounce", "subFormatRules", "subRoutingRules"]);
-const HINTS = { remarkModel: "settings.remarkModelHint", allowPrivateDestinations: "settings.allowPrivateDestinationsHint", webAllowedHosts: "settings.webAllowedHostsHint" };
+const LONG_TEXT = new Set(["hwidAnnounce", "subAnnounce", "subFormatRules", "subRoutingRules"]);
+const HINTS = {
+  remarkModel: "settings.remarkModelHint",
+  allowPrivateDestinations: "settings.allowPrivateDestinationsHint",
+  webAllowedHosts: "settings.webAllowedHostsHint",
+  hwidEnable: "settings.hwidEnableHint",
+  hwidDefaultLimit: "settings.hwidDefaultLimitHint",
+  hwidRequired: "settings.hwidRequiredHint",
+  hwidAnnounce: "settings.hwidAnnounceHint",
+};
 const SMTP_SECURITY = [["none", "none"], ["starttls", "STARTTLS"], ["tls", "TLS"]];
 const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
@@ -38,7 +46,10 @@ function overrideNote(key, override) {
 
 function settingInput(model, key, override) {
   const value = model[key];
-  if (typeof value === "boolean") return checkbox(model, key, t(`settings.key.${key}`), { name: key });
+  if (typeof value === "boolean") {
+    const box = checkbox(model, key, t(`settings.key.${key}`), { name: key });
+    return HINTS[key] ? html`<div class="field">${box}<small class="hint">${t(HINTS[key])}</small></div>` : box;
+  }
   let input;
   if (key === "smtpSecurity") input = selectInput(model, key, SMTP_SECURITY, { name: key });
   else if (LONG_TEXT.has(key)) input = textArea(model, key, { name: key, rows: 3 });
