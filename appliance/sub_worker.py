@@ -90,10 +90,17 @@ class FollowChanges:
     an inbound or host changed. Called at the start of each request, so a change the
     panel answered for is in the next body."""
 
-    def __init__(self, counter: ChangeCounter, settings: Settings, subscriptions: Subscriptions):
+    def __init__(
+        self,
+        counter: ChangeCounter,
+        settings: Settings,
+        subscriptions: Subscriptions,
+        devices: Devices,
+    ):
         self.counter = counter
         self.settings = settings
         self.subscriptions = subscriptions
+        self.devices = devices
         self.seen = counter.read()
 
     def __call__(self) -> None:
@@ -103,6 +110,7 @@ class FollowChanges:
             # not the prepared inbounds every cold request relies on.
             self.subscriptions.invalidate("inbounds" if now[1] != self.seen[1] else "clients")
             self.settings.load()
+            self.devices.forget()
             self.seen = now
 
 
@@ -153,13 +161,14 @@ def main() -> int:
     places = FilePlaces(spec["dataDir"], tuple(spec["certDirs"]))
     settings = Settings(store, places, ChangeNotice())
     subscriptions = Subscriptions(store, settings)
+    devices = Devices(store, settings)
     # The counter is read before the settings: a change meanwhile is followed at once.
-    follow = FollowChanges(ChangeCounter.attach(spec["counterFd"]), settings, subscriptions)
+    counter = ChangeCounter.attach(spec["counterFd"])
+    follow = FollowChanges(counter, settings, subscriptions, devices)
     if not _open(store, settings, stopped):
         return 0
     sock = socket.socket(fileno=spec["listenFd"])
     tls = tls_context(spec["certFile"], spec["keyFile"]) if spec["certFile"] else None
-    devices = Devices(store, settings)
     devices.start()
     app = SubscriptionApp(settings, subscriptions, devices, refresh=follow)
     leave = LeaveWhenIdle(app, spec["idleSeconds"]) if spec.get("idleSeconds") else None

@@ -107,7 +107,21 @@ class DeviceWrites:
         statement = self._dialect(
             "UPDATE client_device SET last_seen = ?, address = ? WHERE sub_id = ? AND hwid = ?"
         )
-        self._run(lambda cursor: cursor.executemany(statement, sightings))
+        # One transaction for the batch: in autocommit each row would be a commit of its
+        # own, and ten thousand of them every few seconds (SQLite syncs each) starved the
+        # requests the batch exists to spare.
+        begin = "BEGIN IMMEDIATE" if self.store.dialect == "sqlite" else "BEGIN"
+
+        def batch(cursor) -> None:
+            cursor.execute(begin)
+            try:
+                cursor.executemany(statement, sightings)
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+
+        self._run(batch)
 
     def close(self) -> None:
         while self._idle:

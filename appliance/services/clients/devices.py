@@ -20,7 +20,10 @@ id is served and not counted unless `hwidRequired` is on.
 Admission inserts the device at the lowest free slot (appliance.store.device_sql): the
 database's unique keys make it exactly once, whichever process admits. That a known
 device was seen again is kept in memory and written every FLUSH_SECONDS in one batch,
-not once per request: client apps poll all day.
+not once per request: client apps poll all day. A device found known is also kept in
+memory as known for KNOWN_SECONDS, so a busy subscription asks the database once in that
+while, not on every request; the panel's changes of clients (which a removal through the
+API is) forget them at once, in the panel and its workers alike.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ HWID_MAX = 128
 VALUE_MAX = 255
 ADDRESS_MAX = 64
 FLUSH_SECONDS = 5
+# How long a device found in the database is served without asking it again. A device
+# removed on the subscription page of another process is forgotten there after this.
+KNOWN_SECONDS = 30
 # Slots tried for one new device: each refused insert means another device took a slot.
 ATTEMPTS = 50
 # The request headers read, by their names in a WSGI environ.
@@ -88,6 +94,7 @@ class Devices:
         self.clock = clock
         self.writes = DeviceWrites(store)
         self._pending: dict[tuple[str, str], tuple[int, str]] = {}
+        self._known: dict[tuple[str, str], float] = {}
         self._flusher = None
 
     def start(self) -> None:
@@ -105,9 +112,15 @@ class Devices:
             return not self.settings.get("hwidRequired")
         now = int(self.clock() * 1000)
         address = address[:ADDRESS_MAX]
+        key = (sub_id, hwid)
+        fresh = time.monotonic()
+        if fresh - self._known.get(key, -KNOWN_SECONDS) < KNOWN_SECONDS:
+            self._pending[key] = (now, address)
+            return True
         rows = self.writes.rows
         if device_sql.device_slot(rows, sub_id, hwid) is not None:
-            self._pending[(sub_id, hwid)] = (now, address)
+            self._pending[key] = (now, address)
+            self._known[key] = fresh
             return True
         device = (
             hwid,
@@ -124,11 +137,17 @@ class Devices:
             slot = _lowest_free(taken)
             if limit and (len(taken) >= limit or slot > limit):
                 return False
-            if self.writes.insert(sub_id, slot, device):
+            if self.writes.insert(sub_id, slot, device) or (
+                # the same device, admitted by a request at the same moment
+                device_sql.device_slot(rows, sub_id, hwid) is not None
+            ):
+                self._known[key] = fresh
                 return True
-            if device_sql.device_slot(rows, sub_id, hwid) is not None:
-                return True  # the same device, admitted by a request at the same moment
         return False
+
+    def forget(self) -> None:
+        """Ask the database again about every device: one may have been removed."""
+        self._known = {}
 
     def of_email(self, email) -> list[dict]:
         """The devices of a client's subscription id, in the order they first asked."""
@@ -185,6 +204,7 @@ class Devices:
         return row.sub_id
 
     def _changed(self, sub_id: str) -> None:
+        self.forget()
         if self.notice is None:
             return
         with db_session:
