@@ -74,6 +74,7 @@ def routes_of(panel: Panel) -> list[Route]:
                 counter_feed=panel.counter_feed,
                 master_traffic=panel.master_traffic,
                 usage=panel.usage,
+                client_ips=panel.client_ips,
             )
         ),
         group_routes(GroupRouteNeeds(groups=panel.groups)),
