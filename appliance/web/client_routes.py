@@ -250,8 +250,7 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         effect=READ,
     )
     def ips(email):
-        listed, seen_by = clients.ips(email)
-        return Reply("", listed, {"seenBy": seen_by})
+        return Reply("", clients.ips(email), {"seenBy": clients.ips_seen_by(email)})
 
     @table.post("/clearIps/<email>", "Forget a client's addresses", resource="clients")
     def clear_ips(email):

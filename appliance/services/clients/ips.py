@@ -25,6 +25,11 @@ line in `<data dir>/logs/ip-limit.log`:
 
     2026/11/22 01:02:03 [LIMIT_IP] Email = alice@x || SRC = 203.0.113.5
 
+A managing panel judges the limit of its nodes' clients on the addresses of every server
+(`services/nodes/addresses.py`): each row says which server saw it (`server`, empty for
+this panel's core), a node answers its core's recent addresses (`recent`) and writes the
+pairs its managing panel sends back (`refuse`) to its own limit log like its own.
+
 The panel bans nothing itself: fail2ban reads that file and blocks the source on the
 proxy ports only (docs/fail2ban.md). The host's own addresses and loopback are never
 counted against a limit and never written there, so a local relay, a fallback or the
@@ -346,6 +351,31 @@ def _sightings(entries, now: float) -> dict[str, dict[str, int]]:
         seen = _line_time(entry.when, now)
         addresses = found.setdefault(email_key(entry.email), {})
         addresses[entry.ip] = max(seen, addresses.get(entry.ip, 0))
+    return found
+
+
+def reported_sightings(answer: Any, now: float) -> dict[str, dict[str, int]]:
+    """email key -> ip -> unix seconds from what another panel answered to `recent`,
+    every value checked: at most RECENT_LIMIT addresses, a time later than now counted as
+    now, one before the window left out."""
+    if not isinstance(answer, dict):
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    count = 0
+    since = int(now) - ACTIVE_WINDOW
+    for email, addresses in answer.items():
+        if not isinstance(email, str) or not 0 < len(email) <= 255:
+            continue
+        if not isinstance(addresses, dict):
+            continue
+        for raw, seen in addresses.items():
+            ip = canonical_ip(raw) if isinstance(raw, str) and len(raw) <= 64 else ""
+            if not ip or isinstance(seen, bool) or not isinstance(seen, int) or seen < since:
+                continue
+            found.setdefault(email_key(email), {})[ip] = min(seen, int(now))
+            count += 1
+            if count >= RECENT_LIMIT:
+                return found
     return found
 
 

@@ -113,19 +113,23 @@ class Clients:
                 "inboundIds": sorted(a.inbound.id for a in row.attachments),
             }
 
-    def ips(self, email) -> tuple[list[str], list[dict]]:
-        """A client's addresses as `ip (timestamp)`, each once at its latest sighting on
-        any server, and every sighting as `{ip, timestamp, nodeId}` (null: this panel)."""
+    def ips(self, email) -> list[str]:
+        """A client's addresses as `ip (timestamp)`, the latest first, each once at its
+        latest sighting on any server."""
+        latest: dict[str, int] = {}
+        for entry in self.ips_seen_by(email):
+            latest.setdefault(entry["ip"], entry["timestamp"])
+        return [f"{ip} ({seen})" for ip, seen in latest.items()]
+
+    def ips_seen_by(self, email) -> list[dict]:
+        """Every sighting of a client's addresses as `{ip, timestamp, nodeId}` (null: this
+        panel's core), the latest first."""
         with db_session:
             row = self.row(email)
             entries = client_ip_sql.client_log(self.store, row.email_key)
-        latest: dict[str, int] = {}
-        for ip, seen, _ in entries:
-            latest.setdefault(ip, seen)
-        seen_by = [
+        return [
             {"ip": ip, "timestamp": seen, "nodeId": node_of(server)} for ip, seen, server in entries
         ]
-        return [f"{ip} ({seen})" for ip, seen in latest.items()], seen_by
 
     def core_views(self, emails: list[str]) -> dict[str, tuple[dict, set[int]]]:
         """email -> (its view as the config builder reads it, the ids of its inbounds) for

@@ -17,13 +17,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
-from appliance.services.clients.ips import ACTIVE_WINDOW, RECENT_LIMIT, ClientIps, server_of
-from appliance.services.control.logs import canonical_ip
+from appliance.services.clients.ips import (
+    ACTIVE_WINDOW,
+    ClientIps,
+    reported_sightings,
+    server_of,
+)
 from appliance.services.nodes.link import NodeLink
 from appliance.store import node_sql
 
@@ -47,7 +50,7 @@ class NodeAddresses:
         `NodeError` when the node does not answer."""
         now = self.clock()
         answer = link.call("POST", RECENT_PATH, timeout=TIMEOUT)
-        sightings = _sightings(answer, now)
+        sightings = reported_sightings(answer, now)
         if not sightings:
             return
         with db_session:
@@ -71,28 +74,3 @@ class NodeAddresses:
     def _forget(self, now: float) -> None:
         for sent in [k for k, at in self._sent.items() if now - at >= ACTIVE_WINDOW]:
             del self._sent[sent]
-
-
-def _sightings(answer: Any, now: float) -> dict[str, dict[str, int]]:
-    """email key -> ip -> unix seconds from a node's answer, every value checked: at most
-    RECENT_LIMIT addresses, a time later than now counted as now, one before the window
-    left out."""
-    if not isinstance(answer, dict):
-        return {}
-    found: dict[str, dict[str, int]] = {}
-    count = 0
-    since = int(now) - ACTIVE_WINDOW
-    for email, addresses in answer.items():
-        if not isinstance(email, str) or not 0 < len(email) <= 255:
-            continue
-        if not isinstance(addresses, dict):
-            continue
-        for raw, seen in addresses.items():
-            ip = canonical_ip(raw) if isinstance(raw, str) and len(raw) <= 64 else ""
-            if not ip or isinstance(seen, bool) or not isinstance(seen, int) or seen < since:
-                continue
-            found.setdefault(email_key(email), {})[ip] = min(seen, int(now))
-            count += 1
-            if count >= RECENT_LIMIT:
-                return found
-    return found
