@@ -508,7 +508,7 @@ def _rekey_shared_mtproto_secrets(cur, mark: str) -> None:
         cur.execute(f"UPDATE client SET mt_secret = {mark} WHERE id = {mark}", (fresh, client_id))
 
 
-def _v18_client_ip_server(dialect: str) -> list[Statement]:
+def _v17_client_ip_server(dialect: str) -> list[Statement]:
     """Each address with the server that saw it (empty: this panel; `n<id>`: one of its
     nodes), so a client's limit is judged on the addresses of every server and each
     extra one is refused where it was seen: one row per client, address and server."""
@@ -542,7 +542,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (14, "usage history of clients and inbounds in hourly and daily buckets", _v14_usage_history),
     (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
     (16, "clients sorted by email in natural order", _v16_natural_email_order),
-    (18, "client addresses kept with the server that saw them", _v18_client_ip_server),
+    (17, "client addresses kept with the server that saw them", _v17_client_ip_server),
 ]
 
 LATEST = MIGRATIONS[-1][0]
