@@ -118,14 +118,17 @@ def test_the_node_that_saw_the_extra_address_refuses_it(world):
 def test_a_ban_is_not_sent_again_within_the_window(world):
     central, two = world["central"], world["two"]
     wait_until(lambda: EXTRA in limit_log(two), "node two writes the ban line", WAIT)
-    time.sleep(1.1)
-    again = int(time.time())
-    seen_on(two, ALICE, EXTRA)
-    wait_until(
-        lambda: stamp_of(central, ALICE, EXTRA) >= again,
-        "the central panel judges node two's later sighting",
-        WAIT,
-    )
+    # Two later sightings, each waited for: a node is polled one round at a time, so
+    # the round that judged the first has sent whatever it sends by the second.
+    for _ in range(2):
+        time.sleep(1.1)
+        again = int(time.time())
+        seen_on(two, ALICE, EXTRA)
+        wait_until(
+            lambda again=again: stamp_of(central, ALICE, EXTRA) >= again,
+            "the central panel judges node two's later sighting",
+            WAIT,
+        )
     assert limit_log(two).count(EXTRA) == 1
 
 
