@@ -83,6 +83,7 @@ from appliance.services.control.supervisor import CoreService
 from appliance.services.inbounds.core_reads import CoreInbounds
 from appliance.services.inbounds.hosts import Hosts
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.nodes.addresses import NodeAddresses
 from appliance.services.nodes.deploy import NodeDeploy
 from appliance.services.nodes.fleet import Fleet
 from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
@@ -198,6 +199,7 @@ class Panel:
             self.client_query,
             self.counter_journal,
             sweep=self.client_bulk.disable_depleted,
+            addresses=NodeAddresses(self.client_ips),
         )
         self.fleet = Fleet(
             self.nodes,

@@ -75,6 +75,7 @@ def routes_of(panel: Panel) -> list[Route]:
                 master_traffic=panel.master_traffic,
                 usage=panel.usage,
                 devices=panel.devices,
+                client_ips=panel.client_ips,
             )
         ),
         group_routes(GroupRouteNeeds(groups=panel.groups)),

@@ -336,10 +336,12 @@ def reverse_tags(store) -> list[str]:
 
 
 def ips_by_email(store) -> list[tuple[str, str, int]]:
-    """(email, ip, seen at) of every IP seen, by client, the latest first."""
+    """(email, ip, seen at) of every IP this panel's own core saw, by client, the latest
+    first."""
     return store.rows(
         "SELECT c.email, i.ip, i.seen_at FROM client_ip i "
-        "JOIN client c ON c.email_key = i.email_key ORDER BY c.email_key, i.seen_at DESC"
+        "JOIN client c ON c.email_key = i.email_key WHERE i.server = '' "
+        "ORDER BY c.email_key, i.seen_at DESC"
     )
 
 

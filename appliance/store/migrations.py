@@ -535,6 +535,19 @@ def _rekey_shared_mtproto_secrets(cur, mark: str) -> None:
         cur.execute(f"UPDATE client SET mt_secret = {mark} WHERE id = {mark}", (fresh, client_id))
 
 
+def _v18_client_ip_server(dialect: str) -> list[Statement]:
+    """Each address with the server that saw it (empty: this panel; `n<id>`: one of its
+    nodes), so a client's limit is judged on the addresses of every server and each
+    extra one is refused where it was seen: one row per client, address and server."""
+    old = "ix_client_ip_email_key_ip"
+    drop = f"DROP INDEX {old} ON client_ip" if dialect == "mysql" else f"DROP INDEX {old}"
+    return [
+        add_column("client_ip", Column("server", "str", 64, default=""), dialect),
+        drop,
+        create_index("client_ip", Index(("email_key", "ip", "server"), True), dialect),
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -557,6 +570,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (15, "MTProto secrets unique: shared ones re-keyed", _v15_unique_mtproto_secrets),
     (16, "clients sorted by email in natural order", _v16_natural_email_order),
     (17, "device limits: the devices of subscriptions, a limit per client", _v17_client_devices),
+    (18, "client addresses kept with the server that saw them", _v18_client_ip_server),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -202,7 +202,8 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
         email_key = Required(str, 255, autostrip=False)
         ip = Required(str, 64)
         seen_at = Required(int, size=64, default=0)
-        composite_key(email_key, ip)
+        server = Optional(str, 64, default="", autostrip=False)
+        composite_key(email_key, ip, server)
 
     class ClientDevice(db.Entity):
         _table_ = "client_device"

@@ -14,6 +14,7 @@ from appliance.web.http import JsonStream, JsonText, Reply, body, json_object
 from appliance.web.routes import READ, RouteTable
 
 BULK_BODY = 64 << 20
+REFUSE_BODY = 1 << 20
 EMAILS = {"emails": "string[]"}
 EMAILS_INBOUNDS = {"emails": "string[]", "inboundIds": "integer[]"}
 CLIENT_AND_INBOUNDS = {"client": "object", "inboundIds": "integer[]"}
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from appliance.services.clients.bulk import ClientBulk
     from appliance.services.clients.counters import CounterFeed
     from appliance.services.clients.devices import Devices
+    from appliance.services.clients.ips import ClientIps
     from appliance.services.clients.query import ClientQuery
     from appliance.services.clients.records import Clients
     from appliance.services.clients.sub_address import SubscriptionAddress
@@ -45,6 +47,7 @@ class ClientRouteNeeds:
     master_traffic: MasterTraffic  # totals a managing panel pushed down
     usage: UsageHistory  # traffic hour by hour and day by day
     devices: Devices  # the devices each subscription was served to
+    client_ips: ClientIps  # addresses this panel's core saw, refusals a managing panel judged
 
 
 def client_routes(needs: ClientRouteNeeds) -> RouteTable:
@@ -248,10 +251,13 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
         return Reply("client traffic updated")
 
     @table.post(
-        "/ips/<email>", "Addresses a client connected from, as 'ip (timestamp)'", effect=READ
+        "/ips/<email>",
+        "Addresses a client connected from, as 'ip (timestamp)'; seenBy: each sighting "
+        "with the node that saw it (nodeId null: this panel)",
+        effect=READ,
     )
     def ips(email):
-        return clients.ips(email)
+        return Reply("", clients.ips(email), {"seenBy": clients.ips_seen_by(email)})
 
     @table.get(
         "/devices/<email>",
@@ -333,6 +339,31 @@ def client_routes(needs: ClientRouteNeeds) -> RouteTable:
     )
     def counters():
         return needs.counter_feed.counters(json_object(8192))
+
+    @table.post(
+        "/recentIps",
+        "Panel to panel: email -> ip -> unix seconds of the addresses this panel's core saw "
+        "within the active window (the latest 50,000 at most)",
+        effect=READ,
+    )
+    def recent_ips():
+        return needs.client_ips.recent()
+
+    @table.post(
+        "/refuseIps",
+        "Panel to panel: write the addresses a managing panel judged over a client's IP "
+        "limit to this panel's ip-limit.log; entries that name no client here or no address "
+        "are refused and listed",
+        max_body=REFUSE_BODY,
+        body={"bans": "object[]"},
+        routine=True,
+    )
+    def refuse_ips():
+        data = json_object(REFUSE_BODY)
+        if "bans" not in data:
+            raise ServiceError("send {bans: [{email, ip}]}")
+        result = needs.client_ips.refuse(data["bans"])
+        return Reply(f"{result['written']} address(es) written to the IP limit log", result)
 
     @table.get(
         "/traffic/<email>",

@@ -25,6 +25,11 @@ line in `<data dir>/logs/ip-limit.log`:
 
     2026/11/22 01:02:03 [LIMIT_IP] Email = alice@x || SRC = 203.0.113.5
 
+A managing panel judges the limit of its nodes' clients on the addresses of every server
+(`services/nodes/addresses.py`): each row says which server saw it (`server`, empty for
+this panel's core), a node answers its core's recent addresses (`recent`) and writes the
+pairs its managing panel sends back (`refuse`) to its own limit log like its own.
+
 The panel bans nothing itself: fail2ban reads that file and blocks the source on the
 proxy ports only (docs/fail2ban.md). The host's own addresses and loopback are never
 counted against a limit and never written there, so a local relay, a fallback or the
@@ -66,6 +71,8 @@ LIMIT_LOG_KEEP = 1 << 20
 # millisecond on loopback (measured against a Python gRPC server on this kind of
 # machine), so a tick spends at most about half a second on it however many are online.
 ONLINE_IP_CALLS = 1000
+RECENT_LIMIT = 50000  # addresses a node answers its managing panel per poll
+REFUSE_LIMIT = 5000  # over-limit pairs a managing panel sends in one call
 TIME_FORMAT = "%Y/%m/%d %H:%M:%S"
 
 
@@ -84,6 +91,16 @@ def host_addresses() -> set[str]:
             if ip:
                 found.add(ip)
     return found
+
+
+def server_of(node_id: int) -> str:
+    """How `client_ip.server` names the node of `node_id` (this panel: empty)."""
+    return f"n{node_id}"
+
+
+def node_of(server: str) -> int | None:
+    """The node id a `client_ip.server` names; None for this panel."""
+    return int(server[1:]) if server.startswith("n") and server[1:].isdigit() else None
 
 
 def is_own_address(ip: str, own: set[str]) -> bool:
@@ -143,9 +160,17 @@ class ClientIps:
     def record(self, sightings: dict[str, dict[str, int]], now: float) -> list[tuple[str, str]]:
         """Upsert the sightings (email key -> ip -> unix seconds) of known clients; returns
         the (email, ip) pairs over a client's limit that were seen in `sightings`."""
+        return self.record_seen("", sightings, now)
+
+    def record_seen(
+        self, server: str, sightings: dict[str, dict[str, int]], now: float
+    ) -> list[tuple[str, str]]:
+        """Upsert what `server` saw (empty: this panel's core; `n<id>`: a node) of known
+        clients; returns the (email, ip) pairs `server` saw that are over a client's limit,
+        the limit judged on the addresses every server saw."""
         with db_session:
             clients = self._clients(list(sightings))
-            self._upsert({key: sightings[key] for key in clients})
+            self._upsert({key: sightings[key] for key in clients}, server)
             if not self.settings.get("ipLimitEnable"):
                 return []
             limited = [client for client in clients.values() if client.limit_ip > 0]
@@ -155,9 +180,54 @@ class ClientIps:
         return [
             (client.email, ip)
             for client in limited
-            for ip in active.get(client.key, [])[client.limit_ip :]
-            if ip in sightings[client.key]
+            for ip in list(active.get(client.key, {}))[client.limit_ip :]
+            if ip in sightings[client.key] and server in active[client.key][ip]
         ]
+
+    def recent(self, limit: int = RECENT_LIMIT) -> dict[str, dict[str, int]]:
+        """email -> ip -> unix seconds of the addresses this panel's core saw within the
+        window, at most `limit` of them (the latest): what a managing panel judges."""
+        found: dict[str, dict[str, int]] = {}
+        with db_session:
+            rows = client_ip_sql.recent(self.store, int(self.clock()) - ACTIVE_WINDOW, limit)
+        for email, ip, seen in rows:
+            found.setdefault(email, {})[ip] = seen
+        return found
+
+    def refuse(self, entries: Any) -> dict:
+        """Write the over-limit pairs a managing panel judged, `[{email, ip}]`, to the
+        limit log as if judged here; entries naming no client here, an address that is
+        not one or one of this host's own are refused with the reason, not written."""
+        if not isinstance(entries, list) or len(entries) > REFUSE_LIMIT:
+            raise ServiceError(f"bans must be a list of at most {REFUSE_LIMIT} {{email, ip}}")
+        wanted: list[tuple[int, str, str]] = []
+        refused: list[dict] = []
+        own = self.own_addresses()
+        for number, entry in enumerate(entries, start=1):
+            email = entry.get("email") if isinstance(entry, dict) else None
+            raw = entry.get("ip") if isinstance(entry, dict) else None
+            ip = canonical_ip(raw) if isinstance(raw, str) and len(raw) <= 64 else ""
+            if not isinstance(email, str) or not 0 < len(email) <= 255:
+                refused.append({"entry": number, "reason": "needs an email string"})
+            elif not ip:
+                refused.append({"entry": number, "reason": "ip is not an IP address"})
+            elif is_own_address(ip, own):
+                refused.append({"entry": number, "reason": f"{ip} is this host's own"})
+            else:
+                wanted.append((number, email, ip))
+        with db_session:
+            clients = self._clients(sorted({email_key(email) for _, email, _ in wanted}))
+        over = []
+        for number, email, ip in wanted:
+            client = clients.get(email_key(email))
+            if client is None:
+                refused.append({"entry": number, "reason": "no client has this email"})
+            else:
+                over.append((client.email, ip))
+        if over:
+            self.write_limit_lines(over, self.clock())
+        refused.sort(key=lambda item: item["entry"])
+        return {"written": len(over), "refused": refused}
 
     def write_limit_lines(self, over: list[tuple[str, str]], now: float) -> None:
         stamp = time.strftime(TIME_FORMAT, time.localtime(now))
@@ -245,29 +315,30 @@ class ClientIps:
             for key, email, limit_ip in client_ip_sql.ip_limits(self.store, keys)
         }
 
-    def _upsert(self, sightings: dict[str, dict[str, int]]) -> None:
+    def _upsert(self, sightings: dict[str, dict[str, int]], server: str = "") -> None:
         known = {
             (key, ip): (row_id, seen)
-            for row_id, key, ip, seen in client_ip_sql.logged(self.store, list(sightings))
+            for row_id, key, ip, seen in client_ip_sql.logged(self.store, list(sightings), server)
         }
         updates, inserts = [], []
         for key, addresses in sightings.items():
             for ip, seen in addresses.items():
                 row = known.get((key, ip))
                 if row is None:
-                    inserts.append((key, ip, seen))
+                    inserts.append((key, ip, seen, server))
                 elif seen > row[1]:
                     updates.append((seen, row[0]))
         client_ip_sql.log_sightings(self.store, updates, inserts)
 
-    def _active_addresses(self, keys: list[str], now: float) -> dict[str, list[str]]:
-        """email key -> the addresses seen within the window, first recorded first;
-        the host's own addresses left out."""
+    def _active_addresses(self, keys: list[str], now: float) -> dict[str, dict[str, set[str]]]:
+        """email key -> the addresses any server saw within the window, first recorded
+        first, each with the servers that saw it; the host's own addresses left out."""
         own = self.own_addresses()
-        found: dict[str, list[str]] = {}
-        for key, ip in client_ip_sql.seen_since(self.store, keys, int(now) - ACTIVE_WINDOW):
+        found: dict[str, dict[str, set[str]]] = {}
+        since = int(now) - ACTIVE_WINDOW
+        for key, ip, server in client_ip_sql.seen_since(self.store, keys, since):
             if not is_own_address(ip, own):
-                found.setdefault(key, []).append(ip)
+                found.setdefault(key, {}).setdefault(ip, set()).add(server)
         return found
 
 
@@ -280,6 +351,31 @@ def _sightings(entries, now: float) -> dict[str, dict[str, int]]:
         seen = _line_time(entry.when, now)
         addresses = found.setdefault(email_key(entry.email), {})
         addresses[entry.ip] = max(seen, addresses.get(entry.ip, 0))
+    return found
+
+
+def reported_sightings(answer: Any, now: float) -> dict[str, dict[str, int]]:
+    """email key -> ip -> unix seconds from what another panel answered to `recent`,
+    every value checked: at most RECENT_LIMIT addresses, a time later than now counted as
+    now, one before the window left out."""
+    if not isinstance(answer, dict):
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    count = 0
+    since = int(now) - ACTIVE_WINDOW
+    for email, addresses in answer.items():
+        if not isinstance(email, str) or not 0 < len(email) <= 255:
+            continue
+        if not isinstance(addresses, dict):
+            continue
+        for raw, seen in addresses.items():
+            ip = canonical_ip(raw) if isinstance(raw, str) and len(raw) <= 64 else ""
+            if not ip or isinstance(seen, bool) or not isinstance(seen, int) or seen < since:
+                continue
+            found.setdefault(email_key(email), {})[ip] = min(seen, int(now))
+            count += 1
+            if count >= RECENT_LIMIT:
+                return found
     return found
 
 

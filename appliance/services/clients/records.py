@@ -31,9 +31,10 @@ from appliance.domain.clients import api_view, core_view
 from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
+from appliance.services.clients.ips import node_of
 from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.views import record_of
-from appliance.store import client_queries
+from appliance.store import client_ip_sql, client_queries
 from appliance.store.batches import chunks
 from appliance.store.client_rows import entity_record
 from appliance.store.natural_order import natural_order
@@ -113,14 +114,22 @@ class Clients:
             }
 
     def ips(self, email) -> list[str]:
+        """A client's addresses as `ip (timestamp)`, the latest first, each once at its
+        latest sighting on any server."""
+        latest: dict[str, int] = {}
+        for entry in self.ips_seen_by(email):
+            latest.setdefault(entry["ip"], entry["timestamp"])
+        return [f"{ip} ({seen})" for ip, seen in latest.items()]
+
+    def ips_seen_by(self, email) -> list[dict]:
+        """Every sighting of a client's addresses as `{ip, timestamp, nodeId}` (null: this
+        panel's core), the latest first."""
         with db_session:
             row = self.row(email)
-            entries = select(
-                (i.ip, i.seen_at)
-                for i in self.store.entities.ClientIp
-                if i.email_key == row.email_key
-            ).order_by(lambda ip, seen: -seen)[:]
-        return [f"{ip} ({seen})" for ip, seen in entries]
+            entries = client_ip_sql.client_log(self.store, row.email_key)
+        return [
+            {"ip": ip, "timestamp": seen, "nodeId": node_of(server)} for ip, seen, server in entries
+        ]
 
     def core_views(self, emails: list[str]) -> dict[str, tuple[dict, set[int]]]:
         """email -> (its view as the config builder reads it, the ids of its inbounds) for
@@ -366,7 +375,9 @@ class Clients:
         )[:]:
             # The new email may still have an IP log (kept by `del ?keepTraffic=1`): one
             # row per address, with the later sighting.
-            other = self.store.entities.ClientIp.get(email_key=new_key, ip=entry.ip)
+            other = self.store.entities.ClientIp.get(
+                email_key=new_key, ip=entry.ip, server=entry.server
+            )
             if other is None:
                 entry.email_key = new_key
             else:

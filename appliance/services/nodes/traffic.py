@@ -25,7 +25,8 @@ What the polls find feeds the rest: clients whose counters moved are online on t
 clients past their quota or expiry runs after each round, and the totals of each node's
 clients are pushed down to it (`inbounds/pushClientTraffics`), only those that changed,
 in batches, at most every `PUSH_SECONDS`, for its display and its own quota check.
-Client addresses are read from each node every `IPS_SECONDS`.
+Client addresses are read from each node every `IPS_SECONDS`, and its core's recent ones
+on every poll, for the IP limit judged on all servers (`addresses.py`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from appliance.domain.protocols import INT64_MAX
 from appliance.services.clients.counters import CounterJournal
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
+from appliance.services.nodes.addresses import NodeAddresses
 from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity, NodeError, NodeLink
 from appliance.services.nodes.records import Nodes, details
@@ -104,6 +106,7 @@ class NodeTraffic:
         query: ClientQuery,
         journal: CounterJournal,
         sweep: Callable[[], None],
+        addresses: NodeAddresses | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.nodes = nodes
@@ -114,6 +117,7 @@ class NodeTraffic:
         self.query = query
         self.journal = journal
         self.sweep = sweep
+        self.addresses = addresses  # the IP limit judged on every server's addresses
         self.clock = clock
         self._states: dict[int, _NodeState] = {}
         # node id -> counter name -> [up, down] last seen, as kept in node_counter.
@@ -198,6 +202,11 @@ class NodeTraffic:
             self._read_ips(record, link, state)
         except NodeError as exc:
             log.info("node %s: %s", record["name"], exc.msg)
+        if self.addresses is not None:
+            try:
+                self.addresses.poll(node_id, link)
+            except NodeError as exc:
+                log.info("addresses of node %s not judged: %s", record["name"], exc.msg)
 
     # ---- counting ---------------------------------------------------------------------
 
