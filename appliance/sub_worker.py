@@ -52,7 +52,7 @@ from appliance.runtime.logbuffer import parse_level  # noqa: E402
 from appliance.runtime.memory import serve_large_blocks_from_mmap  # noqa: E402
 from appliance.runtime.workers import IDLE_EXIT, IDLE_RATE, ChangeCounter  # noqa: E402
 from appliance.services.admin.settings import Settings  # noqa: E402
-from appliance.services.admin.settings_rules import parse_trusted_proxies  # noqa: E402
+from appliance.services.admin.settings_rules import trusted_networks  # noqa: E402
 from appliance.services.clients.devices import Devices  # noqa: E402
 from appliance.services.clients.subscriptions import Subscriptions  # noqa: E402
 from appliance.store import RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS, Store  # noqa: E402
@@ -175,7 +175,7 @@ def main() -> int:
     limits = ConnectionLimits(**spec["limits"])  # the panel's, so every process has the same
 
     def trusted() -> list:
-        return parse_trusted_proxies(settings.get("trustedProxies"))
+        return trusted_networks(settings.get("trustedProxies"))
 
     server = make_server(sock, leave or app, limits, tls=tls, cap_exempt=trusted)
     server.max_accept = ACCEPT_AT_ONCE

@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, quote
 
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
 from appliance.runtime.wsgi import client_address, request_host
-from appliance.services.admin.settings_rules import parse_trusted_proxies
+from appliance.services.admin.settings_rules import trusted_networks
 from appliance.services.clients.devices import Devices, device_headers, effective_limit
 from appliance.services.clients.subscriptions import Lookup, Subscriptions
 from appliance.sub.page import SCRIPT_HASH, info_page
@@ -233,7 +233,7 @@ class SubscriptionApp:
         limit = effective_limit(
             (client.device_limit for client, _ in lookup.clients), get("hwidDefaultLimit")
         )
-        address = client_address(environ, parse_trusted_proxies(get("trustedProxies")))
+        address = client_address(environ, trusted_networks(get("trustedProxies")))
         if self.devices.admit(lookup.sub_id, headers, address, limit):
             return None
         refusal = [("x-hwid-max-devices-reached", "true"), ("Cache-Control", "no-store")]

@@ -13,6 +13,7 @@ calls them from its whole-set checks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import json
 import os
@@ -207,6 +208,13 @@ def parse_trusted_proxies(raw: str) -> list:
                 f"(got '{item}')"
             ) from None
     return networks
+
+
+@functools.lru_cache(maxsize=8)
+def trusted_networks(raw: str) -> tuple:
+    """`parse_trusted_proxies` of a stored value, parsed once: the subscription server
+    asks on every request, and the value rarely changes."""
+    return tuple(parse_trusted_proxies(raw))
 
 
 def trusted_proxies(name: str, value: str) -> str:
