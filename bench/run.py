@@ -24,6 +24,7 @@ from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
 import db_scenarios  # noqa: F401  (registers the backends scenario)
+import device_scenarios  # noqa: F401  (registers the device limit's cost)
 import edit_scenarios  # noqa: F401  (registers the client edit scenarios)
 import heavy_scenarios  # noqa: F401  (registers the heavy-request stalls)
 import idle_scenarios  # noqa: F401  (registers idle CPU)
