@@ -25,14 +25,22 @@ import shutil
 import statistics
 
 from harness import BenchError, Context, scenario
-from sub_scenarios import CLIENT_COUNT, CONNECTIONS, DATASET, SEED, _sub_url, _wrk
+from sub_scenarios import (
+    CLIENT_COUNT,
+    CONNECTIONS,
+    DATASET,
+    EVERY_SUB_ONCE,
+    SEED,
+    _sub_url,
+    _wrk,
+)
 
 TARGET = 0.9
 DEVICE_LIMIT = 3
 PATH = "/sub/"
 # wrk's request with the headers of one device per subscription (dev-<index>).
 HEADERS = """
-local function device_request(index)
+local function sub_request(index)
   local headers = {}
   headers["x-hwid"] = string.format("dev-%%05d", index)
   headers["x-device-os"] = "Android"
@@ -47,32 +55,7 @@ RANDOM_DEVICE = (
     + """
 math.randomseed(%d)
 request = function()
-  return device_request(math.random(0, %d))
-end
-"""
-)
-EVERY_DEVICE_ONCE = (
-    HEADERS
-    + """
-local count = %d
-local order = {}
-for i = 1, count do order[i] = i - 1 end
-math.randomseed(%d)
-for i = count, 2, -1 do
-  local j = math.random(i)
-  order[i], order[j] = order[j], order[i]
-end
-local sent, replies = 0, 0
-request = function()
-  sent = sent + 1
-  return device_request(order[(sent - 1) %% count + 1])
-end
-response = function(status, headers, body)
-  replies = replies + 1
-  if replies == count then
-    local marker = io.open("%s", "w")
-    marker:close()
-  end
+  return sub_request(math.random(0, %d))
 end
 """
 )
@@ -96,7 +79,7 @@ def subscription_devices(ctx: Context) -> dict:
 
     def every_once(tag: str) -> dict:
         script, done = workdir / f"devices-{tag}.lua", workdir / f"devices-{tag}.done"
-        script.write_text(EVERY_DEVICE_ONCE % (PATH, CLIENT_COUNT, SEED, done))
+        script.write_text(HEADERS % PATH + EVERY_SUB_ONCE % (CLIENT_COUNT, SEED, done))
         served = _wrk(sub_url, script=str(script), until=done)
         if served["requests"] < CLIENT_COUNT:
             raise BenchError(f"{tag}: {served['requests']} replies, not {CLIENT_COUNT}")

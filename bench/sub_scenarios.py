@@ -106,8 +106,7 @@ end
 local sent, replies = 0, 0
 request = function()
   sent = sent + 1
-  local index = order[(sent - 1) %% count + 1]
-  return wrk.format("GET", "%s" .. string.format("sub%%05d", index))
+  return sub_request(order[(sent - 1) %% count + 1])
 end
 response = function(status, headers, body)
   replies = replies + 1
@@ -115,6 +114,12 @@ response = function(status, headers, body)
     local marker = io.open("%s", "w")
     marker:close()
   end
+end
+"""
+# The request of subId `index` that EVERY_SUB_ONCE sends, defined before it.
+PLAIN_REQUEST = """
+local function sub_request(index)
+  return wrk.format("GET", "%s" .. string.format("sub%%05d", index))
 end
 """
 POLL_SECONDS = 0.001
@@ -205,7 +210,8 @@ def subscription(ctx: Context) -> dict:
         for name, path in FORMATS:
             cold = ctx.bench.workdir / f"every-{name}-{run}.lua"
             done = ctx.bench.workdir / f"every-{name}-{run}.done"
-            cold.write_text(EVERY_SUB_ONCE % (CLIENT_COUNT, SEED + run, path, done))
+            once = EVERY_SUB_ONCE % (CLIENT_COUNT, SEED + run, done)
+            cold.write_text(PLAIN_REQUEST % path + once)
             warm = ctx.bench.workdir / f"random-{name}-{run}.lua"
             warm.write_text(RANDOM_SUB % (SEED + run, path, CLIENT_COUNT - 1))
             ceiling = _wrk(hello.url + "/hello")
