@@ -15,6 +15,7 @@ import base64
 import hashlib
 import os
 import re
+import time
 import uuid
 
 import pytest
@@ -278,6 +279,55 @@ def test_an_online_client_names_the_panel_it_is_connected_through(browser, pair,
     expect(row.locator(".status")).to_have_text("online")
     # With nodes to tell apart, an online client names where it is connected.
     expect(row.locator("[data-testid=online-where]")).to_have_text("· This host")
+
+
+def test_an_address_a_node_saw_names_the_node_in_the_client_dialogs(browser, pair, watches):
+    central, node = pair
+    api = central.client()
+    saved = stored_node(api)
+    email = "ui-seen-on-node@example.com"
+    payload = {
+        "protocol": "vless",
+        "remark": "ui-seen-on-node",
+        "listen": "127.0.0.1",
+        "port": free_port(),
+        "nodeId": saved["id"],
+        "settings": {"decryption": "none"},
+    }
+    inbound = ok(api.post("/panel/api/inbounds/add", payload))
+    ok(
+        api.post(
+            "/panel/api/clients/add", {"client": {"email": email}, "inboundIds": [inbound["id"]]}
+        )
+    )
+    wait_until(
+        lambda: node.client().get(f"/panel/api/clients/get/{email}")["success"],
+        "the client is on the node",
+    )
+    # The node's core saw the client at an address; the central panel's poll collects it.
+    sighting = {"email": email, "ips": [{"ip": "198.51.100.44", "timestamp": int(time.time())}]}
+    ok(node.client().post("/panel/api/server/clientIps", {"ips": [sighting]}))
+    wait_until(
+        lambda: any(
+            entry["nodeId"] == saved["id"]
+            for entry in api.post(f"/panel/api/clients/ips/{email}").get("seenBy", [])
+        ),
+        "the central panel records what the node saw",
+    )
+    page = signed_in_page(browser, central, watches, viewport=DESKTOP)
+    go(page, "clients")
+    client_row(page, email).get_by_role("button", name="IPs").click()
+    listed = page.locator("[data-testid=client-ips] li")
+    expect(listed).to_have_count(1)
+    expect(listed.locator("code")).to_have_text("198.51.100.44")
+    expect(listed.locator("[data-testid=ip-node]")).to_have_text(f"on {NODE_NAME}")
+    page.keyboard.press("Escape")
+    client_row(page, email).locator("[data-testid=client-info]").click()
+    addresses = page.locator("[data-testid=client-addresses] li")
+    expect(addresses.locator("[data-testid=ip-node]")).to_have_text(f"on {NODE_NAME}")
+    page.keyboard.press("Escape")
+    ok(api.post(f"/panel/api/clients/del/{email}"))
+    ok(api.post(f"/panel/api/inbounds/del/{inbound['id']}"))
 
 
 def test_deleting_a_node_says_its_inbounds_stay(browser, pair, watches):

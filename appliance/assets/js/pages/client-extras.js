@@ -3,12 +3,13 @@
 // them), what it has used and until when, the devices its subscription was fetched
 // from, and its recorded IPs.
 import { html, Vue } from "../lib.js";
-import { api } from "../api.js";
+import { api, request } from "../api.js";
 import { t } from "../i18n.js";
 import { toast } from "../state.js";
 import { copyButton, formatBytes, formatDate, Modal, QrCode } from "../components.js";
 import { UsageHistory } from "./usage-history.js";
 import { ClientDevices } from "./client-devices.js";
+import { useNodes } from "../node-place.js";
 
 // A client's subscription URL (built by the panel from the subscription settings, or from
 // the address this page was loaded from), its QR code and a copy button.
@@ -122,44 +123,86 @@ export const ClientInfoDialog = {
           html`<div key=${key} data-field=${key}><dt>${label}</dt><dd>${value}</dd></div>`)}</dl>
           ${subUrl ? subscriptionUrl(subUrl) : null}
           <${ClientDevices} email=${props.client.email} />
+          <section class="addresses" data-testid="client-addresses"><h3>${t("clients.addresses")}</h3>
+            <${ClientAddresses} email=${props.client.email} /></section>
           <${UsageHistory} path=${`panel/api/clients/history/${encodeURIComponent(props.client.email)}`} />`;
       }}
       footer=${() => html`<button onClick=${props.onClose}>${t("common.close")}</button>`} />`;
   },
 };
 
-// The panel lists each address as "ip (unix seconds it was last seen)".
+// The panel lists each address as "ip (unix seconds it was last seen)", and in `seenBy`
+// each sighting with the node that saw it (null: this panel's own core).
 const IP_SEEN = /^(.*) \((\d+)\)$/;
+
+function seenWords(timestamp) {
+  return t("clients.ipSeen", { when: formatDate(Number(timestamp) * 1000) });
+}
 
 function ipItem(entry) {
   const match = IP_SEEN.exec(entry);
   if (!match) return html`<li key=${entry}><code>${entry}</code></li>`;
-  return html`<li key=${entry}><code>${match[1]}</code> <span class="muted">${
-    t("clients.ipSeen", { when: formatDate(Number(match[2]) * 1000) })}</span></li>`;
+  return html`<li key=${entry}><code>${match[1]}</code> <span class="muted">${seenWords(match[2])}</span></li>`;
 }
+
+// A sighting of a node names the node, so an address over a limit across servers shows
+// where it was seen; this panel's own sightings read as they always did.
+function sightingItem(entry, nodes) {
+  const key = `${entry.ip} ${entry.nodeId}`;
+  if (entry.nodeId == null) {
+    return html`<li key=${key}><code>${entry.ip}</code> <span class="muted">${seenWords(entry.timestamp)}</span></li>`;
+  }
+  const node = nodes.find((item) => item.id === entry.nodeId);
+  const name = node ? node.name : `#${entry.nodeId}`;
+  return html`<li key=${key}><code>${entry.ip}</code> <span class="muted">${seenWords(entry.timestamp)}</span>
+    <span class="tag node" data-testid="ip-node">${t("nodes.on", { name })}</span></li>`;
+}
+
+// A client's addresses, each with the node that saw it: in the IPs dialog, and in the
+// info dialog beside the devices. `version` reads them again when it changes (a clear).
+const ClientAddresses = {
+  props: ["email", "version"],
+  setup(props) {
+    const ips = Vue.ref(null);
+    const sightings = Vue.ref(null);
+    const nodes = useNodes();
+    const load = async () => {
+      const reply = await request("POST", `panel/api/clients/ips/${encodeURIComponent(props.email)}`, { quiet: true });
+      sightings.value = Array.isArray(reply.seenBy) ? reply.seenBy : null;
+      ips.value = reply.obj || [];
+    };
+    const loadQuietly = () => load().catch(() => (ips.value = []));
+    Vue.onMounted(loadQuietly);
+    Vue.watch(() => props.version, loadQuietly);
+    return () => {
+      if (ips.value === null) return html`<p class="muted">${t("common.loading")}</p>`;
+      if (sightings.value && sightings.value.length) {
+        return html`<ul class="plain" data-testid="client-ips">${sightings.value.map((entry) => sightingItem(entry, nodes.value))}</ul>`;
+      }
+      if (ips.value.length) {
+        return html`<ul class="plain" data-testid="client-ips">${ips.value.map((entry) => ipItem(entry))}</ul>`;
+      }
+      return html`<p class="empty">${t("clients.noIps")}</p>`;
+    };
+  },
+};
 
 export const IpsDialog = {
   props: ["client", "onClose"],
   setup(props) {
-    const ips = Vue.ref(null);
+    const version = Vue.ref(0);
     const email = encodeURIComponent(props.client.email);
-    const load = async () => {
-      ips.value = await api.post(`panel/api/clients/ips/${email}`);
-    };
-    Vue.onMounted(() => load().catch(() => (ips.value = [])));
     async function clear() {
       try {
         await api.post(`panel/api/clients/clearIps/${email}`);
         toast(t("clients.ipsCleared"), "success");
-        await load();
+        version.value += 1;
       } catch (error) {
         // shown as a toast
       }
     }
     return () => html`<${Modal} title=${t("clients.ipsOf", { email: props.client.email })} onClose=${props.onClose}
-      body=${() => ips.value === null ? html`<p class="muted">${t("common.loading")}</p>`
-        : ips.value.length ? html`<ul class="plain" data-testid="client-ips">${ips.value.map((entry) => ipItem(entry))}</ul>`
-          : html`<p class="empty">${t("clients.noIps")}</p>`}
+      body=${() => html`<${ClientAddresses} email=${props.client.email} version=${version.value} />`}
       footer=${() => html`<button class="danger" onClick=${clear}>${t("clients.clearIps")}</button>
         <button onClick=${props.onClose}>${t("common.close")}</button>`} />`;
   },
