@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -262,6 +263,19 @@ def test_the_device_limit_travels_through_bulk_create_and_adjust(panel, api, inb
         ),
         "deviceLimit",
     )
+
+
+def test_the_device_limit_travels_through_update_export_and_import(api, inbound):
+    client = add_client(api, inbound["id"], deviceLimit=2)
+    email = client["email"]
+    stored = ok(api.get(f"{CLIENTS}/get/{quote(email)}"))["client"]
+    ok(api.post(f"{CLIENTS}/update/{quote(email)}", {"client": {**stored, "deviceLimit": 5}}))
+    assert ok(api.get(f"{CLIENTS}/get/{quote(email)}"))["client"]["deviceLimit"] == 5
+    exported = [i for i in ok(api.get(f"{CLIENTS}/export")) if i["client"]["email"] == email]
+    assert [item["client"]["deviceLimit"] for item in exported] == [5]
+    ok(api.post(f"{CLIENTS}/del/{quote(email)}"))
+    ok(api.post(f"{CLIENTS}/import", {"data": json.dumps(exported)}))
+    assert ok(api.get(f"{CLIENTS}/get/{quote(email)}"))["client"]["deviceLimit"] == 5
 
 
 def race(panel, sub_id: str, count: int) -> list[int]:
