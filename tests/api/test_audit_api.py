@@ -33,6 +33,7 @@ READS = {
     "/panel/api/clients/activeInbounds",
     "/panel/api/clients/lastOnline",
     "/panel/api/clients/counters",
+    "/panel/api/clients/recentIps",
     "/panel/api/core/",
     "/panel/api/core/balancerStatus",
     "/panel/api/core/outboundFromLink",
