@@ -56,7 +56,7 @@ from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
 from appliance.services.admin.settings import Settings, allowed_host_names
-from appliance.services.admin.settings_rules import parse_host_names, parse_trusted_proxies
+from appliance.services.admin.settings_rules import parse_host_names, trusted_networks
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.tgnotices import BotNotices
@@ -302,7 +302,6 @@ class Panel:
         self._changes: ChangeCounter | None = None
         self._sub_sock = None
         self._stopped = Event()
-        self._trusted: tuple[str, list] = ("", [])
         self._hosts: tuple[tuple[str, ...], frozenset[str] | None] = ((), None)
 
     # ---- start-up ----------------------------------------------------------------------
@@ -638,11 +637,8 @@ class Panel:
             (_wildcard(sub[0]), sub[1], "the subscription server"),
         ]
 
-    def trusted_proxies(self) -> list:
-        raw = self.settings.get("trustedProxies")
-        if raw != self._trusted[0]:
-            self._trusted = (raw, parse_trusted_proxies(raw))
-        return self._trusted[1]
+    def trusted_proxies(self) -> tuple:
+        return trusted_networks(self.settings.get("trustedProxies"))
 
     def allowed_hosts(self) -> frozenset[str] | None:
         """Host names the panel answers to, None for any: those of the settings, plus

@@ -45,8 +45,7 @@ def client_address(environ: dict, trusted: list) -> str:
     one in the audit log. An address comes back in its one canonical spelling, so
     `2001:DB8::1` and `2001:db8::1` are one client."""
     remote = environ.get("REMOTE_ADDR", "") or ""
-    peer = _ip(remote)
-    if not trusted or peer is None or not any(peer in network for network in trusted):
+    if not trusted or not address_in(remote, trusted):
         return remote
     forwarded = environ.get("HTTP_X_FORWARDED_FOR", "")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
@@ -57,6 +56,12 @@ def client_address(environ: dict, trusted: list) -> str:
         if not any(address in network for network in trusted):
             return str(address)
     return remote
+
+
+def address_in(address: str, networks) -> bool:
+    """Whether `address` (text) is in one of `networks`; False when it is no address."""
+    ip = _ip(address)
+    return ip is not None and any(ip in network for network in networks)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

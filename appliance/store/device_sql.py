@@ -8,8 +8,9 @@ insert win and refuses the other, in any process, on every backend, with no lock
 Subscription workers read the panel's database on read-only sessions (`Store.attach`);
 admission must write there too, so `DeviceWrites` holds a few plain connections of its
 own that are not read-only and can run nothing but the statements below: insert a
-device, note when known devices were last seen. Each runs in autocommit, so no statement
-holds a transaction open. The panel admits through the same class, so both admit alike.
+device, note when known devices were last seen. They run in autocommit, so no read or
+insert holds a transaction open; the batch of sightings is one short transaction. The
+panel admits through the same class, so both admit alike.
 """
 
 from __future__ import annotations

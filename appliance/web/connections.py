@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import gevent
 
-from appliance.web.http import address_in
+from appliance.runtime.wsgi import address_in
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from multipart import MultipartError, MultipartSegment, PushMultipartParser, par
 
 from appliance.domain.parse import load_json
 from appliance.errors import ServiceError
+from appliance.runtime.wsgi import address_in, split_host
 from appliance.runtime.wsgi import client_address as wsgi_client_address
-from appliance.runtime.wsgi import split_host
 
 
 @dataclass
@@ -401,16 +401,3 @@ def host_allowed(environ: dict, names: frozenset[str] | None) -> bool:
     except ValueError:
         return False
     return address.is_loopback or str(address) in names
-
-
-def address_in(address: str, networks: list) -> bool:
-    """Whether `address` (text) is in one of `networks`; False when it is no address."""
-    ip = _address(address)
-    return ip is not None and any(ip in network for network in networks)
-
-
-def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
