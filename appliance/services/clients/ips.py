@@ -48,7 +48,7 @@ import psutil
 from pony.orm import db_session
 
 from appliance.core.api import CoreApi, CoreApiError, CoreApiNotFound, CoreApiUnsupported
-from appliance.domain.client_rules import email_key
+from appliance.domain.client_rules import EMAIL_MAX, email_key
 from appliance.errors import ServiceError
 from appliance.services.control.logs import (
     ACCESS_LOG_KEEP,
@@ -207,7 +207,7 @@ class ClientIps:
             email = entry.get("email") if isinstance(entry, dict) else None
             raw = entry.get("ip") if isinstance(entry, dict) else None
             ip = canonical_ip(raw) if isinstance(raw, str) and len(raw) <= 64 else ""
-            if not isinstance(email, str) or not 0 < len(email) <= 255:
+            if not isinstance(email, str) or not 0 < len(email) <= EMAIL_MAX:
                 refused.append({"entry": number, "reason": "needs an email string"})
             elif not ip:
                 refused.append({"entry": number, "reason": "ip is not an IP address"})
@@ -364,7 +364,7 @@ def reported_sightings(answer: Any, now: float) -> dict[str, dict[str, int]]:
     count = 0
     since = int(now) - ACTIVE_WINDOW
     for email, addresses in answer.items():
-        if not isinstance(email, str) or not 0 < len(email) <= 255:
+        if not isinstance(email, str) or not 0 < len(email) <= EMAIL_MAX:
             continue
         if not isinstance(addresses, dict):
             continue
