@@ -153,10 +153,10 @@ class Devices:
         """The devices of a client's subscription id, in the order they first asked."""
         with db_session:
             sub_id = self._sub_id(email)
-            rows = device_sql.devices_of(self.store.rows, [sub_id])
-        return [device_view(row[1:]) for row in rows]
+        return self.of_sub_id(sub_id)
 
     def of_sub_id(self, sub_id: str) -> list[dict]:
+        """The devices of a subscription id (its page), in the order they first asked."""
         with db_session:
             rows = device_sql.devices_of(self.store.rows, [sub_id])
         return [device_view(row[1:]) for row in rows]
