@@ -83,10 +83,11 @@ def clean_env(**extra: str) -> dict:
 # Ports for servers a test starts itself, below the kernel's ephemeral range (32768 and
 # up), a block of PORT_BLOCK per test process: a port the kernel handed out and released
 # could go to another test process, or to an outgoing connection, before the server bound
-# it; a port from this process's own block cannot.
+# it; a port from this process's own block cannot. Test runs that go side by side (the
+# PostgreSQL and MariaDB passes) name their first block in APPLIANCE_TEST_PORT_BLOCK.
 # Fixed ports a test saves on an inbound of a panel without a core (checked for being
 # free, never held) are taken from 32000-32767, above every block.
-PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 3000, 4
+PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 2000, 6
 _next_port = itertools.count(random.randrange(PORT_BLOCK))
 
 
@@ -111,8 +112,9 @@ def leaving_from(http: requests.Session, address: str) -> requests.Session:
 
 def free_port() -> int:
     """A loopback port nothing is bound to, from this test process's own block."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    base = PORT_BASE + int(worker.removeprefix("gw") or 0) % PORT_BLOCKS * PORT_BLOCK
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    block = int(os.environ.get("APPLIANCE_TEST_PORT_BLOCK", "0")) + worker
+    base = PORT_BASE + block % PORT_BLOCKS * PORT_BLOCK
     for _ in range(PORT_BLOCK):
         port = base + next(_next_port) % PORT_BLOCK
         with socket.socket() as sock:
