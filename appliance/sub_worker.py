@@ -95,12 +95,10 @@ class FollowChanges:
         counter: ChangeCounter,
         settings: Settings,
         subscriptions: Subscriptions,
-        devices: Devices,
     ):
         self.counter = counter
         self.settings = settings
         self.subscriptions = subscriptions
-        self.devices = devices
         self.seen = counter.read()
 
     def __call__(self) -> None:
@@ -110,7 +108,6 @@ class FollowChanges:
             # not the prepared inbounds every cold request relies on.
             self.subscriptions.invalidate("inbounds" if now[1] != self.seen[1] else "clients")
             self.settings.load()
-            self.devices.forget()
             self.seen = now
 
 
@@ -164,7 +161,7 @@ def main() -> int:
     devices = Devices(store, settings)
     # The counter is read before the settings: a change meanwhile is followed at once.
     counter = ChangeCounter.attach(spec["counterFd"])
-    follow = FollowChanges(counter, settings, subscriptions, devices)
+    follow = FollowChanges(counter, settings, subscriptions)
     if not _open(store, settings, stopped):
         return 0
     sock = socket.socket(fileno=spec["listenFd"])

@@ -43,8 +43,6 @@ def follow_changes(notice: ChangeNotice, panel: Panel) -> None:
         follow(resource, whichever(panel.client_query.invalidate))
     # Clients named are taken one by one; anything else is compared whole.
     follow("clients", by_ids(core.mark_dirty))
-    # A device removed, or a client changed, is asked about again on its next request.
-    follow("clients", whichever(panel.devices.forget))
     follow("inbounds", whichever(core.mark_dirty))
     follow("settings", whichever(core.mark_dirty))
     for resource in RUN:

@@ -2,10 +2,11 @@
 
 A subscription request makes a single indexed read (`client.sub_id`, joined with the
 traffic row and the client's attachments) that yields everything that belongs to its
-clients; the inbounds and hosts it is rendered from are read rarely and kept by the
-service. These reads run on plain DB-API connections kept for them (`ReadConnections`)
-rather than in a Pony `db_session`: on SQLite the session's bookkeeping costs more than
-the indexed query itself, and they need nothing of Pony. The panel API's link lists (by
+clients, and with a device limit on, whether the requesting device is one of theirs;
+the inbounds and hosts it is rendered from are read rarely and kept by the service.
+These reads run on plain DB-API connections kept for them (`ReadConnections`) rather
+than in a Pony `db_session`: on SQLite the session's bookkeeping costs more than the
+indexed query itself, and they need nothing of Pony. The panel API's link lists (by
 email, by inbound) read through the Store in the caller's db_session instead; every
 function that takes `rows` accepts either (`Store.rows` or `ReadConnections.rows`).
 """
@@ -34,29 +35,35 @@ Rows = Callable[[str, list], list[tuple]]
 # server connection, so they stay few.
 READ_CONNECTIONS = 8
 # Everything a subscription needs of its clients, one row per attachment (one row with a
-# NULL inbound id for a client on none).
+# NULL inbound id for a client on none), and on each the slot the requesting device holds
+# on the subscription (NULL: none, or no device asked).
 LOOKUP_SQL = (
-    f"SELECT {CLIENT_SELECT}, ci.inbound_id {CLIENT_FROM} "
-    "LEFT JOIN client_inbound ci ON ci.client_id = c.id "
+    f"SELECT {CLIENT_SELECT}, ci.inbound_id, "
+    "(SELECT d.slot FROM client_device d WHERE d.sub_id = c.sub_id AND d.hwid = ?) "
+    f"{CLIENT_FROM} LEFT JOIN client_inbound ci ON ci.client_id = c.id "
     "WHERE c.sub_id = ? ORDER BY c.id, ci.inbound_id"
 )
 HOST_SELECT = "id, inbound_id, remark, address, port, security, sni, tags, enable, sort_order"
 INBOUND_SELECT_AS_I = ", ".join(f"i.{column.strip()}" for column in INBOUND_SELECT.split(","))
 
 
-def subscription_clients(rows: Rows, sub_id: str) -> list[tuple[ClientRecord, tuple[int, ...]]]:
+def subscription_clients(
+    rows: Rows, sub_id: str, hwid: str = ""
+) -> tuple[list[tuple[ClientRecord, tuple[int, ...]]], int | None]:
     """The clients of a subscription id, in id order, each with the ids of the inbounds
-    it is attached to (in order; none for a client on none)."""
+    it is attached to (in order; none for a client on none); and the slot device `hwid`
+    holds on the subscription (None: it holds none). One read: the device check of every
+    request of a device-aware app costs no second round trip."""
     found: list[tuple[ClientRecord, list[int]]] = []
-    last = None
-    for row in rows(LOOKUP_SQL, [sub_id]):
+    last = slot = None
+    for row in rows(LOOKUP_SQL, [hwid, sub_id]):
         if row[0] != last:
             last = row[0]
             found.append((client_record(row), []))
-        inbound_id = row[CLIENT_WIDTH]
+        inbound_id, slot = row[CLIENT_WIDTH], row[CLIENT_WIDTH + 1]
         if inbound_id is not None:
             found[-1][1].append(inbound_id)
-    return [(client, tuple(inbound_ids)) for client, inbound_ids in found]
+    return [(client, tuple(inbound_ids)) for client, inbound_ids in found], slot
 
 
 def clients_of_key(store, key: str) -> list[ClientRecord]:

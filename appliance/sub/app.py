@@ -158,11 +158,13 @@ class SubscriptionApp:
             kind = format_for_agent(environ.get("HTTP_USER_AGENT", ""), get("subFormatRules"))
         else:
             kind = path_kind
-        lookup = self.subscriptions.lookup(sub_id)
+        devices = get("hwidEnable")
+        headers = device_headers(environ) if devices else None
+        lookup = self.subscriptions.lookup(sub_id, headers["hwid"] if devices else "")
         if lookup is None:
             return _not_found()
-        if get("hwidEnable"):
-            refused = self._admit(environ, lookup)
+        if devices:
+            refused = self._admit(environ, headers, lookup)
             if refused is not None:
                 return refused
         name, authority = request_host(environ)
@@ -226,15 +228,16 @@ class SubscriptionApp:
         location = self._url(environ, authority, "subPath", sub_id)
         return "303 See Other", [("Location", location), ("Cache-Control", "no-store")], b""
 
-    def _admit(self, environ, lookup: Lookup) -> tuple[str, list[tuple[str, str]], bytes] | None:
-        """None when the requesting device is served; else the refusal."""
+    def _admit(
+        self, environ, headers: dict[str, str], lookup: Lookup
+    ) -> tuple[str, list[tuple[str, str]], bytes] | None:
+        """None when the device of `headers` is served; else the refusal."""
         get = self.settings.get
-        headers = device_headers(environ)
         limit = effective_limit(
             (client.device_limit for client, _ in lookup.clients), get("hwidDefaultLimit")
         )
         address = client_address(environ, trusted_networks(get("trustedProxies")))
-        if self.devices.admit(lookup.sub_id, headers, address, limit):
+        if self.devices.admit(lookup.sub_id, headers, address, limit, lookup.device_slot):
             return None
         refusal = [("x-hwid-max-devices-reached", "true"), ("Cache-Control", "no-store")]
         if get("hwidAnnounce"):

@@ -17,13 +17,13 @@ or with control characters counts as none sent; the other values are cut to 255
 characters, and one with control characters is not stored. A request without a device
 id is served and not counted unless `hwidRequired` is on.
 
-Admission inserts the device at the lowest free slot (appliance.store.device_sql): the
-database's unique keys make it exactly once, whichever process admits. That a known
-device was seen again is kept in memory and written every FLUSH_SECONDS in one batch,
-not once per request: client apps poll all day. A device found known is also kept in
-memory as known for KNOWN_SECONDS, so a busy subscription asks the database once in that
-while, not on every request; the panel's changes of clients (which a removal through the
-API is) forget them at once, in the panel and its workers alike.
+Whether the requesting device is known comes with the subscription's own read (the
+lookup of its clients carries the slot the device holds), so a known device costs no
+query of its own, and a device removed anywhere is refused from the next request on, in
+every process. Admission inserts a new device at the lowest free slot
+(appliance.store.device_sql): the database's unique keys make it exactly once, whichever
+process admits. That a known device was seen again is kept in memory and written every
+FLUSH_SECONDS in one batch, not once per request: client apps poll all day.
 """
 
 from __future__ import annotations
@@ -47,9 +47,6 @@ HWID_MAX = 128
 VALUE_MAX = 255
 ADDRESS_MAX = 64
 FLUSH_SECONDS = 5
-# How long a device found in the database is served without asking it again. A device
-# removed on the subscription page of another process is forgotten there after this.
-KNOWN_SECONDS = 30
 # Slots tried for one new device: each refused insert means another device took a slot.
 ATTEMPTS = 50
 # The request headers read, by their names in a WSGI environ.
@@ -94,7 +91,6 @@ class Devices:
         self.clock = clock
         self.writes = DeviceWrites(store)
         self._pending: dict[tuple[str, str], tuple[int, str]] = {}
-        self._known: dict[tuple[str, str], float] = {}
         self._flusher = None
 
     def start(self) -> None:
@@ -102,26 +98,27 @@ class Devices:
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_forever)
 
-    def admit(self, sub_id: str, headers: Mapping[str, str], address: str, limit: int) -> bool:
+    def admit(
+        self,
+        sub_id: str,
+        headers: Mapping[str, str],
+        address: str,
+        limit: int,
+        held: int | None,
+    ) -> bool:
         """Whether the device of `headers` (see `device_headers`) is served the
-        subscription with device limit `limit` (0: none): a known device is, a new one
-        while a slot is free (and is remembered), a request without a device id unless
-        hwidRequired is on."""
+        subscription with device limit `limit` (0: none): a known device is (`held`, the
+        slot the subscription's lookup found it holding), a new one while a slot is free
+        (and is remembered), a request without a device id unless hwidRequired is on."""
         hwid = headers.get("hwid", "")
         if not hwid:
             return not self.settings.get("hwidRequired")
         now = int(self.clock() * 1000)
         address = address[:ADDRESS_MAX]
-        key = (sub_id, hwid)
-        fresh = time.monotonic()
-        if fresh - self._known.get(key, -KNOWN_SECONDS) < KNOWN_SECONDS:
-            self._pending[key] = (now, address)
+        if held is not None:
+            self._pending[(sub_id, hwid)] = (now, address)
             return True
         rows = self.writes.rows
-        if device_sql.device_slot(rows, sub_id, hwid) is not None:
-            self._pending[key] = (now, address)
-            self._known[key] = fresh
-            return True
         device = (
             hwid,
             headers.get("os", ""),
@@ -136,18 +133,14 @@ class Devices:
             taken = device_sql.taken_slots(rows, sub_id)
             slot = _lowest_free(taken)
             if limit and (len(taken) >= limit or slot > limit):
-                return False
+                # full, unless a request of this device admitted it since the lookup
+                return device_sql.device_slot(rows, sub_id, hwid) is not None
             if self.writes.insert(sub_id, slot, device) or (
                 # the same device, admitted by a request at the same moment
                 device_sql.device_slot(rows, sub_id, hwid) is not None
             ):
-                self._known[key] = fresh
                 return True
         return False
-
-    def forget(self) -> None:
-        """Ask the database again about every device: one may have been removed."""
-        self._known = {}
 
     def of_email(self, email) -> list[dict]:
         """The devices of a client's subscription id, in the order they first asked."""
@@ -204,7 +197,6 @@ class Devices:
         return row.sub_id
 
     def _changed(self, sub_id: str) -> None:
-        self.forget()
         if self.notice is None:
             return
         with db_session:

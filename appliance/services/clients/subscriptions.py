@@ -100,6 +100,7 @@ class Lookup:
     usage: Usage
     clients: tuple[tuple[ClientRecord, tuple[int, ...]], ...]
     generation: int  # of the caches when the clients were read
+    device_slot: int | None = None  # the requesting device's, None when it holds none
 
 
 @dataclass(frozen=True)
@@ -154,19 +155,15 @@ class Subscriptions:
 
     # ---- the hot path -------------------------------------------------------------------
 
-    def lookup(self, sub_id: str) -> Lookup | None:
-        """The active clients with this subscription id; None when there is none."""
+    def lookup(self, sub_id: str, hwid: str = "") -> Lookup | None:
+        """The active clients with this subscription id, and the slot device `hwid` holds
+        on it; None when there is none."""
         if not sub_id or len(sub_id) > MAX_SUB_ID:
             return None
         generation = self._generation
         now_ms = int(self.clock() * 1000)
-        active = [
-            (client, inbound_ids)
-            for client, inbound_ids in subscription_reads.subscription_clients(
-                self.reads.rows, sub_id
-            )
-            if served(client, now_ms)
-        ]
+        found, slot = subscription_reads.subscription_clients(self.reads.rows, sub_id, hwid)
+        active = [(client, inbound_ids) for client, inbound_ids in found if served(client, now_ms)]
         if not active:
             return None
         clients = [client for client, _ in active]
@@ -177,6 +174,7 @@ class Subscriptions:
             _usage(clients),
             tuple(active),
             generation,
+            slot,
         )
 
     def close(self) -> None:
