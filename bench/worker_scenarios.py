@@ -37,7 +37,16 @@ import statistics
 import subprocess
 import time
 
-from harness import BenchError, Context, HelloServer, Panel, log, scenario
+from harness import (
+    BenchError,
+    Context,
+    HelloServer,
+    Panel,
+    children,
+    log,
+    scenario,
+    tree_cpu_seconds,
+)
 from sub_scenarios import CLIENT_COUNT, DATASET, RANDOM_SUB, SEED
 
 CONNECTIONS = 50
@@ -64,7 +73,7 @@ def _panel(ctx: Context, workers: str) -> Panel:
 def _demand(panel: Panel, url: str, script: str, cores: int) -> None:
     """Load the auto panel (unmeasured) until it runs a worker per core."""
     deadline = time.monotonic() + DEMAND_WAIT_SECONDS
-    while len(_children(panel.pid)) < cores:
+    while len(children(panel.pid)) < cores:
         if time.monotonic() > deadline:
             raise BenchError(f"the auto panel started no {cores} workers under load")
         _wrk(url + "/sub/", script)
@@ -113,9 +122,9 @@ def subscription_workers(ctx: Context) -> dict:
                 if hello is not None:
                     measured[f"hello_{label}"] = _wrk(hello.url + "/hello")
                 panel = panels[label]
-                cpu_before = _cpu_seconds(panel.pid)
+                cpu_before = tree_cpu_seconds(panel.pid)
                 measured[label] = _wrk(urls[label] + "/sub/", str(script))
-                cpu = _cpu_seconds(panel.pid) - cpu_before
+                cpu = tree_cpu_seconds(panel.pid) - cpu_before
                 measured[label]["cpu_ms_per_request"] = cpu * 1000 / measured[label]["requests"]
             rounds.append(measured)
         figures[name] = _figure(rounds, cores)
@@ -157,26 +166,11 @@ def _figure(rounds: list[dict], cores: int) -> dict:
     return figure
 
 
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as fh:
-        return [int(child) for child in fh.read().split()]
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) used so far by the panel and its running workers."""
-    ticks = 0
-    for process in (pid, *_children(pid)):
-        with open(f"/proc/{process}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def _rss_mb(pid: int) -> dict:
     """VmRSS of the panel and of each of its children (the workers) and their sum; and
     the sum of their proportional set sizes (Pss), which counts the pages they share
     (the interpreter, its libraries) once instead of once per process."""
-    processes = {"panel": pid, **{f"worker_{c}": c for c in _children(pid)}}
+    processes = {"panel": pid, **{f"worker_{c}": c for c in children(pid)}}
     each = {name: _vm_rss(process) for name, process in processes.items()}
     pss = sum(_pss(process) for process in processes.values())
     return {**each, "total": round(sum(each.values()), 1), "pss_total": round(pss, 1)}
