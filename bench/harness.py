@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from appliance.config import DB_FILE
 from appliance.domain.inbound_rules import normalize_inbound
+from appliance.runtime.changes import ChangeNotice
 from appliance.services.tools.keys import new_x25519
 from appliance.store.migrations import migrate
 
@@ -467,7 +468,7 @@ def opened_dataset(name: str, workdir: Path):
     build_database(DATASETS[name], path)
     store = Store(str(path))
     store.open()
-    settings = Settings(store, FilePlaces(str(workdir)))
+    settings = Settings(store, FilePlaces(str(workdir)), ChangeNotice())
     settings.load()
     return store, settings
 

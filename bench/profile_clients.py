@@ -29,6 +29,7 @@ from harness import DATASETS, build_database
 from pony.orm import db_session
 
 from appliance.config import DB_FILE
+from appliance.runtime.changes import ChangeNotice
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.presence import Presence
@@ -72,7 +73,7 @@ def main() -> int:
 def profile(path: Path, top: int) -> None:
     store = Store(str(path))
     store.open()
-    settings = Settings(store, FilePlaces(str(path.parent)))
+    settings = Settings(store, FilePlaces(str(path.parent)), ChangeNotice())
     settings.load()
     query = ClientQuery(store, settings, Presence())
     inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)

@@ -26,6 +26,7 @@ from harness import DATASETS, build_database
 from sub_scenarios import CLIENT_COUNT, DATASET, sub_id
 
 from appliance.config import DB_FILE
+from appliance.runtime.changes import ChangeNotice
 from appliance.services.admin.settings import Settings
 from appliance.services.clients.subscriptions import Subscriptions
 from appliance.store import Store
@@ -52,7 +53,7 @@ def main() -> int:
 def profile(path: Path, count: int, top: int) -> None:
     store = Store(str(path))
     store.open()
-    settings = Settings(store, places=None)  # reading needs no file places
+    settings = Settings(store, None, ChangeNotice())  # reading needs no file places
     settings.load()
     subscriptions = Subscriptions(store, settings)
     sub_ids = [sub_id(index) for index in range(count)]
