@@ -183,3 +183,14 @@ def test_a_node_that_is_down_is_skipped(world):
     wait_until(lambda: LATER in limit_log(one), "node one writes the ban line", WAIT)
     assert seen_by(central, ALICE)[LATER] == {nodes["one"]["id"]}
     assert FIRST not in limit_log(one)
+
+
+def test_a_deleted_node_takes_the_addresses_it_saw_along(world):
+    """Last in the file: node two is deleted. Its address leaves the client's list, so no
+    limit is judged on a server that is gone; node one's stay."""
+    central, nodes = world["central"], world["nodes"]
+    assert EXTRA in seen_by(central, ALICE)
+    ok(central.client().post(f"/panel/api/nodes/del/{nodes['two']['id']}"))
+    seen = seen_by(central, ALICE)
+    assert EXTRA not in seen
+    assert seen[FIRST] == {nodes["one"]["id"]}

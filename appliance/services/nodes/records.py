@@ -28,6 +28,7 @@ from pony.orm import count, db_session, select
 from appliance.domain.parse import parse_id, parse_text
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
+from appliance.services.clients.ips import server_of
 from appliance.services.nodes.link import MODES, Details, normalize_pin
 from appliance.services.nodes.sealing import TokenSeal, is_sealed
 
@@ -136,6 +137,9 @@ class Nodes:
             gone = self._record(row)
             row.delete()
             self.store.entities.NodeCounter.select(lambda c: c.node_id == node_id).delete(bulk=True)
+            # The addresses it saw: no client's limit is judged on a server that is gone.
+            seen_by = server_of(node_id)
+            self.store.entities.ClientIp.select(lambda i: i.server == seen_by).delete(bulk=True)
             bound = count(i for i in self.store.entities.Inbound if i.node_id == node_id)
         self._announce(node_id)
         return gone, bound
