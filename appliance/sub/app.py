@@ -220,7 +220,7 @@ class SubscriptionApp:
     ) -> bytes | None:
         """The page by the admin's template (subTemplatePage); None for the built-in one,
         also when the template fails for this subscription (logged)."""
-        template = self.subscriptions.templates.get("page")
+        template = self.subscriptions.page_template()
         if template is None:
             return None
         values = self.subscriptions.common_values(lookup, frozenset())

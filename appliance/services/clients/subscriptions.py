@@ -369,6 +369,10 @@ class Subscriptions:
             values["links"] = _all(prepared_links, pairs, ctx)
         return values
 
+    def page_template(self):
+        """The admin's compiled page template, None for the built-in page."""
+        return self.templates.get("page")
+
     def preview_lookup(self, email: str) -> Lookup:
         """The subscription of client `email` as a request would find it now."""
         with db_session:
