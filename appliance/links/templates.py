@@ -106,9 +106,10 @@ UNSAFE_NAMES = (
     | {"mro", "format_map"}
     | MUTATING
 )
-# Characters json.dumps leaves raw that YAML forbids unescaped (DEL, C1 controls, BOM);
-# escaped, the text stays the same JSON and becomes valid YAML flow too.
-YAML_UNSAFE = re.compile("[\x7f-\x84\x86-\x9f\ufeff\ufffe\uffff]")
+# Characters json.dumps leaves raw that YAML forbids unescaped (DEL, C1 controls, BOM)
+# or reads as line breaks (NEL, the line and paragraph separators); escaped, the text
+# stays the same JSON and becomes valid YAML flow too.
+YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 CLASH_SPECIAL = frozenset({"DIRECT", "REJECT", "REJECT-DROP", "PASS", "COMPATIBLE", "GLOBAL"})
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
