@@ -7,6 +7,10 @@ gets the info page. `?format=` (base64, json, clash, singbox) names the format o
 on any subscription path; `/json/` and `/yaml/` keep serving their own format, each
 while its switch is on.
 
+The info page is the admin's template when `subTemplatePage` holds one
+(appliance.services.clients.sub_templates), under the same Content-Security-Policy: its
+one script is still the copy buttons' (`copy_script`), and every value is HTML-escaped.
+
 `/sub/<subId>?format=info` answers JSON for the subscription's owner: the usage, quota
 and expiry of the page, and this month's usage day by day (`month`).
 

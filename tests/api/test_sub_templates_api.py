@@ -296,3 +296,24 @@ def test_the_settings_api_refuses_what_the_template_route_refuses(api):
         "may not read the attribute '__class__'",
     )
     assert stored(api, "singbox") == ""
+
+
+def test_a_file_fills_an_empty_template_at_start_and_never_a_stored_one(tmp_path):
+    server = start_panel(tmp_path)
+    try:
+        folder = Path(server.data_dir) / "templates"
+        folder.mkdir()
+        (folder / "singbox.json.j2").write_text(SINGBOX)
+        (folder / "clash.yaml.j2").write_text("{% include 'clash.yaml.j2' %}")
+        server.stop()
+        server.start()
+        api = server.client()
+        assert stored(api, "singbox") == SINGBOX.strip()
+        assert stored(api, "clash") == ""
+        assert any("clash.yaml.j2 is not used" in line for line in server.lines)
+        ok(api.post(f"{TEMPLATES}/save/singbox", {"template": SINGBOX.replace("pick", "chosen")}))
+        server.stop()
+        server.start()
+        assert "chosen" in stored(server.client(), "singbox")
+    finally:
+        stop_and_drop(server)

@@ -25,6 +25,11 @@ cache (`invalidate`, called from `Panel.changed`); a change of inbounds or hosts
 of unknown kind) also empties the catalog. A body or an inbound read before such a change
 is not stored, since it may hold the data from before it.
 
+An admin's template for the sing-box, Mihomo or Xray JSON format (sub_templates) is
+rendered in place of the built-in document from the same proxies, compiled once and
+kept in `templates` until the settings change; a template that fails for one
+subscription gets it the built-in format, so no app is left without a configuration.
+
 Rendering state lives in the `Subscriptions` object, never in module globals, so any
 process that serves subscriptions keeps its own and follows the same invalidation.
 
