@@ -33,6 +33,7 @@ import mtproto_scenarios  # noqa: F401  (registers the MTProto proxy figures)
 import node_scenarios  # noqa: F401  (registers the central panel with ten nodes)
 import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
+import template_scenarios  # noqa: F401  (registers the subscription templates scenario)
 import wait_scenarios  # noqa: F401  (registers never_wait)
 import worker_scenarios  # noqa: F401  (registers the subscription workers scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log

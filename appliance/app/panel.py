@@ -71,6 +71,7 @@ from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.clients.sub_address import SubscriptionAddress
+from appliance.services.clients.sub_templates import SubTemplates
 from appliance.services.clients.subscriptions import Subscriptions, drops_inbounds
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.clients.usage import HOUR, UsageHistory
@@ -171,6 +172,13 @@ class Panel:
         self.subscriptions = Subscriptions(store, self.settings)
         self.devices = Devices(store, self.settings, self.notice)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
+        self.sub_templates = SubTemplates(
+            self.settings,
+            self.subscriptions,
+            self.options.data_dir,
+            core_test=self.core_process.test,
+            sub_url=self.sub_address.url,
+        )
         self.accounting = TrafficAccounting(store, self.presence)
         self.usage = UsageHistory(store)
         # Built before the core starts: it begins reading at the access log's end.
@@ -325,6 +333,7 @@ class Panel:
                 NODE_KEY_ENV,
             )
         self.auth.restore_blocks()
+        self.sub_templates.seed()
         return self.auth.bootstrap()
 
     def guid(self) -> str:

@@ -29,6 +29,7 @@ from appliance.web.release_routes import ReleaseRouteNeeds, release_routes
 from appliance.web.server_routes import ServerRouteNeeds, server_routes
 from appliance.web.session_routes import SessionRouteNeeds, session_routes
 from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
+from appliance.web.template_routes import TemplateRouteNeeds, template_routes
 from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
 from appliance.web.ui import UiRouteNeeds, ui_routes
 
@@ -80,6 +81,7 @@ def routes_of(panel: Panel) -> list[Route]:
         ),
         group_routes(GroupRouteNeeds(groups=panel.groups)),
         host_routes(HostRouteNeeds(hosts=panel.hosts)),
+        template_routes(TemplateRouteNeeds(templates=panel.sub_templates, settings=panel.settings)),
         node_routes(
             NodeRouteNeeds(
                 fleet=panel.fleet,

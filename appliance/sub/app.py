@@ -7,6 +7,10 @@ gets the info page. `?format=` (base64, json, clash, singbox) names the format o
 on any subscription path; `/json/` and `/yaml/` keep serving their own format, each
 while its switch is on.
 
+The info page is the admin's template when `subTemplatePage` holds one
+(appliance.services.clients.sub_templates), under the same Content-Security-Policy: its
+one script is still the copy buttons' (`copy_script`), and every value is HTML-escaped.
+
 `/sub/<subId>?format=info` answers JSON for the subscription's owner: the usage, quota
 and expiry of the page, and this month's usage day by day (`month`).
 
@@ -45,11 +49,13 @@ from collections.abc import Callable
 from urllib.parse import parse_qs, quote
 
 from appliance.domain.sub_formats import FORMATS_TEXT, format_for_agent, format_name
+from appliance.errors import ServiceError
 from appliance.runtime.wsgi import client_address, request_host
 from appliance.services.admin.settings_rules import trusted_networks
 from appliance.services.clients.devices import Devices, device_headers, effective_limit
+from appliance.services.clients.sub_templates import expiry_text, import_links, page_values
 from appliance.services.clients.subscriptions import Lookup, Subscriptions
-from appliance.sub.page import SCRIPT_HASH, info_page
+from appliance.sub.page import COPY_SCRIPT, SCRIPT_HASH, info_page
 
 log = logging.getLogger(__name__)
 
@@ -190,18 +196,21 @@ class SubscriptionApp:
             headers.append(("Content-Type", CONTENT_TYPES["json"]))
             return "200 OK", headers, json.dumps(answer).encode()
         if page:
-            body = info_page(
+            json_url = (
+                self._url(environ, authority, "subJsonPath", sub_id) if get("subJsonEnable") else ""
+            )
+            yaml_url = (
+                self._url(environ, authority, "subYamlPath", sub_id) if get("subYamlEnable") else ""
+            )
+            body = self._custom_page(lookup, rendered.links, page_url, json_url, yaml_url)
+            body = body or info_page(
                 title=self._title(lookup),
                 usage=lookup.usage,
                 month=self.subscriptions.month(lookup),
                 links=rendered.links,
                 sub_url=page_url,
-                json_url=self._url(environ, authority, "subJsonPath", sub_id)
-                if get("subJsonEnable")
-                else "",
-                yaml_url=self._url(environ, authority, "subYamlPath", sub_id)
-                if get("subYamlEnable")
-                else "",
+                json_url=json_url,
+                yaml_url=yaml_url,
                 devices=self.devices.of_sub_id(lookup.sub_id) if get("hwidEnable") else None,
             )
             return (
@@ -211,6 +220,35 @@ class SubscriptionApp:
             )
         headers.append(("Content-Type", CONTENT_TYPES[kind]))
         return "200 OK", headers, rendered.body
+
+    def _custom_page(
+        self, lookup: Lookup, links: list[str], sub_url: str, json_url: str, yaml_url: str
+    ) -> bytes | None:
+        """The page by the admin's template (subTemplatePage); None for the built-in one,
+        also when the template fails for this subscription (logged)."""
+        template = self.subscriptions.page_template()
+        if template is None:
+            return None
+        values = self.subscriptions.common_values(lookup, frozenset())
+        values.update(
+            page_values(
+                usage=lookup.usage,
+                expire_text=expiry_text(lookup.usage.expire),
+                links=links,
+                sub_url=sub_url,
+                json_url=json_url,
+                yaml_url=yaml_url,
+                apps=import_links(self._title(lookup), sub_url, yaml_url),
+                copy_script=COPY_SCRIPT,
+            )
+        )
+        try:
+            return template.render(values).encode()
+        except ServiceError as exc:
+            log.warning(
+                "subscription page %s: %s; served the built-in page", lookup.sub_id, exc.msg
+            )
+            return None
 
     def _delete_device(
         self, environ, sub_id: str, query: dict[str, list[str]]

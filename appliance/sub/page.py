@@ -28,6 +28,7 @@ from html import escape
 from urllib.parse import quote
 
 from appliance.domain.units import human_bytes
+from appliance.services.clients.sub_templates import expiry_text, import_links
 from appliance.services.clients.subscriptions import Usage
 
 STYLE = """
@@ -111,7 +112,7 @@ def info_page(
         ("Used", human_bytes(used)),
         ("Quota", human_bytes(usage.total) if usage.total else "unlimited"),
         ("Remaining", human_bytes(max(usage.total - used, 0)) if usage.total else "unlimited"),
-        ("Expires", _expiry(usage.expire)),
+        ("Expires", expiry_text(usage.expire)),
     ]
     usage_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
     usage_html = f"<dl>{usage_html}</dl>{_month_bars(month)}"
@@ -168,24 +169,6 @@ def _devices_html(devices: list[dict] | None) -> str:
     return f"<section><h2>Devices</h2>{rows or '<p>No devices yet.</p>'}</section>"
 
 
-def import_links(title: str, sub_url: str, yaml_url: str) -> list[tuple[str, str]]:
-    """(app, deep link) pairs the usual client apps register for importing a remote
-    subscription; Clash-family apps get the YAML address when it is served, else the
-    subscription URL, which answers them in YAML by their User-Agent."""
-    url = quote(sub_url, safe="")
-    name = quote(title, safe="")
-    apps = [
-        ("v2rayNG", f"v2rayng://install-config?url={url}"),
-        ("v2RayTun", f"v2raytun://import/{sub_url}"),
-        ("Streisand", f"streisand://import/{sub_url}#{name}"),
-        ("Hiddify", f"hiddify://import/{sub_url}#{name}"),
-        ("sing-box", f"sing-box://import-remote-profile?url={url}#{name}"),
-    ]
-    clash_url = quote(yaml_url or sub_url, safe="")
-    apps.append(("Clash / Mihomo", f"clash://install-config?url={clash_url}"))
-    return apps
-
-
 def _copy_button(label: str, text: str) -> str:
     return (
         f'<button type="button" data-copy="{escape(text)}" aria-label="Copy {escape(label)}">'
@@ -213,10 +196,3 @@ def _month_bars(month: dict) -> str:
 
 def _day(millis: int) -> str:
     return datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC).strftime("%Y-%m-%d")
-
-
-def _expiry(seconds: int) -> str:
-    if not seconds:
-        return "never"
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M UTC")

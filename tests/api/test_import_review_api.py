@@ -232,3 +232,36 @@ def test_a_bad_stored_value_blocks_no_unrelated_save(fixed_port_panel):
         f"listens on 0.0.0.0 port {port}/tcp, which the panel itself uses",
     )
     assert urlsplit(server.url).port == port
+
+
+def test_an_import_resets_a_subscription_template_its_route_refuses(fixed_port_panel, tmp_path):
+    """A template that reaches for Python's internals, or whose Clash document has no
+    proxies, is reset to the built-in format and named; a good one is kept and served."""
+    server, _port = fixed_port_panel
+    api = server.client()
+    _inbound, sub_id = with_client(api)
+    good = "proxies: {{ proxies | tojson }}\nproxy-groups: []\nrules: ['MATCH,DIRECT']"
+    content = edited_backup(
+        api,
+        tmp_path,
+        [
+            stored_setting("subTemplateSingbox", "{{ lipsum.__globals__['os'] }}"),
+            stored_setting("subTemplateJson", '{"outbounds": []}'),
+            stored_setting("subTemplateClash", good),
+        ],
+    )
+    mark = len(server.lines)
+    reply = import_db(api, content)
+    assert reply["success"] is True, reply
+    reset = reply["obj"]["reset"]
+    assert [line.split(" ", 1)[0] for line in reset] == ["subTemplateSingbox", "subTemplateJson"]
+    assert "may not read the attribute '__globals__'" in reset[0]
+    assert "needs a non-empty list of outbounds" in reset[1]
+    server.wait_listening(mark, timeout=RESTART_WAIT)
+    api = server.client()
+    values = ok(api.post(ALL))
+    assert (values["subTemplateSingbox"], values["subTemplateJson"]) == ("", "")
+    assert values["subTemplateClash"] == good
+    served = requests.get(f"{server.sub_url}/sub/{sub_id}?format=clash", timeout=20)
+    assert served.status_code == 200
+    assert served.text.startswith("proxies: [{")

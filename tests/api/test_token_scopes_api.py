@@ -195,6 +195,7 @@ def concrete(path: str, world: dict) -> str:
         "action": "data",
         "fileName": "geoip.dat",
         "version": "latest",
+        "format": "singbox",
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match[1]]), path)
 

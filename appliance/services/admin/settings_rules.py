@@ -28,6 +28,7 @@ from appliance.domain.parse import load_json
 from appliance.domain.protocols import is_host_name
 from appliance.domain.sub_formats import parse_rules
 from appliance.errors import ServiceError
+from appliance.links.templates import check_output, compile_template, sample_values
 from appliance.runtime.egress import Egress, Resolver, host_key, parse_allowed, system_resolve
 from appliance.runtime.file_paths import FilePlaces, check_paths
 from appliance.services.admin.tgbot import parse_schedule
@@ -313,3 +314,18 @@ def check_core_template(raw: str, places: FilePlaces) -> None:
                     f"coreTemplate {section}[{index}].tag must be at most {TEMPLATE_TAG_MAX} "
                     f"characters (got {len(tag)} characters)"
                 )
+
+
+def sub_template(kind: str) -> Rule:
+    """The rule of a subscription template setting: empty (the built-in format), or a
+    template the sandbox compiles whose render for a sample client parses for its app
+    (appliance.links.templates)."""
+
+    def rule(name: str, value: Any) -> str:
+        if not value:
+            return ""
+        compiled = compile_template(kind, value)
+        check_output(kind, compiled.render(sample_values(kind)))
+        return value
+
+    return rule

@@ -19,6 +19,7 @@ from typing import Any
 
 from appliance.domain.sub_formats import DEFAULT_RULES
 from appliance.errors import ServiceError
+from appliance.links.templates import FILE_NAMES, FORMATS
 from appliance.runtime.file_paths import FilePlaces
 from appliance.services.admin.settings_rules import (
     PORT,
@@ -35,6 +36,7 @@ from appliance.services.admin.settings_rules import (
     listen_address,
     private_destinations,
     sub_format_rules,
+    sub_template,
     time_location,
     trusted_proxies,
     url_path,
@@ -69,6 +71,14 @@ SECTIONS = {
     "chatBot": "Chat-bot",
     "smtp": "Mail (SMTP)",
     "core": "Core and updates",
+}
+
+# Template format -> the setting that holds its template.
+TEMPLATE_SETTINGS = {
+    "singbox": "subTemplateSingbox",
+    "clash": "subTemplateClash",
+    "json": "subTemplateJson",
+    "page": "subTemplatePage",
 }
 
 SETTINGS = (
@@ -391,6 +401,18 @@ SETTINGS = (
         "Routing rules, one per line: sent to client apps when subEnableRouting is on, and "
         "added to YAML subscriptions.",
         "subscription",
+    ),
+    *(
+        Setting(
+            key,
+            "",
+            f"Template (Jinja, sandboxed) for the {FORMATS[kind]} instead of the built-in "
+            f"one; empty for the built-in. The file templates/{FILE_NAMES[kind]} in the "
+            "data directory seeds it when it is empty (see Subscription templates).",
+            "subscription",
+            sub_template(kind),
+        )
+        for kind, key in TEMPLATE_SETTINGS.items()
     ),
     # ---- chat-bot ------------------------------------------------------------------------
     Setting(

@@ -25,6 +25,11 @@ cache (`invalidate`, called from `Panel.changed`); a change of inbounds or hosts
 of unknown kind) also empties the catalog. A body or an inbound read before such a change
 is not stored, since it may hold the data from before it.
 
+An admin's template for the sing-box, Mihomo or Xray JSON format (sub_templates) is
+rendered in place of the built-in document from the same proxies, compiled once and
+kept in `templates` until the settings change; a template that fails for one
+subscription gets it the built-in format, so no app is left without a configuration.
+
 Rendering state lives in the `Subscriptions` object, never in module globals, so any
 process that serves subscriptions keeps its own and follows the same invalidation.
 
@@ -63,6 +68,8 @@ from appliance.links import (
     prepared_singbox_outbounds,
     singbox_profile,
 )
+from appliance.links.templates import clash_values, singbox_values, xray_values
+from appliance.services.clients.sub_templates import TEMPLATE_OF, TemplateCache, client_values
 from appliance.services.clients.usage import month_usage
 from appliance.services.inbounds.views import inbound_record, with_node_addresses
 from appliance.store import DatabaseUnavailable, client_queries, inbound_rows, subscription_reads
@@ -124,6 +131,8 @@ class Rendered:
 
 
 NOT_FOUND = Rendered(False)
+# `_render`'s "the stored template of the format".
+KEEP = object()
 
 
 def drops_inbounds(resource: str) -> bool:
@@ -139,6 +148,7 @@ class Subscriptions:
         self.clock = clock
         self.reads = ReadConnections(store)
         self.inbounds = InboundCatalog(self.reads)
+        self.templates = TemplateCache(settings)
         self._cache: dict[tuple, Rendered] = {}
         self._cached_bytes = 0
         self._generation = 0
@@ -150,6 +160,8 @@ class Subscriptions:
         self._generation += 1
         self._cache = {}
         self._cached_bytes = 0
+        if resource in ("settings", ""):
+            self.templates.clear()
         if drops_inbounds(resource):
             self.inbounds.clear()
 
@@ -277,9 +289,14 @@ class Subscriptions:
 
     # ---- rendering ----------------------------------------------------------------------
 
-    def _render(self, kind: str, lookup: Lookup, address: str) -> Rendered:
+    def _render(
+        self, kind: str, lookup: Lookup, address: str, template=KEEP, strict: bool = False
+    ) -> Rendered:
         """The body of `kind` from the clients of `lookup` and the prepared inbounds they
-        are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound."""
+        are on, by inbound, then client; NOT_FOUND when none is on an enabled inbound.
+        `template`: the compiled template to render it by (None: the built-in format);
+        by default the stored one of its format. A template that fails for this
+        subscription gets the built-in format, or with `strict` raises ServiceError."""
         clients = [(api_view(client, []), inbound_ids) for client, inbound_ids in lookup.clients]
         wanted = sorted({inbound_id for _, ids in clients for inbound_id in ids} - self._unfit())
         prepared = self.inbounds.enabled(wanted)
@@ -294,39 +311,96 @@ class Subscriptions:
             return NOT_FOUND
         ctx = self._context(address)
         if kind == "links":
-            links = [
-                link
-                for inbound_id, inbound, client in pairs
-                for link in _rendered(prepared_links, inbound_id, inbound, client, ctx)
-            ]
-            return Rendered(True, _base64("\n".join(links)))
+            return Rendered(True, _base64("\n".join(_all(prepared_links, pairs, ctx))))
+        if template is KEEP:
+            template = self.templates.get(TEMPLATE_OF[kind])
+        if template is not None:
+            body = self._templated(kind, template, lookup, pairs, ctx, strict)
+            if body is not None:
+                return Rendered(True, body.encode())
         if kind == "json":
-            configs = [
-                config
-                for inbound_id, inbound, client in pairs
-                for config in _rendered(prepared_json_configs, inbound_id, inbound, client, ctx)
-            ]
+            configs = _all(prepared_json_configs, pairs, ctx)
             body = json.dumps(configs, ensure_ascii=False, separators=(",", ":"))
             return Rendered(True, body.encode())
         if kind == "singbox":
-            outbounds = [
-                outbound
-                for inbound_id, inbound, client in pairs
-                for outbound in _rendered(
-                    prepared_singbox_outbounds, inbound_id, inbound, client, ctx
-                )
-            ]
             # Compact, like the JSON format: an indent would cost the pure-Python encoder.
-            profile = singbox_profile(outbounds)
+            profile = singbox_profile(_all(prepared_singbox_outbounds, pairs, ctx))
             body = json.dumps(profile, ensure_ascii=False, separators=(",", ":"))
             return Rendered(True, body.encode())
-        proxies = [
-            proxy
-            for inbound_id, inbound, client in pairs
-            for proxy in _rendered(prepared_clash_proxies, inbound_id, inbound, client, ctx)
-        ]
+        proxies = _all(prepared_clash_proxies, pairs, ctx)
         document = clash_document(proxies, self.settings.get("subRoutingRules"))
         return Rendered(True, document.encode())
+
+    def _templated(
+        self, kind: str, template, lookup: Lookup, pairs, ctx, strict: bool
+    ) -> str | None:
+        """The body by `template`; None (the built-in format is served) when it fails
+        for this subscription, which is logged: the app keeps getting a configuration."""
+        values = self.common_values(lookup, template.uses, pairs, ctx)
+        if kind == "json":
+            values.update(xray_values(_all(prepared_json_configs, pairs, ctx)))
+        elif kind == "singbox":
+            values.update(singbox_values(_all(prepared_singbox_outbounds, pairs, ctx)))
+        else:
+            proxies = _all(prepared_clash_proxies, pairs, ctx)
+            values.update(clash_values(proxies, self.settings.get("subRoutingRules")))
+        try:
+            return template.render(values)
+        except ServiceError as exc:
+            if strict:
+                raise
+            log.warning("subscription %s: %s; served the built-in format", lookup.sub_id, exc.msg)
+            return None
+
+    def common_values(self, lookup: Lookup, uses: frozenset[str], pairs=None, ctx=None) -> dict:
+        """What every template is given: the subscription's title and usage, its clients'
+        public fields, and (only when the template reads them) its share links."""
+        usage = lookup.usage
+        clients = client_values(client for client, _ in lookup.clients)
+        values = {
+            "subscription": {
+                "title": self.settings.get("subTitle") or lookup.title,
+                "upload": usage.upload,
+                "download": usage.download,
+                "total": usage.total,
+                "expire": usage.expire,
+            },
+            "client": clients[0],
+            "clients": clients,
+        }
+        if "links" in uses and pairs is not None:
+            values["links"] = _all(prepared_links, pairs, ctx)
+        return values
+
+    def page_template(self):
+        """The admin's compiled page template, None for the built-in page."""
+        return self.templates.get("page")
+
+    def preview_lookup(self, email: str) -> Lookup:
+        """The subscription of client `email` as a request would find it now."""
+        with db_session:
+            found = subscription_reads.clients_of_key(self.store, email_key(email))
+        if not found:
+            raise ServiceError(f"no client with email '{email}'")
+        lookup = self.lookup(found[0].sub_id)
+        if lookup is None:
+            raise ServiceError(
+                f"the subscription of '{email}' serves nothing now: its clients are "
+                "disabled, out of quota or expired"
+            )
+        return lookup
+
+    def preview(self, kind: str, lookup: Lookup, address: str, template) -> str:
+        """The body of template format `kind` ("links": the share links, one a line) for
+        `lookup` by `template` (None: the built-in format), rendered now, not cached; a
+        template that fails raises ServiceError."""
+        sub_kind = {"clash": "yaml"}.get(kind, kind)
+        rendered = self._render(sub_kind, lookup, address, template, strict=True)
+        if not rendered.found:
+            raise ServiceError(f"the subscription {lookup.sub_id} is on no enabled inbound")
+        if kind == "links":
+            return "\n".join(rendered.links)
+        return rendered.body.decode()
 
     def _unfit(self) -> frozenset[int]:
         """The inbounds the running core cannot run as stored (a feature it lacks, see
@@ -434,6 +508,15 @@ def _prepared(record: dict, hosts: list[dict]) -> PreparedInbound | None:
     except Exception:
         log.exception("cannot render the links of inbound %s", record["id"])
         return None
+
+
+def _all(renderer, pairs, ctx: LinkContext) -> list:
+    """What `renderer` gives for every (inbound id, prepared inbound, client) of `pairs`."""
+    return [
+        entry
+        for inbound_id, inbound, client in pairs
+        for entry in _rendered(renderer, inbound_id, inbound, client, ctx)
+    ]
 
 
 def _rendered(renderer, inbound_id: int, prepared, client: dict, ctx: LinkContext) -> list:
