@@ -20,6 +20,7 @@ PARAM_VALUES = {
     "inboundId": MISSING_ID,
     "tag": "direct",
     "action": "data",
+    "format": "singbox",
 }
 # Bodies that leave the shared panel usable: ids that do not exist, names of their own.
 BODIES = {

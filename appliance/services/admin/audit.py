@@ -44,7 +44,7 @@ EXPORT_BATCH = 1000
 # Path parameters that name the record a call concerns, and ones that are plain values
 # (a line count, a chart bucket); every other parameter is redacted.
 RECORD_PARAMS = ("id", "inboundId", "email", "name", "tag", "version", "fileName")
-PLAIN_PARAMS = frozenset({"count", "metric", "bucket", "action"})
+PLAIN_PARAMS = frozenset({"count", "metric", "bucket", "action", "format"})
 REDACTED = "<redacted>"
 PARAM = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)(?::[^>]*)?>")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
