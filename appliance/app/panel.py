@@ -381,6 +381,8 @@ class Panel:
             web_sock.close()
             raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
+        # Listed among the panels on this database before anyone can ask for the list.
+        self.cluster.start(self._instance(), self.store.unavailable)
         tls = self._tls("web")
         self.web_tls = tls is not None
         if tls is not None and node_ca:
@@ -434,7 +436,6 @@ class Panel:
         self.core.start()
         self.mtproto.start()
         self.devices.start()
-        self.cluster.start(self._instance(), fault)
         start_jobs(self, fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)

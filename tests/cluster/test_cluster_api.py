@@ -6,6 +6,7 @@ leader is killed. On SQLite a panel is alone: the list names it, the leader.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import time
 import uuid
@@ -96,7 +97,7 @@ def test_three_instances_list_each_other_with_exactly_one_leader(world):
     assert all(m["address"] for m in mine)
 
 
-def test_a_client_added_on_one_reaches_the_others_subscriptions_within_2s(world):
+def test_a_client_added_or_edited_on_one_reaches_the_others_subscriptions_within_2s(world):
     a, b, c = world
     api = signed_in(a)
     inbound = create_inbound(
@@ -109,19 +110,35 @@ def test_a_client_added_on_one_reaches_the_others_subscriptions_within_2s(world)
         },
     )
     sub_id = uuid.uuid4().hex[:16]
-    # The others answer "not found" first, and keep that answer cached until told.
     for other in (b, c):
         assert _sub(other, sub_id).status_code == 404
     client = {"email": f"{uuid.uuid4().hex[:8]}@cluster", "subId": sub_id}
     ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
-    added = time.monotonic()
-    for other in (b, c):
-        wait_for(
-            lambda server=other: _sub(server, sub_id).status_code == 200,
-            PROPAGATION_SECONDS - (time.monotonic() - added),
-            "the new client in another instance's subscription",
-        )
+    _within_2s([b, c], lambda server: _sub(server, sub_id).status_code == 200, "the new client")
     ok(signed_in(b).get(f"{CLIENTS}/get/{quote(client['email'])}"))
+    # Each has rendered (and cached) the subscription; an edit on A reaches both bodies.
+    for other in (b, c):
+        assert _sub(other, sub_id).status_code == 200
+    stored = ok(api.get(f"{CLIENTS}/get/{quote(client['email'])}"))["client"]
+    fresh = str(uuid.uuid4())
+    ok(api.post(f"{CLIENTS}/update/{quote(client['email'])}", {**stored, "id": fresh}))
+    assert fresh in _links(a, sub_id)
+    _within_2s([b, c], lambda server: fresh in _links(server, sub_id), "the client's new UUID")
+
+
+def _within_2s(servers, predicate, what: str) -> None:
+    changed = time.monotonic()
+    for server in servers:
+        wait_for(
+            lambda server=server: predicate(server),
+            PROPAGATION_SECONDS - (time.monotonic() - changed),
+            f"{what} in another instance's subscription",
+        )
+
+
+def _links(server, sub_id: str) -> str:
+    """The subscription's share links (its body is them in base64)."""
+    return base64.b64decode(_sub(server, sub_id).content).decode()
 
 
 def test_a_setting_changed_on_one_is_seen_by_the_others(world):
