@@ -95,9 +95,6 @@ class LeaderJobs:
         if self.leading:
             self._running.append(every(seconds, job, name, expected))
 
-    def names(self) -> list[str]:
-        return [name for _, _, name, _ in self._declared]
-
     def lead(self) -> None:
         if not self.leading:
             self.leading = True

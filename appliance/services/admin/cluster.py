@@ -116,13 +116,15 @@ class Cluster:
         with db_session:
             cluster_sql.register(self.store, me.guid, me.name, me.address, me.version, self.started)
         self.notice.relay(self._queue)
+        # Tried once before the job that tries again starts: the lock's connection is
+        # the one greenlet's at a time.
+        self.lead_or_follow()
         self._greenlets = [
             every(HEARTBEAT_SECONDS, self.beat, "instance heartbeat", fault),
             every(LEADER_TRY_SECONDS, self.lead_or_follow, "leadership", fault),
             gevent.spawn(self._send_loop),
             gevent.spawn(self._listen_loop),
         ]
-        self.lead_or_follow()
         self.jobs.every(PRUNE_SECONDS, self.prune, "instance list pruning", fault)
 
     def stop(self) -> None:
@@ -190,7 +192,7 @@ class Cluster:
                 log.warning("the leader's lock connection failed: %s", _first_line(exc))
         if held and not self.jobs.leading:
             self.jobs.lead()
-            log.info("this instance leads: it runs %s", ", ".join(self.jobs.names()))
+            log.info("this instance leads: the jobs that run once run here")
             with db_session:
                 cluster_sql.claim_leadership(self.store, self.me.guid)
         elif not held and self.jobs.leading:
