@@ -24,6 +24,8 @@ ENV = {
     "header_timeout": "APPLIANCE_HEADER_TIMEOUT",
     "body_timeout": "APPLIANCE_BODY_TIMEOUT",
     "sub_connections_per_address": "APPLIANCE_SUB_CONNECTIONS_PER_ADDRESS",
+    "instance_name": "APPLIANCE_INSTANCE_NAME",
+    "instance_address": "APPLIANCE_INSTANCE_ADDRESS",
 }
 DB_FILE = "appliance.db"
 MAX_SUB_WORKERS = 64
@@ -62,6 +64,10 @@ class Options:
     header_timeout: float = HEADER_TIMEOUT_SECONDS
     body_timeout: float = BODY_TIMEOUT_SECONDS
     sub_connections_per_address: int = SUB_CONNECTIONS_PER_ADDRESS
+    # How this process is listed among the panels sharing its database (server/cluster);
+    # None: the host's name, and the address it reaches the database from.
+    instance_name: str | None = None
+    instance_address: str | None = None
 
     @property
     def log_file(self) -> str:
@@ -102,6 +108,8 @@ def resolve(args) -> Options:
         header_timeout=_seconds(pick("header_timeout"), "header_timeout", HEADER_TIMEOUT_SECONDS),
         body_timeout=_seconds(pick("body_timeout"), "body_timeout", BODY_TIMEOUT_SECONDS),
         sub_connections_per_address=_per_address(pick("sub_connections_per_address")),
+        instance_name=pick("instance_name"),
+        instance_address=pick("instance_address"),
     )
 
 

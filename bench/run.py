@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import client_scenarios  # noqa: F401  (registers the clients scenarios)
+import cluster_scenarios  # noqa: F401  (registers several panels on one database)
 import db_scenarios  # noqa: F401  (registers the backends scenario)
 import device_scenarios  # noqa: F401  (registers the device limit's cost)
 import edit_scenarios  # noqa: F401  (registers the client edit scenarios)

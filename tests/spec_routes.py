@@ -47,6 +47,7 @@ SERVER = [
     ("GET", "/panel/api/server/coreMetricsHistory/:metric/:bucket"),
     ("GET", "/panel/api/server/coreObservatory"),
     ("GET", "/panel/api/server/coreObservatoryHistory/:tag/:bucket"),
+    ("GET", "/panel/api/server/cluster"),
     ("GET", "/panel/api/server/getNewmldsa65"),
     ("GET", "/panel/api/server/getNewmlkem768"),
     ("GET", "/panel/api/server/getNewVlessEnc"),

@@ -3,8 +3,8 @@
 Services publish `Change(resource, ids)` after they commit (runtime/changes.py); this is
 where each part that keeps a copy of a resource says which kinds it follows and what it
 does with them, one line per part and kind, in the order they are told. A change made by
-another panel process on the same database will arrive through the same notice, and
-reach the same lines.
+another panel process on the same database arrives through the same notice and reaches
+the same lines, after what reloads the copy this process keeps.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ SHOWN = ("clients", "inbounds", "hosts", "settings", "nodes", "apiTokens", "core
 def follow_changes(notice: ChangeNotice, panel: Panel) -> None:
     """Subscribe every consumer of the panel to the kinds of change it follows."""
     follow = notice.subscribe
+    # Another instance on the database changed settings: read them again before anyone
+    # below reads them.
+    notice.subscribe_arrived("settings", whichever(panel.settings.load))
     deploy, core = panel.deploy, panel.core
     for resource in RENDERED:
         follow(resource, by_resource(panel.subscriptions.invalidate))

@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -30,6 +31,7 @@ import gevent
 from gevent.event import Event
 
 from appliance import __version__
+from appliance.app.background import start_jobs
 from appliance.app.consumers import follow_changes
 from appliance.app.door_tls import ask_for_node_certificates, door_tls, trusted_ca
 from appliance.app.routes import routes_of
@@ -41,7 +43,7 @@ from appliance.runtime.browser_addresses import browser_urls
 from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.environment import self_command
 from appliance.runtime.file_paths import CERTS_DIR, FilePlaces
-from appliance.runtime.jobs import breathe, every
+from appliance.runtime.jobs import LeaderJobs, breathe, every
 from appliance.runtime.timings import TimingsByName
 from appliance.runtime.workers import (
     ChangeCounter,
@@ -55,10 +57,11 @@ from appliance.services.accounts.auth import Auth
 from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
+from appliance.services.admin.cluster import Cluster, Instance, instance_guid, local_address
 from appliance.services.admin.settings import Settings, allowed_host_names
 from appliance.services.admin.settings_rules import parse_host_names, trusted_networks
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
-from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
+from appliance.services.admin.tgbot import ChatBot
 from appliance.services.admin.tgnotices import BotNotices
 from appliance.services.admin.update import PanelUpdate
 from appliance.services.clients.bulk import ClientBulk
@@ -74,7 +77,7 @@ from appliance.services.clients.sub_address import SubscriptionAddress
 from appliance.services.clients.sub_templates import SubTemplates
 from appliance.services.clients.subscriptions import Subscriptions, drops_inbounds
 from appliance.services.clients.traffic import TrafficAccounting
-from appliance.services.clients.usage import HOUR, UsageHistory
+from appliance.services.clients.usage import UsageHistory
 from appliance.services.control.metrics import CoreMetrics
 from appliance.services.control.mtproto import MtprotoService
 from appliance.services.control.probe import OutboundProbe
@@ -87,7 +90,7 @@ from appliance.services.inbounds.records import Inbounds
 from appliance.services.nodes.addresses import NodeAddresses
 from appliance.services.nodes.deploy import NodeDeploy
 from appliance.services.nodes.fleet import Fleet
-from appliance.services.nodes.health import HEARTBEAT_SECONDS, NodeHealth
+from appliance.services.nodes.health import NodeHealth
 from appliance.services.nodes.link import Identity
 from appliance.services.nodes.master_traffic import MasterTraffic
 from appliance.services.nodes.operations import NodeOperations
@@ -124,9 +127,6 @@ TWO_FACTOR_KEYS = ("twoFactorEnable", "twoFactorToken", "twoFactorCode")
 RESTART_EXIT_GRACE = 1
 RESTART_AFTER_RESTORE = 2
 RESTART_AFTER_UPDATE = 3
-AUDIT_PRUNE_SECONDS = 3600
-# How often the refresh job looks for an outbound subscription whose interval passed.
-OUTBOUND_SUBS_CHECK_SECONDS = 2
 
 
 class Panel:
@@ -149,6 +149,9 @@ class Panel:
         self.store = Store(options.db)
         self.places = FilePlaces(options.data_dir, options.cert_dirs)
         self.notice = ChangeNotice()
+        # The jobs that run once among the panels on this database; who leads them.
+        self.leader_jobs = LeaderJobs()
+        self.cluster = Cluster(self.store, self.notice, self.leader_jobs)
         self.settings = Settings(self.store, self.places, self.notice)
         self.hub = Hub()
         self.presence = Presence()
@@ -387,6 +390,8 @@ class Panel:
             web_sock.close()
             raise
         self.bound = {"web": web_sock.getsockname()[:2], "sub": sub_sock.getsockname()[:2]}
+        # Listed among the panels on this database before anyone can ask for the list.
+        self.cluster.start(self._instance(), self.store.unavailable)
         tls = self._tls("web")
         self.web_tls = tls is not None
         if tls is not None and node_ca:
@@ -440,35 +445,23 @@ class Panel:
         self.core.start()
         self.mtproto.start()
         self.devices.start()
-        every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
-        every(self.settings.get("trafficInterval"), self.mtproto.tick, "MTProto traffic", fault)
-        every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)
-        every(
-            self.settings.get("trafficInterval"),
-            self.bot_notices.check_clients,
-            "chat-bot client notices",
-            fault,
-        )
-        every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
-        every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
-        every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
-        every(HOUR, self.usage.prune, "usage history pruning", fault)
-        every(HEARTBEAT_SECONDS, self.node_heartbeat, "node heartbeat", fault)
-        every(HEARTBEAT_SECONDS, self.node_tree.refresh, "node descendants", fault)
-        every(
-            OUTBOUND_SUBS_CHECK_SECONDS,
-            self.outbound_subs.refresh_due,
-            "outbound subscription refresh",
-            fault,
-        )
-        every(
-            self.settings.get("trafficInterval"), self.node_traffic.poll_all, "node traffic", fault
-        )
+        start_jobs(self, fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)
         gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
+
+    def _instance(self) -> Instance:
+        """This process among the panels on its database (see `Cluster`)."""
+        url, port = self.store.url, self.bound["web"][1]
+        toward = None if url.kind == "sqlite" else (url.host, url.port)
+        return Instance(
+            guid=instance_guid(self.options.data_dir),
+            name=self.options.instance_name or socket.gethostname(),
+            address=self.options.instance_address or local_address(toward, port),
+            version=__version__,
+        )
 
     def node_heartbeat(self) -> None:
         """Every node's health, then a reconcile of each online node out of step."""
@@ -574,6 +567,7 @@ class Panel:
         self.hub.close_sessions(open_ids - live)
 
     def stop(self) -> None:
+        self.cluster.stop()
         self.mtproto.shutdown()
         self.core.shutdown()
         # The workers first: one leaving meanwhile would have the panel accept again.

@@ -117,6 +117,7 @@ def routes_of(panel: Panel) -> list[Route]:
                 settings=panel.settings,
                 descendants=panel.node_tree.descendants,
                 core_capabilities=lambda: table_of(panel.core.process.info),
+                cluster=panel.cluster.members,
             )
         ),
         setting_routes(

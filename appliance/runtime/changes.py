@@ -16,12 +16,17 @@ delivered at once, in the publishing greenlet, which has committed by then.
 
 A consumer that raises is logged and the others still get the change: a cache that
 failed to drop must not keep the core out of step. `Change` stays plain data, so that
-changes made by other panel processes on the same database can arrive the same way.
+changes made by other panel processes on the same database arrive the same way: each
+change delivered here is also handed to the `relay` (which sends it to the others, as
+`as_text`), and one that `arrive`s from another process reaches every consumer exactly
+as a local one, after those that reload what this process keeps (`subscribe_arrived`),
+and is never relayed again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -30,6 +35,9 @@ from dataclasses import dataclass
 from gevent import getcurrent
 
 log = logging.getLogger(__name__)
+
+# Ids a change sent to other processes names at most; beyond, it names "any of them".
+RELAYED_IDS = 200
 
 # Every kind of change, declared once: what changed, and what its ids are.
 KINDS: dict[str, str] = {
@@ -64,6 +72,26 @@ class Change:
         if self.ids is None or other.ids is None:
             return Change(self.resource, None)
         return Change(self.resource, self.ids | other.ids)
+
+    def as_text(self) -> str:
+        """The change as JSON for another process; many ids become "any of them"."""
+        ids = self.ids
+        if ids is not None and len(ids) > RELAYED_IDS:
+            ids = None
+        listed = None if ids is None else sorted(ids, key=lambda key: (str(type(key)), key))
+        return json.dumps({"resource": self.resource, "ids": listed}, separators=(",", ":"))
+
+    @classmethod
+    def from_text(cls, text: str) -> Change:
+        """A change `as_text` wrote; ValueError for anything else."""
+        try:
+            data = json.loads(text)
+            resource, ids = data["resource"], data["ids"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"not a change: {text[:80]!r}") from exc
+        if resource not in KINDS or not (ids is None or isinstance(ids, list)):
+            raise ValueError(f"not a change: {text[:80]!r}")
+        return cls(resource, None if ids is None else frozenset(ids))
 
 
 Consumer = Callable[[Change], None]
@@ -101,12 +129,24 @@ class CallChanges:
 class ChangeNotice:
     def __init__(self, kinds: Iterable[str] = KINDS):
         self._consumers: dict[str, list[Consumer]] = {kind: [] for kind in kinds}
+        self._arrived: dict[str, list[Consumer]] = {kind: [] for kind in kinds}
+        self._relay: Consumer | None = None
         # The collector of the call each greenlet serves; a greenlet that dies takes its own.
         self._open: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def subscribe(self, resource: str, consumer: Consumer) -> None:
         """Call `consumer` with every change of `resource`, in the order subscribed."""
         self._kind(resource).append(consumer)
+
+    def subscribe_arrived(self, resource: str, consumer: Consumer) -> None:
+        """Call `consumer` first with every change of `resource` another process made:
+        for what this process keeps of it and the other consumers read."""
+        self._kind(resource)
+        self._arrived[resource].append(consumer)
+
+    def relay(self, sender: Consumer) -> None:
+        """Hand every change delivered here to `sender` too, after the consumers."""
+        self._relay = sender
 
     def publish(self, change: Change) -> None:
         """A committed change: collected when this greenlet serves a call, else delivered."""
@@ -137,8 +177,18 @@ class ChangeNotice:
             collected.deliver()
 
     def deliver(self, change: Change) -> None:
-        """Hand `change` to each consumer of its resource; one that raises is logged."""
-        for consumer in self._kind(change.resource):
+        """Hand `change` to each consumer of its resource, then to the relay."""
+        self._hand_out(change, self._kind(change.resource))
+        if self._relay is not None:
+            self._hand_out(change, [self._relay])
+
+    def arrive(self, change: Change) -> None:
+        """A change another process made: delivered here as a local one, not relayed."""
+        self._hand_out(change, self._arrived[change.resource] + self._kind(change.resource))
+
+    def _hand_out(self, change: Change, consumers: list[Consumer]) -> None:
+        """Call each consumer with `change`; one that raises is logged."""
+        for consumer in consumers:
             try:
                 consumer(change)
             except Exception:

@@ -71,3 +71,37 @@ class Pace:
         if time.perf_counter() - self._since >= self.seconds:
             breathe()
             self._since = time.perf_counter()
+
+
+class LeaderJobs:
+    """The jobs that must run once among the panels sharing one database (node polls,
+    backups, notices ...): declared like `every`, started when this process becomes the
+    leader and killed the moment it stops being one, so two never run them together.
+    A panel alone on its database leads from the start."""
+
+    def __init__(self):
+        self._declared: list[tuple[float, Callable[[], None], str, Callable]] = []
+        self._running: list[gevent.Greenlet] = []
+        self.leading = False
+
+    def every(
+        self,
+        seconds: float,
+        job: Callable[[], None],
+        name: str,
+        expected: Callable[[Exception], ServiceError | None] = lambda exc: None,
+    ) -> None:
+        self._declared.append((seconds, job, name, expected))
+        if self.leading:
+            self._running.append(every(seconds, job, name, expected))
+
+    def lead(self) -> None:
+        if not self.leading:
+            self.leading = True
+            self._running = [every(*declared) for declared in self._declared]
+
+    def follow(self) -> None:
+        """Stop every job of the leader now, one mid-run included."""
+        self.leading = False
+        running, self._running = self._running, []
+        gevent.killall(running, block=False)

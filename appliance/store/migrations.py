@@ -548,6 +548,32 @@ def _v18_client_ip_server(dialect: str) -> list[Statement]:
     ]
 
 
+def _v19_cluster_instances(dialect: str) -> list[str]:
+    """Several panels on one database: each running instance's row (its own guid from
+    its data directory, name, address, version, whether it leads, its last heartbeat),
+    and the change log through which MariaDB instances hear of each other's changes
+    (PostgreSQL uses LISTEN/NOTIFY and leaves it empty)."""
+    instances = Table(
+        "panel_instance",
+        (
+            Column("guid", "str", 64),
+            Column("name", "str", 255, default=""),
+            Column("address", "str", 255, default=""),
+            Column("version", "str", 64, default=""),
+            Column("leader", "bool", default=False),
+            Column("started_at", "bigint", default=0),
+            Column("last_seen", "bigint", default=0),
+        ),
+        (Index(("guid",), unique=True),),
+    )
+    changes = Table(
+        "change_log",
+        (Column("origin", "str", 64), Column("body", "text"), Column("at", "bigint")),
+        (Index(("at",)),),
+    )
+    return [*instances.create(dialect), *changes.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -571,6 +597,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (16, "clients sorted by email in natural order", _v16_natural_email_order),
     (17, "device limits: the devices of subscriptions, a limit per client", _v17_client_devices),
     (18, "client addresses kept with the server that saw them", _v18_client_ip_server),
+    (19, "cluster: the instances sharing this database, their change log", _v19_cluster_instances),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -1,4 +1,4 @@
-"""Routes of /panel/api/server: status, history, generators, logs."""
+"""Routes of /panel/api/server: status, history, generators, logs, the cluster."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class ServerRouteNeeds:
     settings: Settings  # the panel's certificate file paths
     descendants: Callable[[], list[dict]]  # the nodes below this panel, at every depth
     core_capabilities: Callable[[], dict]  # capabilities.table_of the detected core
+    cluster: Callable[[], list[dict]]  # the panels sharing this database (Cluster.members)
 
 
 def server_routes(needs: ServerRouteNeeds) -> RouteTable:
@@ -77,6 +78,10 @@ def server_routes(needs: ServerRouteNeeds) -> RouteTable:
             "webCertFile": needs.settings.get("webCertFile"),
             "webKeyFile": needs.settings.get("webKeyFile"),
         }
+
+    @table.get("/cluster", "The panel instances sharing this database, and which one leads")
+    def cluster():
+        return needs.cluster()
 
     @table.get("/descendants", "The nodes this panel manages and, recursively, theirs")
     def descendants():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from appliance.runtime.changes import KINDS, Change, ChangeNotice
+from appliance.runtime.changes import KINDS, RELAYED_IDS, Change, ChangeNotice
 
 
 def recording(notice: ChangeNotice, *resources: str) -> list[Change]:
@@ -109,3 +109,29 @@ def test_a_consumer_that_raises_is_logged_and_the_others_still_hear(caplog):
     notice.publish(Change("clients", ["a"]))
     assert seen == [Change("clients", ["a"])]
     assert "a consumer of clients changes failed: test_a_consumer_that_raises" in caplog.text
+
+
+def test_a_change_travels_as_text_and_many_ids_become_any():
+    change = Change("inbounds", [3, 1])
+    assert Change.from_text(change.as_text()) == change
+    assert Change.from_text(Change("settings").as_text()) == Change("settings")
+    many = Change("clients", [f"{n}@x" for n in range(RELAYED_IDS + 1)])
+    assert Change.from_text(many.as_text()) == Change("clients")
+    for text in ("", "[]", '{"resource": "clinets", "ids": null}', '{"resource": "hosts"}'):
+        with pytest.raises(ValueError, match="not a change"):
+            Change.from_text(text)
+
+
+def test_local_changes_go_to_the_relay_after_the_consumers_and_arrived_ones_do_not():
+    notice = ChangeNotice()
+    order: list[str] = []
+    notice.subscribe("settings", lambda change: order.append("consumer"))
+    notice.subscribe_arrived("settings", lambda change: order.append("reload"))
+    notice.relay(lambda change: order.append("relay"))
+    with notice.collecting():
+        notice.publish(Change("settings", ["subUpdates"]))
+        assert order == []
+    assert order == ["consumer", "relay"]
+    order.clear()
+    notice.arrive(Change("settings", ["subUpdates"]))
+    assert order == ["reload", "consumer"]

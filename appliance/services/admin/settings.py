@@ -3,8 +3,9 @@
 What the settings are (names, defaults, rules, help) is declared once, in
 settings_table; this module stores and reads them. Settings live as key/value rows;
 only keys that differ from the default are stored, so a new release can change a default
-without a migration. Values are cached in memory (one process owns the database) and
-every read goes through `get()`.
+without a migration. Values are cached in memory and every read goes through `get()`;
+the panels sharing one database read them again when another one changed them (the
+change notice's `subscribe_arrived`, app/consumers.py).
 
 Secrets (chat-bot token, SMTP password) never leave through `all()`: they come back as
 `REDACTED`, and an update that sends `REDACTED` back keeps the stored value.

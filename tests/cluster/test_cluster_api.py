@@ -1,0 +1,222 @@
+"""Several panels on one database: three `appliance run` processes share a fresh
+PostgreSQL or MariaDB database, list each other with exactly one leader, see each
+other's edits in their subscriptions within 2 s, and hand the leadership over when the
+leader is killed. On SQLite a panel is alone: the list names it, the leader.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import time
+import uuid
+from urllib.parse import quote
+
+import pytest
+import requests
+from helpers import create_database, create_inbound, drop_database, ok, server_reachable
+from panels import backend, start_panel
+
+CLUSTER = "/panel/api/server/cluster"
+CLIENTS = "/panel/api/clients"
+PROPAGATION_SECONDS = 2
+FAILOVER_SECONDS = 30
+# Fixed ports an inbound is saved on (no core runs here, the port is never bound).
+_ports = itertools.count(32400)
+
+
+def test_a_panel_alone_is_the_one_instance_and_leads(panel):
+    members = ok(panel.client().get(CLUSTER))
+    if backend["kind"] != "sqlite":
+        members = [member for member in members if member["self"]]
+    assert len(members) == 1
+    (me,) = members
+    assert me["self"] is True and me["leader"] is True and me["stale"] is False
+    assert me["guid"] and me["name"] and me["version"]
+    assert abs(me["lastSeen"] / 1000 - time.time()) < 30
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Three instances on one fresh database, the first of which made the admin."""
+    kind = backend["kind"]
+    if kind == "sqlite":
+        pytest.skip("several panels share a PostgreSQL or MariaDB database, not a SQLite file")
+    if not server_reachable(kind):
+        pytest.skip(f"no {kind} server")
+    url = create_database(kind)
+    panels = []
+    try:
+        first = start_panel(tmp_path_factory.mktemp("a"), "--db", url, env=_named("a"))
+        first.await_credentials()
+        panels.append(first)
+        for name in ("b", "c"):
+            other = start_panel(tmp_path_factory.mktemp(name), "--db", url, env=_named(name))
+            other.username, other.password = first.username, first.password
+            panels.append(other)
+        yield panels
+    finally:
+        for server in panels:
+            server.stop()
+        drop_database(url)
+
+
+def _named(name: str) -> dict:
+    return {"APPLIANCE_INSTANCE_NAME": f"panel-{name}"}
+
+
+def wait_for(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} did not happen within {seconds} s")
+
+
+def test_three_instances_list_each_other_with_exactly_one_leader(world):
+    apis = [signed_in(server) for server in world]
+
+    def settled():
+        lists = [ok(api.get(CLUSTER)) for api in apis]
+        live = [[m for m in listed if not m["stale"]] for listed in lists]
+        return (
+            lists if all(len(m) == 3 and sum(x["leader"] for x in m) == 1 for m in live) else None
+        )
+
+    lists = wait_for(settled, 15, "three instances with one leader")
+    names = {member["name"] for member in lists[0]}
+    assert names == {"panel-a", "panel-b", "panel-c"}
+    for listed in lists:
+        assert sum(member["self"] for member in listed) == 1
+        assert {m["guid"] for m in listed} == {m["guid"] for m in lists[0]}
+        assert len({m["guid"] for m in listed if m["leader"]}) == 1
+    mine = [next(m for m in listed if m["self"]) for listed in lists]
+    assert len({m["guid"] for m in mine}) == 3, "each instance has its own guid"
+    assert all(m["address"] for m in mine)
+
+
+def test_a_client_added_or_edited_on_one_reaches_the_others_subscriptions_within_2s(world):
+    a, b, c = world
+    api = signed_in(a)
+    inbound = create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": next(_ports),
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )
+    sub_id = uuid.uuid4().hex[:16]
+    for other in (b, c):
+        assert _sub(other, sub_id).status_code == 404
+    client = {"email": f"{uuid.uuid4().hex[:8]}@cluster", "subId": sub_id}
+    ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+    _within_2s([b, c], lambda server: _sub(server, sub_id).status_code == 200, "the new client")
+    ok(signed_in(b).get(f"{CLIENTS}/get/{quote(client['email'])}"))
+    # Each has rendered (and cached) the subscription; an edit on A reaches both bodies.
+    for other in (b, c):
+        assert _sub(other, sub_id).status_code == 200
+    stored = ok(api.get(f"{CLIENTS}/get/{quote(client['email'])}"))["client"]
+    fresh = str(uuid.uuid4())
+    ok(api.post(f"{CLIENTS}/update/{quote(client['email'])}", {**stored, "id": fresh}))
+    assert fresh in _links(a, sub_id)
+    _within_2s([b, c], lambda server: fresh in _links(server, sub_id), "the client's new UUID")
+
+
+def _within_2s(servers, predicate, what: str) -> None:
+    changed = time.monotonic()
+    for server in servers:
+        wait_for(
+            lambda server=server: predicate(server),
+            PROPAGATION_SECONDS - (time.monotonic() - changed),
+            f"{what} in another instance's subscription",
+        )
+
+
+def _links(server, sub_id: str) -> str:
+    """The subscription's share links (its body is them in base64)."""
+    return base64.b64decode(_sub(server, sub_id).content).decode()
+
+
+def test_a_setting_changed_on_one_is_seen_by_the_others(world):
+    a, b, c = world
+    api = signed_in(a)
+    sub_id = uuid.uuid4().hex[:16]
+    inbound = create_inbound(
+        api,
+        {
+            "protocol": "vless",
+            "port": next(_ports),
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )
+    client = {"email": f"{uuid.uuid4().hex[:8]}@cluster", "subId": sub_id}
+    ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+    wait_for(lambda: _sub(b, sub_id).status_code == 200, 5, "the client on b")
+    hours = 7
+    ok(api.post("/panel/api/setting/update", {"subUpdates": hours}))
+    changed = time.monotonic()
+    for other in (b, c):
+        wait_for(
+            lambda server=other: (
+                _sub(server, sub_id).headers.get("profile-update-interval") == str(hours * 60)
+            ),
+            PROPAGATION_SECONDS - (time.monotonic() - changed),
+            "the new refresh interval in another instance's subscription",
+        )
+    assert ok(signed_in(b).post("/panel/api/setting/all"))["subUpdates"] == hours
+
+
+def test_the_leader_killed_hands_the_leadership_over_within_30s(world):
+    by_guid = {}
+    for server in world:
+        mine = next(m for m in members_signed_in(server) if m["self"])
+        by_guid[mine["guid"]] = server
+    listed = members_signed_in(world[0])
+    (leader,) = [m for m in listed if m["leader"]]
+    dead = by_guid[leader["guid"]]
+    dead.process.kill()
+    dead.process.wait()
+    killed = time.monotonic()
+    survivors = [server for server in world if server is not dead]
+
+    def new_leader():
+        lists = [members_signed_in(server) for server in survivors]
+        leaders = [{m["guid"] for m in listed if m["leader"]} for listed in lists]
+        if all(len(found) == 1 and found != {leader["guid"]} for found in leaders):
+            return leaders[0]
+        return None
+
+    (guid,) = wait_for(new_leader, FAILOVER_SECONDS, "another instance leading")
+    took = time.monotonic() - killed
+    assert guid in by_guid and by_guid[guid] is not dead, took
+
+    def shown_stale():
+        gone = next(m for m in members_signed_in(survivors[0]) if m["guid"] == leader["guid"])
+        return gone["stale"] and not gone["leader"]
+
+    wait_for(shown_stale, FAILOVER_SECONDS, "the dead leader shown as stale")
+
+
+_signed_in: dict[int, object] = {}
+
+
+def signed_in(server):
+    """One signed-in session per instance for the module (sessions are shared)."""
+    if id(server) not in _signed_in:
+        _signed_in[id(server)] = server.client()
+    return _signed_in[id(server)]
+
+
+def members_signed_in(server) -> list[dict]:
+    return ok(signed_in(server).get(CLUSTER))
+
+
+def _sub(server, sub_id: str) -> requests.Response:
+    return requests.get(
+        f"{server.sub_url}/sub/{sub_id}", headers={"Connection": "close"}, timeout=10
+    )
