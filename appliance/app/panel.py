@@ -97,6 +97,9 @@ from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
+from appliance.services.webhooks.deliverer import Deliverer
+from appliance.services.webhooks.endpoints import Webhooks
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
@@ -162,7 +165,8 @@ class Panel:
 
     def _build_clients(self) -> None:
         store = self.store
-        self.clients = Clients(store, self.notice, self.core_process.check_features)
+        self.outbox = Outbox(store)
+        self.clients = Clients(store, self.notice, self.core_process.check_features, self.outbox)
         self.client_query = ClientQuery(store, self.settings, self.presence)
         self.managing_panel = ManagingPanel(self.settings)
         self.client_bulk = ClientBulk(self.clients, self.client_query, self.managing_panel.guid)
@@ -186,6 +190,9 @@ class Panel:
         data_dir = self.options.data_dir
         seal = TokenSeal(partial(node_key, data_dir, dict(os.environ)))
         self.nodes = Nodes(self.store, seal, self.notice)
+        # Webhook secrets are sealed with the key node tokens are.
+        self.webhooks = Webhooks(self.store, seal, self.outbox, self.notice)
+        self.deliverer = Deliverer(self.store, seal, fault=self.store.unavailable)
         self.mtls = MutualTls(data_dir, self.guid)
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
@@ -431,6 +438,8 @@ class Panel:
         self.core.start()
         self.mtproto.start()
         self.devices.start()
+        self.deliverer.start()
+        every(HOUR, self.deliverer.prune, "webhook delivery pruning", fault)
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
         every(self.settings.get("trafficInterval"), self.mtproto.tick, "MTProto traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)

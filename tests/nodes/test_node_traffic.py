@@ -25,6 +25,7 @@ from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic, _checked
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 
 NOW = 1_800_000_000.0
@@ -52,7 +53,7 @@ def world(tmp_path):
         **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})
-    clients = Clients(store, notice, runs_every_feature)
+    clients = Clients(store, notice, runs_every_feature, Outbox(store))
     for email, total in (("Alice", 0), ("bob", 1000)):
         clients.add({"client": {"email": email, "totalGB": total}, "inboundIds": [inbound["id"]]})
     bulk = ClientBulk(clients, query)

@@ -1,0 +1,37 @@
+"""Every event a webhook endpoint can ask for, declared once with what raises it.
+
+Endpoints name the events they want from this table (none named: all of them); the
+README's table of events is checked against it.
+"""
+
+from __future__ import annotations
+
+from appliance.errors import ServiceError
+
+EVENTS: dict[str, str] = {
+    "client.created": "a client was added (one by one, in bulk or by an import)",
+    "client.modified": "a client's record or its inbounds changed",
+    "client.deleted": "a client was deleted; data is the client as it was",
+    "client.enabled": "a client was switched on",
+    "client.disabled": "a client was switched off by an admin",
+    "client.traffic_reset": "a client's traffic counters were set back to zero",
+    "endpoint.test": "an admin asked for a test delivery to this endpoint",
+}
+
+
+def checked_events(value: object) -> list[str]:
+    """The event names of an endpoint's `events`: a list of names from EVENTS, each once
+    (an empty list: every event)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ServiceError("events must be an array of event names (empty: every event)")
+    unknown = [name for name in value if name not in EVENTS]
+    if unknown:
+        raise ServiceError(f"unknown event {unknown[0][:64]!r}; the events are {', '.join(EVENTS)}")
+    return list(dict.fromkeys(value))
+
+
+def wanted(events: list[str], event: str) -> bool:
+    """Whether an endpoint asking for `events` gets `event`; a test goes where asked."""
+    return not events or event in events or event == "endpoint.test"
