@@ -165,7 +165,7 @@ class Deliverer:
                 code = reply.status
         except ServiceError as exc:
             return 0, exc.msg[:255]
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:
             return 0, f"the endpoint cannot be reached: {type(exc).__name__}"
         if 200 <= code < 300:
             return code, ""

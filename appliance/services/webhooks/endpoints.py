@@ -177,7 +177,7 @@ def check_destination(name: str, url: str, allow_private: bool) -> None:
     parts = urlsplit(url)
     try:
         guard(name, url, allow_private).addresses(parts.hostname or "", url_port(parts) or 0)
-    except socket.gaierror:
+    except (socket.gaierror, UnicodeError):
         raise ServiceError(f"url: the host {parts.hostname} does not resolve") from None
 
 
