@@ -13,6 +13,7 @@ second, in batches of 100 and one event per request.
 from __future__ import annotations
 
 import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -28,12 +29,6 @@ DELIVERY_TIMEOUT = 300
 SETTLE_SECONDS = 5
 PAGE = "/panel/api/clients/list/paged?page=1&pageSize=25"
 HOOKS = "/panel/api/webhooks"
-INBOUND = {
-    "protocol": "vless",
-    "port": 24100,
-    "settings": {"decryption": "none"},
-    "streamSettings": {"network": "tcp", "security": "none"},
-}
 
 # The receiver: answers 200 to every POST and counts the events (a batch is an array);
 # GET answers the count and the times of the first and last arrival.
@@ -70,6 +65,19 @@ server.serve_forever()
 """
 
 
+def _inbound() -> dict:
+    """A plain VLESS inbound on a port nothing holds."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {
+        "protocol": "vless",
+        "port": port,
+        "settings": {"decryption": "none"},
+        "streamSettings": {"network": "tcp", "security": "none"},
+    }
+
+
 def _probe(panel_client: Client, sub_client: Client, sub_path: str, busy) -> list[float]:
     """A page of clients and a subscription, back to back, while `busy()`."""
     times = []
@@ -86,7 +94,7 @@ def _probe(panel_client: Client, sub_client: Client, sub_path: str, busy) -> lis
 def _received(receiver: Child) -> dict:
     probe = Client(receiver.url)
     try:
-        return json.loads(probe.request("GET", "/").data)
+        return probe.request("GET", "/").json()
     finally:
         probe.close()
 
@@ -112,6 +120,7 @@ def _figure(times: list[float]) -> dict:
     return {
         "p50_ms": round(statistics.median(times) * 1000, 3),
         "p99_ms": round(percentile(times, 99) * 1000, 3),
+        "slowest_ms": round(max(times) * 1000, 3),
         "requests": len(times),
     }
 
@@ -125,7 +134,7 @@ def webhooks(ctx: Context) -> dict:
     receiver = ctx.start(Child("receiver", [sys.executable, "-c", RECEIVER]))
     admin, probe = ctx.panel.client(), ctx.panel.client()
     sub_client = Client(_sub_url(ctx.panel.lines))
-    admin.call("POST", "/panel/api/inbounds/add", INBOUND)
+    admin.call("POST", "/panel/api/inbounds/add", _inbound())
     first = admin.call(
         "POST", "/panel/api/clients/add", {"client": {"email": "probe@x"}, "inboundIds": [1]}
     )

@@ -197,7 +197,7 @@ class Panel:
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
         self.node_certificates_needed = False
-        self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice)
+        self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice, self.outbox)
         self.node_traffic = NodeTraffic(
             self.nodes,
             self.node_health,
@@ -282,7 +282,9 @@ class Panel:
         self.bot_notices = BotNotices(
             self.settings, self.chat_bot, self.client_query.nearing_limits, self.clients.traffic
         )
-        self.auth = Auth(self.store, self.settings, self.notice, self.bot_notices.sign_in)
+        self.auth = Auth(
+            self.store, self.settings, self.notice, self.bot_notices.sign_in, self.outbox
+        )
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.settings)
         self.panel_update = PanelUpdate(

@@ -189,6 +189,17 @@ def test_a_refused_call_raises_nothing(api, hooks, receiver, panel):
     assert rows == [("client.created",)]
 
 
+def test_a_refused_sign_in_raises_admin_login_failed(api, hooks, receiver, panel):
+    add_endpoint(api, hooks, receiver.url, events=["admin.login_failed"])
+    stranger = panel.client(login=False)
+    refused(stranger.sign_in(panel.username, "not-the-password"), "wrong")
+    [event] = receiver.wait_for(1)
+    assert event["event"] == "admin.login_failed"
+    assert event["data"]["username"] == panel.username
+    assert event["data"]["address"] == "127.0.0.1"
+    assert "not-the-password" not in json.dumps(event)
+
+
 # ---- durability -----------------------------------------------------------------------------
 
 

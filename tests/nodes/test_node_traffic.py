@@ -63,10 +63,10 @@ def world(tmp_path):
 
 def counting(world) -> NodeTraffic:
     """The central panel's node traffic, as a (re)started process builds it."""
-    _, nodes, presence, query, _, _, bulk = world
+    store, nodes, presence, query, _, _, bulk = world
     return NodeTraffic(
         nodes,
-        NodeHealth(nodes, lambda: IDENTITY, ChangeNotice()),
+        NodeHealth(nodes, lambda: IDENTITY, ChangeNotice(), Outbox(store)),
         lambda: IDENTITY,
         presence,
         query,

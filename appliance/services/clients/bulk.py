@@ -437,11 +437,25 @@ class ClientBulk:
                 ids = [row[0] for row in chunk]
                 self.store.client_writes.note(ids=ids)
                 client_bulk_sql.disable(self.store, ids, [row[2] for row in chunk])
+            self._tell_depleted([row[2] for row in rows], now)
             disabled = [row[1] for row in rows]
         if disabled:
             # Those clients alone: the core and the nodes take them, not a full compare.
             self.clients.announce(disabled)
         return disabled
+
+    def _tell_depleted(self, keys: list[str], now: int) -> None:
+        """client.expired for the clients the sweep disabled whose expiry passed,
+        client.limited for the others (their quota is used up)."""
+        outbox = self.clients.outbox
+        if not keys or not (
+            outbox.wanted_by_any("client.expired") or outbox.wanted_by_any("client.limited")
+        ):
+            return
+        views = outbox.stored_views(keys)
+        expired = [view for view in views if 0 < view["expiryTime"] <= now]
+        outbox.raise_clients("client.expired", expired)
+        outbox.raise_clients("client.limited", [view for view in views if view not in expired])
 
     def delete_orphans(self) -> int:
         with db_session:

@@ -15,6 +15,11 @@ EVENTS: dict[str, str] = {
     "client.enabled": "a client was switched on",
     "client.disabled": "a client was switched off by an admin",
     "client.traffic_reset": "a client's traffic counters were set back to zero",
+    "client.limited": "the sweep switched a client off: its traffic quota is used up",
+    "client.expired": "the sweep switched a client off: its expiry time passed",
+    "node.online": "a node's heartbeat answers again",
+    "node.offline": "a node's heartbeat fails (down, unreachable or answering nonsense)",
+    "admin.login_failed": "a sign-in to the panel was refused (wrong credentials)",
     "endpoint.test": "an admin asked for a test delivery to this endpoint",
 }
 

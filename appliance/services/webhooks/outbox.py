@@ -73,12 +73,16 @@ class Outbox:
         in chunks (the clients a bulk call just inserted)."""
         if not self.wanted_by_any(event):
             return 0
+        return self.raise_clients(event, self.stored_views(keys))
+
+    def stored_views(self, keys: list[str]) -> list[dict]:
+        """The stored clients of some email keys as the API shows them."""
         views = []
         for part in chunks(keys):
             records = client_queries.clients_of_keys(self.store, list(part))
             attached = client_queries.attachments(self.store, [r.row_id for r in records])
             views += [api_view(r, attached.get(r.row_id, [])) for r in records]
-        return self.raise_clients(event, views)
+        return views
 
     def wanted_by_any(self, event: str) -> bool:
         """Whether an enabled endpoint asks for `event`: what spares building the data."""
