@@ -22,7 +22,6 @@ from appliance.domain.parse import parse_id
 from appliance.errors import ServiceError
 from appliance.runtime.changes import Change, ChangeNotice
 from appliance.runtime.egress import Egress, host_key, url_port
-from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.webhooks.events import checked_events
 from appliance.services.webhooks.outbox import Outbox
 from appliance.store import webhook_sql
@@ -55,12 +54,13 @@ class Webhooks:
     def __init__(
         self,
         store,
-        seal: TokenSeal,
+        seal,
         outbox: Outbox,
         notice: ChangeNotice,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
+        # Seals secrets at rest (`seal`, `open`): the panel's node-token seal.
         self.seal = seal
         self.outbox = outbox
         self.notice = notice
