@@ -10,6 +10,7 @@ import { askConfirm, state, toast } from "../state.js";
 import { checkbox, copyText, DateInput, field, formatDate, Modal, numberInput, QrCode, selectInput, textArea, textInput, toggle } from "../components.js";
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
+import { WebhooksCard } from "./settings-webhooks.js";
 import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
@@ -309,6 +310,7 @@ export const SettingsPage = {
         </div>
         <button class="primary" type="submit">${t("settings.changeAccount")}</button></form>
       <${ApiTokens} />
+      <${WebhooksCard} />
       <${AuditCard} />
       <${BackupsCard} />
       <${ToolsCard} />
