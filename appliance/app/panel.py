@@ -56,7 +56,11 @@ from appliance.services.accounts.tokens import Tokens
 from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
 from appliance.services.admin.settings import Settings, allowed_host_names
-from appliance.services.admin.settings_rules import parse_host_names, trusted_networks
+from appliance.services.admin.settings_rules import (
+    parse_host_names,
+    parse_percents,
+    trusted_networks,
+)
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import SCHEDULE_CHECK_SECONDS, ChatBot
 from appliance.services.admin.tgnotices import BotNotices
@@ -100,6 +104,7 @@ from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedO
 from appliance.services.webhooks.deliverer import Deliverer
 from appliance.services.webhooks.endpoints import Webhooks
 from appliance.services.webhooks.outbox import Outbox
+from appliance.services.webhooks.reminders import Reminders
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
@@ -193,6 +198,8 @@ class Panel:
         # Webhook secrets are sealed with the key node tokens are.
         self.webhooks = Webhooks(self.store, seal, self.outbox, self.notice)
         self.deliverer = Deliverer(self.store, seal, fault=self.store.unavailable)
+        percents = lambda: parse_percents(self.settings.get("webhookUsagePercents"))  # noqa: E731
+        self.reminders = Reminders(self.store, self.outbox, percents)
         self.mtls = MutualTls(data_dir, self.guid)
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
@@ -442,6 +449,9 @@ class Panel:
         self.devices.start()
         self.deliverer.start()
         every(HOUR, self.deliverer.prune, "webhook delivery pruning", fault)
+        every(
+            self.settings.get("trafficInterval"), self.reminders.check, "webhook reminders", fault
+        )
         every(self.settings.get("trafficInterval"), self.core.tick, "traffic", fault)
         every(self.settings.get("trafficInterval"), self.mtproto.tick, "MTProto traffic", fault)
         every(SCHEDULE_CHECK_SECONDS, self.chat_bot.scheduled, "chat-bot backups", fault)

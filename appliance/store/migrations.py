@@ -553,7 +553,10 @@ def _v19_webhooks(dialect: str) -> list[str]:
     tokens), and the outbox: one row per event and endpoint, written in the transaction
     of the change that raised it, with its delivery state beside it. `lease_until` and
     `lease_token` let one deliverer at a time hold a row, whichever panel it runs in; a
-    lease that outlives its holder (a crash mid-delivery) lets the row be sent again."""
+    lease that outlives its holder (a crash mid-delivery) lets the row be sent again.
+    `webhook_mark` remembers the reminders raised (a client's expiry or quota nearing),
+    one row per client and reminder with the expiry or quota it was about, so each is
+    raised once and again only for a new expiry or quota."""
     tables = [
         Table(
             "webhook_endpoint",
@@ -596,6 +599,15 @@ def _v19_webhooks(dialect: str) -> list[str]:
                 Index(("lease_token",)),
             ),
         ),
+        Table(
+            "webhook_mark",
+            (
+                Column("subject", "str", 255),
+                Column("event", "str", 64),
+                Column("mark", "bigint", default=0),
+            ),
+            (Index(("subject", "event"), unique=True),),
+        ),
     ]
     return [sql for table in tables for sql in table.create(dialect)]
 
@@ -623,7 +635,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (16, "clients sorted by email in natural order", _v16_natural_email_order),
     (17, "device limits: the devices of subscriptions, a limit per client", _v17_client_devices),
     (18, "client addresses kept with the server that saw them", _v18_client_ip_server),
-    (19, "webhooks: endpoints and the outbox of their deliveries", _v19_webhooks),
+    (19, "webhooks: endpoints, the outbox of their deliveries, reminders raised", _v19_webhooks),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -161,3 +161,47 @@ def prune(store, before: int) -> int:
     return store.execute(
         "DELETE FROM webhook_outbox WHERE status <> 'pending' AND done_at < ?", [before]
     )
+
+
+# ---- reminders -------------------------------------------------------------------------
+
+
+def expiring(store, since: int, until: int) -> list[tuple[str, int]]:
+    """(email key, expiry) of the clients whose expiry falls in [since, until] (those
+    the sweep switched off for it too)."""
+    return store.rows(
+        "SELECT email_key, expiry_time FROM client WHERE expiry_time >= ? "
+        "AND expiry_time <= ? AND expiry_time > 0",
+        [since, until],
+    )
+
+
+def using(store, least_percent: int) -> list[tuple[str, int, int]]:
+    """(email key, quota, bytes used) of enabled clients with a quota who used at least
+    `least_percent` of it."""
+    return store.rows(
+        "SELECT c.email_key, c.total_bytes, t.up + t.down FROM client c "
+        "JOIN client_traffic t ON t.email_key = c.email_key "
+        "WHERE c.enable = ? AND c.total_bytes > 0 AND (t.up + t.down) * 100 >= c.total_bytes * ?",
+        [True, least_percent],
+    )
+
+
+def marks(store, subjects: list[str]) -> dict[tuple[str, str], int]:
+    """(subject, reminder) -> the expiry or quota it was raised for."""
+    if not subjects:
+        return {}
+    marks_sql = ", ".join("?" for _ in subjects)
+    return {
+        (subject, event): mark
+        for subject, event, mark in store.rows(
+            f"SELECT subject, event, mark FROM webhook_mark WHERE subject IN ({marks_sql})",
+            subjects,
+        )
+    }
+
+
+def set_marks(store, new: list[tuple[str, str, int]], changed: list[tuple[int, str, str]]) -> None:
+    """Insert (subject, reminder, mark) rows and update (mark, subject, reminder) ones."""
+    store.execute_many("INSERT INTO webhook_mark (subject, event, mark) VALUES (?, ?, ?)", new)
+    store.execute_many("UPDATE webhook_mark SET mark = ? WHERE subject = ? AND event = ?", changed)

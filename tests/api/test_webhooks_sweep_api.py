@@ -1,6 +1,7 @@
 """Webhook events no API call raises: the traffic sweep switching off a client over its
-quota (client.limited) or past its expiry (client.expired), each once, on a panel whose
-core is the stand-in Xray so that the sweep runs every second."""
+quota (client.limited) or past its expiry (client.expired), and the reminders of an
+expiry near or a day past and of a share of the quota used, each once, on a panel whose
+core is the stand-in Xray so that the sweep and the reminders run every second."""
 
 from __future__ import annotations
 
@@ -44,6 +45,54 @@ def test_the_sweep_raises_limited_and_expired_once_each(tmp_path):
             ("client.limited", "capped@example.com"),
         ]
         assert all(e["data"]["enable"] is False for e in found)
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_reminders_are_raised_once_each_at_the_nearest_threshold(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "remind", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        events = [
+            "client.expires_in_72_hours",
+            "client.expires_in_48_hours",
+            "client.expires_in_24_hours",
+            "client.expired_24_hours_ago",
+            "client.usage_reached",
+        ]
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
+        inbound = ok(
+            api.post(
+                "/panel/api/inbounds/add",
+                {"protocol": "vless", "port": 4434, "settings": {"decryption": "none"}},
+            )
+        )
+        hour = 3_600_000
+        now = int(time.time() * 1000)
+        for client in (
+            {"email": "soon@example.com", "expiryTime": now + 30 * hour},
+            {"email": "gone@example.com", "expiryTime": now - 25 * hour},
+            {"email": "heavy@example.com", "totalGB": 1000},
+        ):
+            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+        heavy = f"{CLIENTS}/updateTraffic/heavy@example.com"
+        ok(api.post(heavy, {"upload": 850, "download": 0}))
+        receiver.wait_for(3, timeout=30)
+        ok(api.post(heavy, {"upload": 950, "download": 0}))
+        receiver.wait_for(4, timeout=30)
+        time.sleep(3)  # more passes: nothing more is raised
+        found = sorted(
+            (e["event"], e["data"]["email"], e["data"].get("percent")) for e in receiver.events()
+        )
+        assert found == [
+            ("client.expired_24_hours_ago", "gone@example.com", None),
+            ("client.expires_in_48_hours", "soon@example.com", None),
+            ("client.usage_reached", "heavy@example.com", 80),
+            ("client.usage_reached", "heavy@example.com", 90),
+        ]
     finally:
         receiver.stop()
         panel.stop()

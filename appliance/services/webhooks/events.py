@@ -17,6 +17,12 @@ EVENTS: dict[str, str] = {
     "client.traffic_reset": "a client's traffic counters were set back to zero",
     "client.limited": "the sweep switched a client off: its traffic quota is used up",
     "client.expired": "the sweep switched a client off: its expiry time passed",
+    "client.usage_reached": "a client used a share of its quota given in webhookUsagePercents "
+    "(data.percent says which); once per share and quota",
+    "client.expires_in_72_hours": "a client's expiry is 72 hours away or less",
+    "client.expires_in_48_hours": "a client's expiry is 48 hours away or less",
+    "client.expires_in_24_hours": "a client's expiry is 24 hours away or less",
+    "client.expired_24_hours_ago": "a client's expiry passed a day ago",
     "node.online": "a node's heartbeat answers again",
     "node.offline": "a node's heartbeat fails (down, unreachable or answering nonsense)",
     "admin.login_failed": "a sign-in to the panel was refused (wrong credentials)",

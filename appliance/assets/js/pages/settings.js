@@ -15,7 +15,7 @@ import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
-  clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "hwidEnable", "hwidDefaultLimit", "hwidRequired", "hwidAnnounce", "mtprotoDataCenters"],
+  clients: ["expireDiff", "trafficDiff", "webhookUsagePercents", "trafficInterval", "ipLimitEnable", "hwidEnable", "hwidDefaultLimit", "hwidRequired", "hwidAnnounce", "mtprotoDataCenters"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "subFormatRules", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
   smtp: ["smtpEnable", "smtpHost", "smtpPort", "smtpSecurity", "smtpUsername", "smtpPassword", "smtpFrom"],
