@@ -180,7 +180,7 @@ class Panel:
         self.subscriptions = Subscriptions(store, self.settings)
         self.devices = Devices(store, self.settings, self.notice)
         self.sub_address = SubscriptionAddress(self.settings, self.sub_port)
-        self.accounting = TrafficAccounting(store, self.presence)
+        self.accounting = TrafficAccounting(store, self.presence, self.outbox)
         self.usage = UsageHistory(store)
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(

@@ -1,13 +1,15 @@
 """Webhook events no API call raises: the traffic sweep switching off a client over its
 quota (client.limited) or past its expiry (client.expired), and the reminders of an
 expiry near or a day past and of a share of the quota used, each once, on a panel whose
-core is the stand-in Xray so that the sweep and the reminders run every second."""
+core is the stand-in Xray so that the sweep and the reminders run every second; and a
+client's first traffic (client.first_connected), once."""
 
 from __future__ import annotations
 
 import time
 
-from fake_xray_panel import fake_xray_panel
+from access_log import wait_until
+from fake_xray_panel import add_clients, calls, fake_xray_panel, write_state
 from helpers import ok
 from webhook_receiver import Receiver
 
@@ -93,6 +95,33 @@ def test_reminders_are_raised_once_each_at_the_nearest_threshold(tmp_path):
             ("client.usage_reached", "heavy@example.com", 80),
             ("client.usage_reached", "heavy@example.com", 90),
         ]
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_first_traffic_of_a_client_raises_first_connected_once(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "first", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": ["client.first_connected"]}))
+        add_clients(api, {"new@example.com": 0, "idle@example.com": 0})
+        # Counters set before the core's last restart would be taken as its starting point.
+        reads = len(calls(tmp_path / "calls.jsonl"))
+        wait_until(lambda: len(calls(tmp_path / "calls.jsonl")) > reads + 4, "a few more ticks")
+        counter = "user>>>new@example.com>>>traffic>>>uplink"
+        write_state(tmp_path / "state.json", counters={counter: 100})
+        [event] = receiver.wait_for(1, timeout=30)
+        assert event["data"]["email"] == "new@example.com"
+        write_state(tmp_path / "state.json", counters={counter: 500})
+        wait_until(
+            lambda: ok(api.get(f"{CLIENTS}/get/new@example.com"))["client"]["traffic"]["up"] >= 500,
+            "the second tick is counted",
+        )
+        time.sleep(2)
+        assert len(receiver.events()) == 1
     finally:
         receiver.stop()
         panel.stop()

@@ -17,6 +17,8 @@ EVENTS: dict[str, str] = {
     "client.traffic_reset": "a client's traffic counters were set back to zero",
     "client.limited": "the sweep switched a client off: its traffic quota is used up",
     "client.expired": "the sweep switched a client off: its expiry time passed",
+    "client.first_connected": "a client's traffic was counted by this panel's core for the "
+    "first time",
     "client.usage_reached": "a client used a share of its quota given in webhookUsagePercents "
     "(data.percent says which); once per share and quota",
     "client.expires_in_72_hours": "a client's expiry is 72 hours away or less",
