@@ -2,7 +2,8 @@
 quota (client.limited) or past its expiry (client.expired), and the reminders of an
 expiry near or a day past and of a share of the quota used, each once, on a panel whose
 core is the stand-in Xray so that the sweep and the reminders run every second; and a
-client's first traffic (client.first_connected), once."""
+client's first traffic (client.first_connected), once; and the core, seen running,
+stopped (core.stopped)."""
 
 from __future__ import annotations
 
@@ -122,6 +123,23 @@ def test_first_traffic_of_a_client_raises_first_connected_once(tmp_path):
         )
         time.sleep(2)
         assert len(receiver.events()) == 1
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_a_core_seen_running_then_stopped_raises_core_stopped(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "core", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": ["core.stopped"]}))
+        time.sleep(5)  # the watch sees the core running
+        assert receiver.events() == []
+        ok(api.post("/panel/api/server/stopCoreService"))
+        [event] = receiver.wait_for(1, timeout=30)
+        assert (event["event"], event["data"]["state"]) == ("core.stopped", "stop")
     finally:
         receiver.stop()
         panel.stop()
