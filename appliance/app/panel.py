@@ -195,7 +195,7 @@ class Panel:
         """The panels this one manages: records, heartbeat, traffic and what runs there."""
         data_dir = self.options.data_dir
         seal = TokenSeal(partial(node_key, data_dir, dict(os.environ)))
-        self.nodes = Nodes(self.store, seal, self.notice)
+        self.nodes = Nodes(self.store, seal, self.notice, self.outbox)
         # Webhook secrets are sealed with the key node tokens are.
         self.webhooks = Webhooks(self.store, seal, self.outbox, self.notice)
         self.deliverer = Deliverer(self.store, seal, fault=self.store.unavailable)

@@ -42,7 +42,7 @@ def world(tmp_path):
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store, TokenSeal(lambda: "a test key"), notice)
+    nodes = Nodes(store, TokenSeal(lambda: "a test key"), notice, Outbox(store))
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
     inbounds = Inbounds(
         store,

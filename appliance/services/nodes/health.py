@@ -197,6 +197,7 @@ class NodeHealth:
             "name": record["name"],
             "address": record["address"],
             "port": record["port"],
+            "outOfStep": record["outOfStep"],
             "status": snapshot["status"],
             "lastError": snapshot.get("lastError", ""),
         }

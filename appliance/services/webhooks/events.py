@@ -27,6 +27,7 @@ EVENTS: dict[str, str] = {
     "client.expired_24_hours_ago": "a client's expiry passed a day ago",
     "node.online": "a node's heartbeat answers again",
     "node.offline": "a node's heartbeat fails (down, unreachable or answering nonsense)",
+    "node.out_of_step": "a change could not be pushed to a node; it is brought in step later",
     "core.stopped": "the core, seen running, stopped or failed (errorMsg says why)",
     "core.out_of_step": "the core refused what is stored and runs something else",
     "admin.login_failed": "a sign-in to the panel was refused (wrong credentials)",
