@@ -92,16 +92,19 @@ def insert_events(store, rows: list[tuple]) -> None:
 
 
 def due(store, now: int, limit: int) -> list[int]:
-    """Ids of pending rows due now, unheld, with no earlier pending row of their endpoint
-    and subject: oldest first."""
+    """Ids of pending rows of enabled endpoints due now, unheld, with no earlier pending
+    row of their endpoint and subject: oldest first. (A disabled endpoint's rows wait,
+    and are due again once it is enabled.)"""
     return [
         row[0]
         for row in store.rows(
             "SELECT o.id FROM webhook_outbox o WHERE o.status = 'pending' AND o.next_at <= ? "
-            "AND o.lease_until <= ? AND NOT EXISTS (SELECT 1 FROM webhook_outbox p "
+            "AND o.lease_until <= ? AND o.endpoint_id IN "
+            "(SELECT e.id FROM webhook_endpoint e WHERE e.enabled = ?) "
+            "AND NOT EXISTS (SELECT 1 FROM webhook_outbox p "
             "WHERE p.endpoint_id = o.endpoint_id AND p.subject = o.subject "
             "AND p.status = 'pending' AND p.id < o.id) ORDER BY o.id LIMIT ?",
-            [now, now, limit],
+            [now, now, True, limit],
         )
     ]
 

@@ -134,9 +134,7 @@ class Deliverer:
 
     def _send(self, endpoint: tuple, rows: list[tuple]) -> tuple[int, str]:
         """(answer code, "") when delivered, else (code or 0, the reason)."""
-        _, name, url, sealed, _, enabled, allow_private, with_secrets, batch, _, _ = endpoint
-        if not enabled:
-            return 0, "the endpoint is disabled"
+        _, name, url, sealed, _, _, allow_private, with_secrets, batch, _, _ = endpoint
         secret = self.seal.open(sealed)
         if secret == sealed:  # stored sealed, and this panel's key does not open it
             return 0, "its secret is sealed with a key this panel does not have; enter it again"

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from appliance.domain.clients import api_view
+from appliance.runtime.jobs import Pace
 from appliance.services.webhooks.events import EVENTS, wanted
 from appliance.store import client_queries, webhook_sql
 from appliance.store.batches import chunks
@@ -44,7 +45,9 @@ class Outbox:
             return 0
         now = int(self.clock() * 1000)
         rows = []
+        pace = Pace()
         for subject, data in items:
+            pace()
             event_id = uuid.uuid4().hex
             body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
             rows += [
@@ -78,7 +81,9 @@ class Outbox:
     def stored_views(self, keys: list[str]) -> list[dict]:
         """The stored clients of some email keys as the API shows them."""
         views = []
+        pace = Pace()
         for part in chunks(keys):
+            pace()
             records = client_queries.clients_of_keys(self.store, list(part))
             attached = client_queries.attachments(self.store, [r.row_id for r in records])
             views += [api_view(r, attached.get(r.row_id, [])) for r in records]
