@@ -103,6 +103,7 @@ from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
 from appliance.services.webhooks.core_watch import CoreWatch
 from appliance.services.webhooks.deliverer import Deliverer
+from appliance.services.webhooks.devices import NewDevices
 from appliance.services.webhooks.endpoints import Webhooks
 from appliance.services.webhooks.outbox import Outbox
 from appliance.services.webhooks.reminders import Reminders
@@ -267,6 +268,7 @@ class Panel:
         self.core_routing = CoreRouting(self.core)
         self.core_metrics = CoreMetrics(self.core)
         self.core_watch = CoreWatch(self.outbox, self.core.info)
+        self.new_devices = NewDevices(self.store, self.outbox)
 
     def _build_inbounds(self) -> None:
         """Inbounds, tested by the core and placed on nodes as they are saved."""
@@ -466,6 +468,7 @@ class Panel:
         every(SCHEDULE_CHECK_SECONDS, self.bot_notices.poll_commands, "chat-bot commands", fault)
         every(STEP_SECONDS, self.core_metrics.collect, "core metrics", fault)
         every(STEP_SECONDS, self.core_watch.sample, "core webhook events", fault)
+        every(STEP_SECONDS, self.new_devices.check, "device webhook events", fault)
         every(AUDIT_PRUNE_SECONDS, self.audit.prune, "audit log pruning", fault)
         every(HOUR, self.usage.prune, "usage history pruning", fault)
         every(HEARTBEAT_SECONDS, self.node_heartbeat, "node heartbeat", fault)

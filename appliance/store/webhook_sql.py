@@ -208,3 +208,30 @@ def set_marks(store, new: list[tuple[str, str, int]], changed: list[tuple[int, s
     """Insert (subject, reminder, mark) rows and update (mark, subject, reminder) ones."""
     store.execute_many("INSERT INTO webhook_mark (subject, event, mark) VALUES (?, ?, ?)", new)
     store.execute_many("UPDATE webhook_mark SET mark = ? WHERE subject = ? AND event = ?", changed)
+
+
+# ---- devices ---------------------------------------------------------------------------
+
+
+def last_device_id(store) -> int:
+    return store.rows("SELECT COALESCE(MAX(id), 0) FROM client_device")[0][0]
+
+
+def devices_after(store, after_id: int, limit: int) -> list[tuple]:
+    """(id, email key, hwid, os, os version, model, user agent, address, first seen) of
+    the devices admitted after row `after_id`, in the order admitted."""
+    return store.rows(
+        "SELECT d.id, c.email_key, d.hwid, d.os, d.os_version, d.model, d.user_agent, "
+        "d.address, d.first_seen FROM client_device d JOIN client c ON c.sub_id = d.sub_id "
+        "WHERE d.id > ? ORDER BY d.id LIMIT ?",
+        [after_id, limit],
+    )
+
+
+def move_mark(store, subject: str, event: str, old: int, new: int) -> int:
+    """Move a mark from `old` to `new`; 0 when it no longer held `old` (another panel
+    moved it first)."""
+    return store.execute(
+        "UPDATE webhook_mark SET mark = ? WHERE subject = ? AND event = ? AND mark = ?",
+        [new, subject, event, old],
+    )

@@ -12,6 +12,7 @@ import signal
 import time
 
 import pytest
+import requests
 from helpers import create_plain_vless, db_rows, ok, refused
 from panels import start_panel, stop_and_drop
 from webhook_receiver import Receiver, verified
@@ -198,6 +199,33 @@ def test_a_refused_sign_in_raises_admin_login_failed(api, hooks, receiver, panel
     assert event["data"]["username"] == panel.username
     assert event["data"]["address"] == "127.0.0.1"
     assert "not-the-password" not in json.dumps(event)
+
+
+def test_a_device_admitted_raises_device_added_once(api, hooks, receiver, panel):
+    ok(api.post("/panel/api/setting/update", {"hwidEnable": True, "hwidRequired": False}))
+    inbound_id = create_plain_vless(api, next(_ports))
+    add_endpoint(api, hooks, receiver.url, events=["client.device_added"])
+    client = add_client(api, inbound_id, "phone@example.com")
+    time.sleep(3)  # the first pass starts at the devices already there
+
+    def fetch(hwid: str) -> int:
+        headers = {"User-Agent": "Happ/3.7.0", "x-hwid": hwid, "x-device-model": "iPhone15,2"}
+        url = f"{panel.sub_url}/sub/{client['subId']}"
+        return requests.get(url, headers=headers, timeout=10).status_code
+
+    assert fetch("phone-one") == 200
+    [event] = receiver.wait_for(1)
+    assert event["data"]["email"] == "phone@example.com"
+    assert (event["data"]["device"]["hwid"], event["data"]["device"]["model"]) == (
+        "phone-one",
+        "iPhone15,2",
+    )
+    assert fetch("phone-one") == 200
+    assert fetch("phone-two") == 200
+    events = receiver.wait_for(2)
+    time.sleep(3)
+    assert [e["data"]["device"]["hwid"] for e in receiver.events()] == ["phone-one", "phone-two"]
+    assert len(events) == 2
 
 
 # ---- durability -----------------------------------------------------------------------------

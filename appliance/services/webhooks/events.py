@@ -19,6 +19,8 @@ EVENTS: dict[str, str] = {
     "client.expired": "the sweep switched a client off: its expiry time passed",
     "client.first_connected": "a client's traffic was counted by this panel's core for the "
     "first time",
+    "client.device_added": "a new device of a client was admitted to its subscription "
+    "(data.device says which); raised within a few seconds",
     "client.usage_reached": "a client used a share of its quota given in webhookUsagePercents "
     "(data.percent says which); once per share and quota",
     "client.expires_in_72_hours": "a client's expiry is 72 hours away or less",
