@@ -15,6 +15,8 @@ subject's events reach each endpoint in the order they were raised.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 ENDPOINT_COLUMNS = (
     "id, name, url, secret, events, enabled, allow_private, with_secrets, batch, "
     "created_at, updated_at"
@@ -85,7 +87,7 @@ def delete_endpoint(store, endpoint_id: int) -> int:
 # ---- the outbox ------------------------------------------------------------------------
 
 
-def insert_events(store, rows: list[tuple]) -> None:
+def insert_events(store, rows: Iterable[tuple]) -> None:
     """Outbox rows (endpoint id, event id, event, subject, data, created at, due at), in
     one statement inside the caller's transaction."""
     store.execute_many(OUTBOX_INSERT, rows)

@@ -34,12 +34,13 @@ from pony.orm import db_session
 
 from appliance import __version__
 from appliance.errors import ServiceError
+from appliance.runtime.jobs import Pace
 from appliance.services.webhooks.endpoints import guard
 from appliance.store import webhook_sql
 
 log = logging.getLogger(__name__)
 
-CLAIM_ROWS = 500
+CLAIM_ROWS = 200
 BATCH_SIZE = 100
 LEASE_SECONDS = 60
 POLL_SECONDS = 2
@@ -138,7 +139,11 @@ class Deliverer:
         secret = self.seal.open(sealed)
         if secret == sealed:  # stored sealed, and this panel's key does not open it
             return 0, "its secret is sealed with a key this panel does not have; enter it again"
-        payloads = [_payload(row, bool(with_secrets)) for row in rows]
+        pace = Pace()
+        payloads = []
+        for row in rows:
+            pace()
+            payloads.append(_payload(row, bool(with_secrets)))
         body = json.dumps(payloads if batch else payloads[0], separators=(",", ":")).encode()
         sent_at = str(int(self.clock()))
         headers = {

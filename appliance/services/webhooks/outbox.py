@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from appliance.domain.clients import api_view
 from appliance.runtime.jobs import Pace
@@ -54,7 +54,9 @@ class Outbox:
                 (endpoint_id, event_id, event, subject[:255], body, now, 0)
                 for endpoint_id in targets
             ]
-        webhook_sql.insert_events(self.store, rows)
+        # Handed to the driver a row at a time with breaths between: 10,000 rows in one
+        # call would hold every other request for the length of the statement.
+        webhook_sql.insert_events(self.store, _paced(rows))
         return len(rows)
 
     def raise_for(self, endpoint_id: int, event: str, subject: str, data: dict) -> str:
@@ -95,3 +97,18 @@ class Outbox:
             wanted(json.loads(events or "[]"), event)
             for _, events in webhook_sql.enabled_endpoints(self.store)
         )
+
+
+def _paced(rows: list[tuple]) -> Iterator[tuple] | list[tuple]:
+    """`rows` one at a time, breathing at the job pace; none stay an empty list (which
+    writes nothing)."""
+    if not rows:
+        return rows
+    return _one_at_a_time(rows)
+
+
+def _one_at_a_time(rows: list[tuple]) -> Iterator[tuple]:
+    pace = Pace()
+    for row in rows:
+        pace()
+        yield row
