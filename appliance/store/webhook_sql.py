@@ -66,9 +66,8 @@ def insert_endpoint(store, values: dict) -> int:
         f"VALUES ({', '.join('?' for _ in columns)})",
         [values[c] for c in columns],
     )
-    found = endpoint_named(store, values["name"])
-    assert found is not None
-    return found
+    # Names are unique: the row just inserted is the one of this name.
+    return store.rows("SELECT id FROM webhook_endpoint WHERE name = ?", [values["name"]])[0][0]
 
 
 def update_endpoint(store, endpoint_id: int, values: dict) -> None:
