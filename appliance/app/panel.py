@@ -102,7 +102,7 @@ from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
 from appliance.services.webhooks.core_watch import CoreWatch
-from appliance.services.webhooks.deliverer import Deliverer
+from appliance.services.webhooks.deliverer import Deliverer, lease_owner
 from appliance.services.webhooks.devices import NewDevices
 from appliance.services.webhooks.endpoints import Webhooks
 from appliance.services.webhooks.outbox import Outbox
@@ -199,7 +199,8 @@ class Panel:
         self.nodes = Nodes(self.store, seal, self.notice, self.outbox)
         # Webhook secrets are sealed with the key node tokens are.
         self.webhooks = Webhooks(self.store, seal, self.outbox, self.notice)
-        self.deliverer = Deliverer(self.store, seal, fault=self.store.unavailable)
+        owner = lease_owner(data_dir)
+        self.deliverer = Deliverer(self.store, seal, owner, fault=self.store.unavailable)
         percents = lambda: parse_percents(self.settings.get("webhookUsagePercents"))  # noqa: E731
         self.reminders = Reminders(self.store, self.outbox, percents)
         self.mtls = MutualTls(data_dir, self.guid)

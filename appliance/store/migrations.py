@@ -587,7 +587,7 @@ def _v19_webhooks(dialect: str) -> list[str]:
                 Column("attempts", "int", default=0),
                 Column("next_at", "bigint", default=0),
                 Column("lease_until", "bigint", default=0),
-                Column("lease_token", "str", 32, default=""),
+                Column("lease_token", "str", 64, default=""),
                 Column("last_code", "int", default=0),
                 Column("last_error", "str", 255, default=""),
                 Column("done_at", "bigint", default=0),

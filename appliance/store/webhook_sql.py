@@ -120,6 +120,16 @@ def claim(store, ids: list[int], now: int, until: int, token: str) -> int:
     )
 
 
+def release(store, prefix: str) -> int:
+    """Let go of the rows held under leases whose token starts with `prefix` (a lease
+    owner: hex digits, nothing LIKE reads as a wildcard)."""
+    return store.execute(
+        "UPDATE webhook_outbox SET lease_until = 0, lease_token = '' "
+        "WHERE status = 'pending' AND lease_token LIKE ?",
+        [prefix + "%"],
+    )
+
+
 def leased(store, token: str) -> list[tuple]:
     """(id, endpoint id, event id, event, subject, data, created at, attempts) of the
     rows `token` holds, oldest first."""

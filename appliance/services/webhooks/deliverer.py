@@ -23,6 +23,8 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 
 CLAIM_ROWS = 200
 BATCH_SIZE = 100
-LEASE_SECONDS = 60
+LEASE_SECONDS = 120
 POLL_SECONDS = 2
 SENDERS = 8
 CONNECT_SECONDS, READ_SECONDS, TOTAL_SECONDS = 5, 10, 15
@@ -53,6 +55,14 @@ KEPT_DAYS = 7
 # What a client's data carries only for an endpoint that sets withSecrets: what would
 # let a receiver connect as the client.
 CLIENT_SECRETS = ("id", "password", "auth", "subId", "secret")
+
+
+def lease_owner(data_dir: str) -> str:
+    """The name of a panel's leases: its host and data directory, the same across its
+    restarts and another for every other panel on the database (the panel guid is the
+    database's, shared by all of them)."""
+    place = f"{socket.gethostname()}:{os.path.abspath(data_dir)}"
+    return hashlib.sha256(place.encode()).hexdigest()[:16]
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -66,18 +76,25 @@ class Deliverer:
         self,
         store,
         seal,
+        owner: str,
         clock: Callable[[], float] = time.time,
         fault: Callable[[Exception], ServiceError | None] = lambda exc: None,
     ):
         self.store = store
         # Opens the sealed secrets (`open`): the panel's node-token seal.
         self.seal = seal
+        # Who this panel process is (`lease_owner`): its leases are named after it, so
+        # that once restarted it lets go at once of what it held when it died, instead of
+        # waiting out the lease.
+        self.owner = owner
         self.clock = clock
         self.fault = fault
         self._wake = Event()
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
+        with db_session:
+            webhook_sql.release(self.store, self.owner + ":")
         self._greenlet = gevent.spawn(self._run)
 
     def wake(self) -> None:
@@ -101,7 +118,7 @@ class Deliverer:
     def deliver_due(self) -> int:
         """One round: lease due rows, send them, record the outcomes; the rows sent."""
         now = self._now()
-        token = uuid.uuid4().hex
+        token = f"{self.owner}:{uuid.uuid4().hex}"
         with db_session:
             ids = webhook_sql.due(self.store, now, CLAIM_ROWS)
             if not ids:
