@@ -39,6 +39,7 @@ from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.webhooks.outbox import Outbox
 
 API_PORT = 10085
 
@@ -86,7 +87,7 @@ def main() -> int:
             for client in inbound.get("settings", {}).get("clients", []) or []:
                 counters[f"user>>>{client['email']}>>>traffic>>>uplink"] = 0
                 counters[f"user>>>{client['email']}>>>traffic>>>downlink"] = 0
-        accounting = TrafficAccounting(store, presence)
+        accounting = TrafficAccounting(store, presence, Outbox(store))
         accounting.tick(counters, generation=1)
         step = [0]
 
@@ -150,7 +151,7 @@ def tick_of(store, presence, config: dict, count: int, args) -> dict:
         for client in inbound.get("settings", {}).get("clients", []) or []
     ][: count // 2]
     names = [f"user>>>{e}>>>traffic>>>{d}" for e in emails for d in ("uplink", "downlink")]
-    accounting = TrafficAccounting(store, presence)
+    accounting = TrafficAccounting(store, presence, Outbox(store))
     accounting.tick(dict.fromkeys(names, 0), generation=2)
     step = [0]
 

@@ -41,6 +41,7 @@ from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.clients.usage import DAY, HOUR, HOURLY_DAYS, UsageHistory
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.webhooks.outbox import Outbox
 
 API_PORT = 10085
 
@@ -77,7 +78,7 @@ def main() -> int:
         step = [0]
         now = int(time.time()) // HOUR * HOUR
         clock = Clock(now)
-        accounting = TrafficAccounting(store, presence, clock=clock)
+        accounting = TrafficAccounting(store, presence, Outbox(store), clock=clock)
         accounting.tick(counters, generation=1)
 
         def tick() -> None:

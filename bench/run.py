@@ -36,6 +36,7 @@ import scenarios  # noqa: F401  (registers the scenarios)
 import sub_scenarios  # noqa: F401  (registers the subscription scenario)
 import template_scenarios  # noqa: F401  (registers the subscription templates scenario)
 import wait_scenarios  # noqa: F401  (registers never_wait)
+import webhook_scenarios  # noqa: F401  (registers the webhooks load figures)
 import worker_scenarios  # noqa: F401  (registers the subscription workers scenario)
 from harness import SCENARIOS, Bench, Context, Panel, log
 

@@ -21,6 +21,7 @@ from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 
 NOW = float(int(time.time()))
@@ -86,7 +87,7 @@ def ip_limited_store(tmp_path, limits: dict[str, int]) -> tuple[Store, Settings,
         **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store, notice, runs_every_feature)
+    clients = Clients(store, notice, runs_every_feature, Outbox(store))
     for email, limit in limits.items():
         clients.add({"client": {"email": email, "limitIp": limit}, "inboundIds": [inbound["id"]]})
     return store, settings, clients

@@ -1,11 +1,12 @@
 """The panel's background jobs, in one list: which run on every instance, which once.
 
 Several panels may share one database (services/admin/cluster.py). The jobs about this
-instance's own processes (its core's and MTProto proxies' traffic, the core's metrics)
-run on every one of them; the jobs that act for the whole panel (node heartbeats, polls
-and pushes, chat-bot polling, backups and notices, outbound-subscription refresh,
-pruning of history) must run once, and run on the leader only (`LeaderJobs`). A panel
-alone on its database leads from its start, so it runs them all, as it always did.
+instance's own processes (its core's and MTProto proxies' traffic, the core's metrics
+and state) run on every one of them; the jobs that act for the whole panel (node
+heartbeats, polls and pushes, chat-bot polling, backups and notices, outbound-
+subscription refresh, pruning of history, webhook reminders and deliveries) must run
+once, and run on the leader only (`LeaderJobs`). A panel alone on its database leads
+from its start, so it runs them all, as it always did.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ def start_jobs(panel: Panel, fault) -> None:
     every(traffic, panel.core.tick, "traffic", fault)
     every(traffic, panel.mtproto.tick, "MTProto traffic", fault)
     every(STEP_SECONDS, panel.core_metrics.collect, "core metrics", fault)
+    every(STEP_SECONDS, panel.core_watch.sample, "core webhook events", fault)
     once = panel.leader_jobs.every
+    once(HOUR, panel.deliverer.prune, "webhook delivery pruning", fault)
+    once(traffic, panel.reminders.check, "webhook reminders", fault)
+    once(STEP_SECONDS, panel.new_devices.check, "device webhook events", fault)
     once(SCHEDULE_CHECK_SECONDS, panel.chat_bot.scheduled, "chat-bot backups", fault)
     once(traffic, panel.bot_notices.check_clients, "chat-bot client notices", fault)
     once(SCHEDULE_CHECK_SECONDS, panel.bot_notices.poll_commands, "chat-bot commands", fault)

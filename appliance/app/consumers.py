@@ -25,7 +25,7 @@ RENDERED = ("clients", "inbounds", "hosts", "settings", "nodes")
 # What the paged client list, the core and the MTProto proxies are built from.
 RUN = ("clients", "inbounds", "settings")
 # What the browsers are told to read again: every resource an API call may change.
-SHOWN = ("clients", "inbounds", "hosts", "settings", "nodes", "apiTokens", "core")
+SHOWN = ("clients", "inbounds", "hosts", "settings", "nodes", "apiTokens", "core", "webhooks")
 
 
 def follow_changes(notice: ChangeNotice, panel: Panel) -> None:
@@ -58,6 +58,9 @@ def follow_changes(notice: ChangeNotice, panel: Panel) -> None:
     follow("outbounds", panel.subscribed_outbounds.forget)
     follow("outbounds", whichever(core.mark_dirty))
     follow("sessions", panel.close_sockets_of)
+    # What raises webhook events publishes one of these once it has committed them.
+    for resource in ("clients", "webhooks"):
+        follow(resource, whichever(panel.deliverer.wake))
 
 
 def whichever(action: Callable[[], object]) -> Consumer:

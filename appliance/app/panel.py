@@ -59,7 +59,11 @@ from appliance.services.admin.audit import AuditLog
 from appliance.services.admin.backups import Backups
 from appliance.services.admin.cluster import Cluster, Instance, instance_guid, local_address
 from appliance.services.admin.settings import Settings, allowed_host_names
-from appliance.services.admin.settings_rules import parse_host_names, trusted_networks
+from appliance.services.admin.settings_rules import (
+    parse_host_names,
+    parse_percents,
+    trusted_networks,
+)
 from appliance.services.admin.status import STEP_SECONDS, History, StatusSampler
 from appliance.services.admin.tgbot import ChatBot
 from appliance.services.admin.tgnotices import BotNotices
@@ -101,6 +105,12 @@ from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
 from appliance.services.nodes.trust import MutualTls
 from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
+from appliance.services.webhooks.core_watch import CoreWatch
+from appliance.services.webhooks.deliverer import Deliverer, lease_owner
+from appliance.services.webhooks.devices import NewDevices
+from appliance.services.webhooks.endpoints import Webhooks
+from appliance.services.webhooks.outbox import Outbox
+from appliance.services.webhooks.reminders import Reminders
 from appliance.store import Store
 from appliance.sub.app import SubscriptionApp
 from appliance.web.api import SESSION_KEY, ApiNeeds, build_app
@@ -166,7 +176,8 @@ class Panel:
 
     def _build_clients(self) -> None:
         store = self.store
-        self.clients = Clients(store, self.notice, self.core_process.check_features)
+        self.outbox = Outbox(store)
+        self.clients = Clients(store, self.notice, self.core_process.check_features, self.outbox)
         self.client_query = ClientQuery(store, self.settings, self.presence)
         self.managing_panel = ManagingPanel(self.settings)
         self.client_bulk = ClientBulk(self.clients, self.client_query, self.managing_panel.guid)
@@ -182,7 +193,7 @@ class Panel:
             core_test=self.core_process.test,
             sub_url=self.sub_address.url,
         )
-        self.accounting = TrafficAccounting(store, self.presence)
+        self.accounting = TrafficAccounting(store, self.presence, self.outbox)
         self.usage = UsageHistory(store)
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(
@@ -196,12 +207,24 @@ class Panel:
         """The panels this one manages: records, heartbeat, traffic and what runs there."""
         data_dir = self.options.data_dir
         seal = TokenSeal(partial(node_key, data_dir, dict(os.environ)))
-        self.nodes = Nodes(self.store, seal, self.notice)
+        self.nodes = Nodes(self.store, seal, self.notice, self.outbox)
+        # Webhook secrets are sealed with the key node tokens are.
+        self.webhooks = Webhooks(self.store, seal, self.outbox, self.notice)
+        owner = lease_owner(data_dir)
+        self.deliverer = Deliverer(
+            self.store,
+            seal,
+            owner,
+            fault=self.store.unavailable,
+            leading=lambda: self.leader_jobs.leading,
+        )
+        percents = lambda: parse_percents(self.settings.get("webhookUsagePercents"))  # noqa: E731
+        self.reminders = Reminders(self.store, self.outbox, percents)
         self.mtls = MutualTls(data_dir, self.guid)
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
         self.node_certificates_needed = False
-        self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice)
+        self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice, self.outbox)
         self.node_traffic = NodeTraffic(
             self.nodes,
             self.node_health,
@@ -262,6 +285,8 @@ class Panel:
         )
         self.core_routing = CoreRouting(self.core)
         self.core_metrics = CoreMetrics(self.core)
+        self.core_watch = CoreWatch(self.outbox, self.core.info)
+        self.new_devices = NewDevices(self.store, self.outbox)
 
     def _build_inbounds(self) -> None:
         """Inbounds, tested by the core and placed on nodes as they are saved."""
@@ -286,7 +311,9 @@ class Panel:
         self.bot_notices = BotNotices(
             self.settings, self.chat_bot, self.client_query.nearing_limits, self.clients.traffic
         )
-        self.auth = Auth(self.store, self.settings, self.notice, self.bot_notices.sign_in)
+        self.auth = Auth(
+            self.store, self.settings, self.notice, self.bot_notices.sign_in, self.outbox
+        )
         self.tokens = Tokens(self.store)
         self.audit = AuditLog(self.store, self.settings)
         self.panel_update = PanelUpdate(
@@ -445,6 +472,7 @@ class Panel:
         self.core.start()
         self.mtproto.start()
         self.devices.start()
+        self.deliverer.start()
         start_jobs(self, fault)
         self.client_query.book.warm()
         gevent.signal_handler(signal.SIGTERM, self._stopped.set)

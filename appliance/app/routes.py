@@ -32,6 +32,7 @@ from appliance.web.setting_routes import SettingRouteNeeds, setting_routes
 from appliance.web.template_routes import TemplateRouteNeeds, template_routes
 from appliance.web.tool_routes import ToolRouteNeeds, tool_routes
 from appliance.web.ui import UiRouteNeeds, ui_routes
+from appliance.web.webhook_routes import WebhookRouteNeeds, webhook_routes
 
 if TYPE_CHECKING:
     from appliance.app.panel import Panel
@@ -143,6 +144,7 @@ def routes_of(panel: Panel) -> list[Route]:
             )
         ),
         audit_routes(AuditRouteNeeds(audit=panel.audit)),
+        webhook_routes(WebhookRouteNeeds(webhooks=panel.webhooks)),
         metrics_routes(
             MetricsRouteNeeds(
                 settings=panel.settings,

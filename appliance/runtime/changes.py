@@ -51,6 +51,7 @@ KINDS: dict[str, str] = {
     "sessions": "admin sessions that ended; ids: session ids",
     "apiTokens": "API tokens; ids: token ids",
     "core": "the core's process or release, changed by an admin; ids: none named",
+    "webhooks": "webhook endpoints, or events queued for them; ids: endpoint ids",
 }
 
 

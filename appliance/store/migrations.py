@@ -574,6 +574,70 @@ def _v19_cluster_instances(dialect: str) -> list[str]:
     return [*instances.create(dialect), *changes.create(dialect)]
 
 
+def _v20_webhooks(dialect: str) -> list[str]:
+    """Webhooks: the endpoints events are sent to (the signing secret sealed like node
+    tokens), and the outbox: one row per event and endpoint, written in the transaction
+    of the change that raised it, with its delivery state beside it. `lease_until` and
+    `lease_token` let one deliverer at a time hold a row, whichever panel it runs in; a
+    lease that outlives its holder (a crash mid-delivery) lets the row be sent again.
+    `webhook_mark` remembers the reminders raised (a client's expiry or quota nearing),
+    one row per client and reminder with the expiry or quota it was about, so each is
+    raised once and again only for a new expiry or quota."""
+    tables = [
+        Table(
+            "webhook_endpoint",
+            (
+                Column("name", "str", 64),
+                Column("url", "text"),
+                Column("secret", "text"),
+                Column("events", "text"),
+                Column("enabled", "bool", default=True),
+                Column("allow_private", "bool", default=False),
+                Column("with_secrets", "bool", default=False),
+                Column("batch", "bool", default=False),
+                Column("created_at", "bigint", default=0),
+                Column("updated_at", "bigint", default=0),
+            ),
+            (Index(("name",), unique=True),),
+        ),
+        Table(
+            "webhook_outbox",
+            (
+                Column("endpoint_id", "int", references="webhook_endpoint"),
+                Column("event_id", "str", 32),
+                Column("event", "str", 64),
+                Column("subject", "str", 255),
+                Column("data", "text"),
+                Column("created_at", "bigint", default=0),
+                Column("status", "str", 16, default="pending"),
+                Column("attempts", "int", default=0),
+                Column("next_at", "bigint", default=0),
+                Column("lease_until", "bigint", default=0),
+                Column("lease_token", "str", 64, default=""),
+                Column("last_code", "int", default=0),
+                Column("last_error", "str", 255, default=""),
+                Column("done_at", "bigint", default=0),
+            ),
+            (
+                Index(("status", "next_at")),
+                Index(("endpoint_id", "subject", "status")),
+                Index(("endpoint_id", "id")),
+                Index(("lease_token",)),
+            ),
+        ),
+        Table(
+            "webhook_mark",
+            (
+                Column("subject", "str", 255),
+                Column("event", "str", 64),
+                Column("mark", "bigint", default=0),
+            ),
+            (Index(("subject", "event"), unique=True),),
+        ),
+    ]
+    return [sql for table in tables for sql in table.create(dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -598,6 +662,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (17, "device limits: the devices of subscriptions, a limit per client", _v17_client_devices),
     (18, "client addresses kept with the server that saw them", _v18_client_ip_server),
     (19, "cluster: the instances sharing this database, their change log", _v19_cluster_instances),
+    (20, "webhooks: endpoints, the outbox of their deliveries, reminders raised", _v20_webhooks),
 ]
 
 LATEST = MIGRATIONS[-1][0]

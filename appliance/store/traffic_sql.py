@@ -185,3 +185,19 @@ def keep_mtproto_values(store, updates: list[tuple], inserts: list[tuple]) -> No
 
 def drop_mtproto_values(store, inbound_id: int) -> None:
     store.execute("DELETE FROM mtproto_counter WHERE inbound_id = ?", [inbound_id])
+
+
+def never_online(store, keys: list[str]) -> list[str]:
+    """Which of these email keys have never been online."""
+    found: list[str] = []
+    for part in chunks(keys):
+        marks = ", ".join("?" for _ in part)
+        found += [
+            row[0]
+            for row in store.rows(
+                f"SELECT email_key FROM client_traffic WHERE last_online = 0 "
+                f"AND email_key IN ({marks})",
+                list(part),
+            )
+        ]
+    return found

@@ -42,6 +42,7 @@ from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 from appliance.store.client_rows import CLIENT_FROM as FROM
 
@@ -305,7 +306,7 @@ def world(tmp_path):
         inbounds.add({"protocol": "vless", "port": 4431 + n, "tag": f"in-{n}"})["id"]
         for n in range(2)
     ]
-    clients = Clients(store, notice, runs_every_feature, clock=clock)
+    clients = Clients(store, notice, runs_every_feature, Outbox(store), clock=clock)
     yield {
         "store": store,
         "settings": settings,
@@ -313,7 +314,7 @@ def world(tmp_path):
         "query": query,
         "clients": clients,
         "bulk": ClientBulk(clients, query),
-        "accounting": TrafficAccounting(store, presence, clock=clock),
+        "accounting": TrafficAccounting(store, presence, Outbox(store), clock=clock),
         "inbounds": ids,
         "presence": presence,
     }

@@ -60,6 +60,12 @@ VALID_BODIES = {
     ("POST", "/panel/api/clients/groups/create"): {"name": "fuzz"},
     ("POST", "/panel/api/setting/apiTokens/create"): {"name": "fuzz"},
     ("POST", "/panel/api/core/update"): {"coreSetting": "{}"},
+    ("POST", "/panel/api/webhooks/add"): {
+        "name": "fuzz",
+        "url": "http://127.0.0.1:9/hook",
+        "secret": "fuzz-secret-of-16-chars",
+        "allowPrivate": True,
+    },
 }
 RAW_ROUTES = re.compile(r"/(getDb|getMigration|openapi\.json)$|^/ws$|^/$")
 

@@ -39,6 +39,7 @@ DYNAMIC_VALUES = {
     "core.preset": ["private", "ads", "bittorrent"],
     "clients.status": ["online", "active", "deactive", "depleted", "expiring"],
     "clients.sortBy": ["email", "enable", "traffic", "remaining", "expiryTime", "inboundIds"],
+    "webhooks.status": ["delivered", "pending", "failed"],
     "dash.chart": ["cpu", "mem", "net", "online"],
     "dash.metric": ["cpu", "mem", "netUp", "netDown", "online"],
     "logs": ["panel", "core"],

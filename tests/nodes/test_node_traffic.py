@@ -25,6 +25,7 @@ from appliance.services.nodes.link import Identity
 from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import TokenSeal
 from appliance.services.nodes.traffic import NodeTraffic, _checked
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 
 NOW = 1_800_000_000.0
@@ -41,7 +42,7 @@ def world(tmp_path):
     settings.load()
     presence = Presence(clock=lambda: NOW)
     query = ClientQuery(store, settings, presence, clock=lambda: NOW)
-    nodes = Nodes(store, TokenSeal(lambda: "a test key"), notice)
+    nodes = Nodes(store, TokenSeal(lambda: "a test key"), notice, Outbox(store))
     node = nodes.add({"name": "edge", "address": "node.example", "port": 2053, "apiToken": "t"})
     inbounds = Inbounds(
         store,
@@ -52,7 +53,7 @@ def world(tmp_path):
         **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "edge", "nodeId": node["id"]})
-    clients = Clients(store, notice, runs_every_feature)
+    clients = Clients(store, notice, runs_every_feature, Outbox(store))
     for email, total in (("Alice", 0), ("bob", 1000)):
         clients.add({"client": {"email": email, "totalGB": total}, "inboundIds": [inbound["id"]]})
     bulk = ClientBulk(clients, query)
@@ -62,10 +63,10 @@ def world(tmp_path):
 
 def counting(world) -> NodeTraffic:
     """The central panel's node traffic, as a (re)started process builds it."""
-    _, nodes, presence, query, _, _, bulk = world
+    store, nodes, presence, query, _, _, bulk = world
     return NodeTraffic(
         nodes,
-        NodeHealth(nodes, lambda: IDENTITY, ChangeNotice()),
+        NodeHealth(nodes, lambda: IDENTITY, ChangeNotice(), Outbox(store)),
         lambda: IDENTITY,
         presence,
         query,

@@ -21,6 +21,7 @@ from appliance.services.accounts.auth import Auth, LoginThrottle
 from appliance.services.clients.bulk import ClientBulk
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
+from appliance.services.webhooks.outbox import Outbox
 
 DAY = 86_400
 ADDRESS = "203.0.113.50"
@@ -35,7 +36,14 @@ def world(tmp_path):
     clock = lambda: wall["now"]  # noqa: E731
     clients.clock = clock
     bulk = ClientBulk(clients, ClientQuery(store, settings, Presence(), clock=clock))
-    auth = Auth(store, settings, ChangeNotice(), lambda username, address, ok: None, clock=clock)
+    auth = Auth(
+        store,
+        settings,
+        ChangeNotice(),
+        lambda username, address, ok: None,
+        Outbox(store),
+        clock=clock,
+    )
     yield {"store": store, "clients": clients, "bulk": bulk, "auth": auth, "wall": wall}
     store.close()
 

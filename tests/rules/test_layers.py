@@ -51,7 +51,9 @@ SERVICES = PACKAGE / "services"
 # Service package -> the service packages it may import, lowest first: what a package
 # needs of one above it moves down (to domain/, runtime/ or the lower package) instead.
 SERVICE_ALLOWED = {
-    "accounts": set(),
+    # Webhooks are raised by the packages above them, into an outbox that knows none.
+    "webhooks": set(),
+    "accounts": {"webhooks"},
     "tools": set(),
     "outbounds": set(),
     # Inbound records show their clients (settings.clients, clientStats) through the
@@ -62,8 +64,8 @@ SERVICE_ALLOWED = {
     # The supervisor reads the core template setting and the ports inbounds hold.
     "control": {"admin", "inbounds"},
     # Clients render links of inbounds, read the core's access log, fit inbound ciphers.
-    "clients": {"admin", "control", "inbounds"},
-    "nodes": {"admin", "clients", "inbounds"},
+    "clients": {"admin", "control", "inbounds", "webhooks"},
+    "nodes": {"admin", "clients", "inbounds", "webhooks"},
 }
 
 

@@ -19,6 +19,7 @@ from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.records import Clients
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.inbounds.records import Inbounds
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import Store
 
 NOW = 1_800_000_000.0
@@ -64,7 +65,7 @@ def populate(store, tmp_path) -> tuple:
         **without_core_or_nodes(),
     )
     inbound = inbounds.add({"protocol": "vless", "port": 4431, "tag": "in-1"})
-    clients = Clients(store, notice, runs_every_feature)
+    clients = Clients(store, notice, runs_every_feature, Outbox(store))
     clients.add({"client": {"email": "Alice"}, "inboundIds": [inbound["id"]]})
     clients.add(
         {"client": {"email": "bob", "expiryTime": -3 * DAY_MS}, "inboundIds": [inbound["id"]]}
@@ -78,7 +79,7 @@ def traffic(clients: Clients, email: str) -> tuple[int, int]:
 
 
 def accounting(store, presence) -> TrafficAccounting:
-    return TrafficAccounting(store, presence, clock=lambda: NOW)
+    return TrafficAccounting(store, presence, Outbox(store), clock=lambda: NOW)
 
 
 def test_differences_are_added_to_clients_inbounds_and_outbounds(world):

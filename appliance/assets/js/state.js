@@ -8,7 +8,7 @@ export const state = Vue.reactive({
   status: null,
   coreState: "",
   socketOpen: false,
-  versions: { inbounds: 0, clients: 0, settings: 0, apiTokens: 0, core: 0, hosts: 0, nodes: 0 },
+  versions: { inbounds: 0, clients: 0, settings: 0, apiTokens: 0, core: 0, hosts: 0, nodes: 0, webhooks: 0 },
   // Bumped by each WebSocket "traffic" message: the core's counters moved.
   trafficTicks: 0,
   toasts: [],

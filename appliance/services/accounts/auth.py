@@ -44,6 +44,7 @@ from appliance.services.accounts.throttle import (
     pair_key,
     username_key,
 )
+from appliance.services.webhooks.outbox import Outbox
 
 COOKIE_NAME = "appliance_session"
 TOTP_STEP = 30
@@ -77,6 +78,7 @@ class Auth:
         settings,
         notice: ChangeNotice,
         on_sign_in: Callable[[str, str, bool], None],
+        outbox: Outbox,
         clock=time.time,
     ):
         self.store = store
@@ -84,6 +86,8 @@ class Auth:
         self.notice = notice
         # (username, address, whether it succeeded) of every sign-in, for the chat bot.
         self.on_sign_in = on_sign_in
+        # Webhook events: admin.login_failed.
+        self.outbox = outbox
         self.clock = clock
         self.throttle = LoginThrottle()
 
@@ -184,6 +188,8 @@ class Auth:
                 kept = device_cookie if device else new_device_cookie(secret, username)
                 return SignedIn(cookie, kept)
             two_factor = select(a for a in self.store.entities.Admin if a.totp_enabled).exists()
+            refused = {"username": username[:255], "address": address, "at": int(self.clock())}
+            self.outbox.raise_event("admin.login_failed", [(f"admin:{username[:200]}", refused)])
         self._record_failure(address, username, device)
         self.on_sign_in(username, address, False)
         if two_factor:

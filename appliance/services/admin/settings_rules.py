@@ -85,6 +85,21 @@ def announce_text(name: str, value: str) -> str:
     return value
 
 
+def parse_percents(text: str, name: str = "webhookUsagePercents") -> list[int]:
+    """Whole percents from 1 to 100, comma-separated, as a list highest first."""
+    try:
+        values = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise ServiceError(f"{name}: write whole percents, comma-separated (80,90)") from None
+    if any(not 1 <= value <= 100 for value in values):
+        raise ServiceError(f"{name}: each percent must be from 1 to 100")
+    return sorted(values, reverse=True)
+
+
+def percents(name: str, value: str) -> str:
+    return ",".join(str(p) for p in sorted(parse_percents(value, name)))
+
+
 DATA_CENTRES = "mtprotoDataCenters"
 
 

@@ -34,6 +34,7 @@ from appliance.services.admin.settings_rules import (
     data_centres,
     host_names,
     listen_address,
+    percents,
     private_destinations,
     sub_format_rules,
     sub_template,
@@ -195,6 +196,14 @@ SETTINGS = (
         "Days before its expiry from which a client counts as expiring.",
         "clients",
         Range(0, 3650),
+    ),
+    Setting(
+        "webhookUsagePercents",
+        "80,90",
+        "Shares of a client's traffic quota, in percent and comma-separated, at which "
+        "webhooks raise client.usage_reached; empty for none.",
+        "clients",
+        percents,
     ),
     Setting(
         "trafficDiff",

@@ -22,7 +22,13 @@ from appliance.domain.parse import parse_emails, parse_id, parse_json_text
 from appliance.domain.protocols import INT64_MAX, to_int
 from appliance.errors import ServiceError
 from appliance.runtime.jobs import Pace
-from appliance.services.clients.records import Clients, columns_of, inbound_ids_of, secret_taken
+from appliance.services.clients.records import (
+    Clients,
+    columns_of,
+    enable_event,
+    inbound_ids_of,
+    secret_taken,
+)
 from appliance.services.inbounds.views import record_of
 from appliance.store import client_bulk_sql
 from appliance.store.batches import chunks
@@ -112,6 +118,8 @@ class ClientBulk:
                 held[secret] = outcome[0]["email"]
                 ready.append(outcome)
             self._insert(ready, pace)
+            created = [email_key(record["email"]) for record, _, _ in ready]
+            self.clients.outbox.raise_stored_clients("client.created", created)
         return {"created": len(ready), "skipped": skipped}
 
     def _prepare(self, item: Any, inbounds: dict, require_inbounds: bool, restore: bool):
@@ -226,7 +234,9 @@ class ClientBulk:
         with db_session:
             for email in emails:
                 try:
-                    self.clients.delete_row(self.clients.row(email), keep)
+                    row = self.clients.row(email)
+                    self.clients.tell("client.deleted", [row])
+                    self.clients.delete_row(row, keep)
                     deleted += 1
                 except ServiceError as exc:
                     skipped.append({"email": email, "reason": exc.msg})
@@ -241,7 +251,7 @@ class ClientBulk:
         device_limit = body.get("deviceLimit")
         if device_limit is not None:
             device_limit = to_int(device_limit, "deviceLimit", -1, 100_000)
-        adjusted, skipped = 0, []
+        adjusted, skipped, changed_rows = 0, [], []
         with db_session:
             for email in emails:
                 try:
@@ -277,6 +287,8 @@ class ClientBulk:
                 if changed:
                     row.updated_at = self.clients.now_ms()
                     adjusted += 1
+                    changed_rows.append(row)
+            self.clients.tell("client.modified", changed_rows)
         return {"adjusted": adjusted, "skipped": skipped}
 
     def _shift_expiry(self, row, days: int, email: str, skipped: list) -> bool:
@@ -303,7 +315,7 @@ class ClientBulk:
         refuses the whole call."""
         emails = parse_emails(body)
         inbound_ids = _some_inbound_ids(body)
-        attached, skipped, errors = [], [], []
+        attached, skipped, errors, rows = [], [], [], []
         with db_session:
             inbounds = self.clients.inbound_rows(inbound_ids)
             for email in emails:
@@ -326,12 +338,14 @@ class ClientBulk:
                     self.store.entities.ClientInbound(client=row, inbound=inbound)
                 row.updated_at = self.clients.now_ms()
                 attached.append(email)
+                rows.append(row)
+            self.clients.tell("client.modified", rows)
         return {"attached": attached, "skipped": skipped, "errors": errors}
 
     def bulk_detach(self, body: Any) -> dict:
         emails = parse_emails(body)
         inbound_ids = set(_some_inbound_ids(body))
-        detached, skipped, errors = [], [], []
+        detached, skipped, errors, rows = [], [], [], []
         with db_session:
             for email in emails:
                 try:
@@ -347,11 +361,13 @@ class ClientBulk:
                     attachment.delete()
                 row.updated_at = self.clients.now_ms()
                 detached.append(email)
+                rows.append(row)
+            self.clients.tell("client.modified", rows)
         return {"detached": detached, "skipped": skipped, "errors": errors}
 
     def bulk_reset_traffic(self, body: Any) -> dict:
         emails = in_lock_order(parse_emails(body))
-        affected = 0
+        reset = []
         with db_session:
             for email in emails:
                 try:
@@ -363,8 +379,9 @@ class ClientBulk:
                 traffic.enable = True
                 row.enable = True
                 row.updated_at = self.clients.now_ms()
-                affected += 1
-        return {"affected": affected}
+                reset.append(row)
+            self.clients.tell("client.traffic_reset", reset)
+        return {"affected": len(reset)}
 
     def bulk_enable(self, body: Any) -> dict:
         """Switch many clients on or off in one transaction, as the switch of each one's
@@ -373,7 +390,7 @@ class ClientBulk:
         enable = body.get("enable")
         if not isinstance(enable, bool):
             raise ServiceError("enable must be true or false")
-        changed, skipped = [], []
+        changed, skipped, rows = [], [], []
         with db_session:
             for email in emails:
                 try:
@@ -385,6 +402,8 @@ class ClientBulk:
                     row.enable = enable
                     row.updated_at = self.clients.now_ms()
                     changed.append(row.email)
+                    rows.append(row)
+            self.clients.tell(enable_event(enable), rows)
         if changed:
             self.clients.announce(changed)
         return {"affected": len(emails) - len(skipped), "skipped": skipped}
@@ -418,11 +437,25 @@ class ClientBulk:
                 ids = [row[0] for row in chunk]
                 self.store.client_writes.note(ids=ids)
                 client_bulk_sql.disable(self.store, ids, [row[2] for row in chunk])
+            self._tell_depleted([row[2] for row in rows], now)
             disabled = [row[1] for row in rows]
         if disabled:
             # Those clients alone: the core and the nodes take them, not a full compare.
             self.clients.announce(disabled)
         return disabled
+
+    def _tell_depleted(self, keys: list[str], now: int) -> None:
+        """client.expired for the clients the sweep disabled whose expiry passed,
+        client.limited for the others (their quota is used up)."""
+        outbox = self.clients.outbox
+        if not keys or not (
+            outbox.wanted_by_any("client.expired") or outbox.wanted_by_any("client.limited")
+        ):
+            return
+        views = outbox.stored_views(keys)
+        expired = [view for view in views if 0 < view["expiryTime"] <= now]
+        outbox.raise_clients("client.expired", expired)
+        outbox.raise_clients("client.limited", [view for view in views if view not in expired])
 
     def delete_orphans(self) -> int:
         with db_session:

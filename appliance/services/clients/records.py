@@ -34,6 +34,7 @@ from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.clients.ips import node_of
 from appliance.services.inbounds.client_fit import refit
 from appliance.services.inbounds.views import record_of
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import client_ip_sql, client_queries
 from appliance.store.batches import chunks
 from appliance.store.client_rows import entity_record
@@ -61,14 +62,24 @@ class Clients:
         store,
         notice: ChangeNotice,
         check_core: Callable[[Iterable[str]], None],
+        outbox: Outbox,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
         self.notice = notice
+        # Webhook events, written in the transaction of the change they report.
+        self.outbox = outbox
         # features -> None, raising ServiceError when the running core lacks one of them
         # (see CoreProcess.check_features).
         self.check_core = check_core
         self.clock = clock
+
+    def tell(self, event: str, rows: Iterable) -> None:
+        """Raise a webhook `event` for client rows, inside the caller's db_session; the
+        views are built only when an endpoint wants the event."""
+        rows = list(rows)
+        if rows and self.outbox.wanted_by_any(event):
+            self.outbox.raise_clients(event, [self.view(row) for row in rows])
 
     def announce(self, emails: Iterable[str] | None) -> None:
         """After a commit: the clients of `emails` (None: any of them) changed."""
@@ -157,6 +168,7 @@ class Clients:
             self.check_flow(record["flow"], records)
             row = self.create(record, inbounds)
             view = self.view(row)
+            self.outbox.raise_clients("client.created", [view])
         self.announce([view["email"]])
         return view
 
@@ -206,7 +218,7 @@ class Clients:
             payload = payload["client"]
         with db_session:
             row = self.row(email)
-            before = row.email
+            before, was_enabled = row.email, row.enable
             inbounds = [a.inbound for a in row.attachments]
             records = [record_of(i) for i in inbounds]
             record = client_rules.normalize_client(payload, records)
@@ -221,6 +233,9 @@ class Clients:
                 traffic.email = record["email"]
             self._flush_unique(record)
             view = self.view(row)
+            self.outbox.raise_clients("client.modified", [view])
+            if row.enable != was_enabled:
+                self.outbox.raise_clients(enable_event(row.enable), [view])
         self.announce([before, view["email"]])
         return view
 
@@ -228,6 +243,7 @@ class Clients:
         with db_session:
             row = self.row(email)
             gone = row.email
+            self.tell("client.deleted", [row])
             self.delete_row(row, keep_traffic)
         self.announce([gone])
 
@@ -255,6 +271,7 @@ class Clients:
                 self.store.entities.ClientInbound(client=row, inbound=inbound)
             row.updated_at = self.now_ms()
             changed = row.email
+            self.tell("client.modified", [row])
         self.announce([changed])
         return sorted(attached | {i.id for i in new})
 
@@ -267,6 +284,7 @@ class Clients:
                     attachment.delete()
             row.updated_at = self.now_ms()
             changed, left = row.email, sorted(a.inbound.id for a in row.attachments)
+            self.tell("client.modified", [row])
         self.announce([changed])
         return left
 
@@ -293,6 +311,7 @@ class Clients:
             row.enable = True
             row.updated_at = self.now_ms()
             changed = row.email
+            self.tell("client.traffic_reset", [row])
         self.announce([changed])
 
     def update_traffic(self, email, body: Any) -> None:
@@ -388,6 +407,11 @@ class Clients:
     def view(self, row) -> dict:
         traffic = self.store.entities.ClientTraffic.get(email_key=row.email_key)
         return api_view(entity_record(row, traffic), sorted(a.inbound.id for a in row.attachments))
+
+
+def enable_event(enabled: bool) -> str:
+    """The webhook event of a client switched on or off."""
+    return "client.enabled" if enabled else "client.disabled"
 
 
 def secret_taken(secret: str, holder: str) -> str:

@@ -26,6 +26,7 @@ from pony.orm import db_session
 
 from appliance.domain.client_rules import email_key
 from appliance.runtime.timings import Timings
+from appliance.services.webhooks.outbox import Outbox
 from appliance.store import traffic_sql, usage_sql
 
 GENERATION = "#generation"
@@ -68,9 +69,11 @@ class TickStats:
 
 
 class TrafficAccounting:
-    def __init__(self, store, presence, clock=time.time):
+    def __init__(self, store, presence, outbox: Outbox, clock=time.time):
         self.store = store
         self.presence = presence
+        # Webhook events: client.first_connected, in the tick's transaction.
+        self.outbox = outbox
         self.clock = clock
         # Last values seen: of each client's counters by email key ([up, down], kept on
         # its traffic row), of the other counters by name (kept in core_counter).
@@ -158,8 +161,10 @@ class TrafficAccounting:
             # core's values they were measured against, in the same transaction. In the
             # order of their keys, as bulk calls lock them (`bulk.in_lock_order`): a
             # tick and a bulk call never wait on each other in a circle.
+            first = self._first_time(sorted(tick.clients))
             traffic_sql.add_client_core_traffic(store, tick.clients, moved_users, now)
             traffic_sql.start_clocks(store, set(tick.clients), now)
+            self.outbox.raise_stored_clients("client.first_connected", first)
         inbounds = [((tag,), up, down) for tag, (up, down) in tick.inbounds.items()]
         if inbounds:
             traffic_sql.add_inbound_traffic(store, inbounds, by="tag")
@@ -175,6 +180,13 @@ class TrafficAccounting:
                 fresh.append((name, value))
         traffic_sql.keep_core_values(store, known, fresh)
         return new_outbounds
+
+    def _first_time(self, keys: list[str]) -> list[str]:
+        """Which of the clients that moved had never been online, when an endpoint wants
+        to hear of it."""
+        if not self.outbox.wanted_by_any("client.first_connected"):
+            return []
+        return traffic_sql.never_online(self.store, keys)
 
 
 def _counter(name: str) -> tuple[str, str, int] | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import gevent
 from gevent.pool import Pool
+from pony.orm import db_session
 
 from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.admin.status import History
@@ -39,6 +40,7 @@ from appliance.services.nodes.link import (
 )
 from appliance.services.nodes.records import Nodes, details
 from appliance.services.nodes.sealing import is_sealed, unopened
+from appliance.services.webhooks.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,13 @@ class NodeHealth:
         nodes: Nodes,
         identity: Callable[[], Identity],
         notice: ChangeNotice,
+        outbox: Outbox,
         clock: Callable[[], float] = time.time,
     ):
         self.nodes = nodes
+        # Webhook events node.online / node.offline, and the last one raised per node.
+        self.outbox = outbox
+        self._told: dict[int, str] = {}
         self.identity = identity
         # Told `Change("nodeStatus", [id])` when a heartbeat finds a node's status changed.
         self.notice = notice
@@ -175,9 +181,31 @@ class NodeHealth:
                 snapshot["status"],
                 f" ({snapshot['lastError']})" if snapshot.get("lastError") else "",
             )
+            self._tell(record, snapshot, first=old == "unknown")
             self.notice.publish(Change("nodeStatus", [node_id]))
 
+    def _tell(self, record: dict, snapshot: dict, first: bool) -> None:
+        """node.online or node.offline when a node went from one to the other; a node
+        found online by the first beat after a start raises nothing."""
+        event = "node.online" if snapshot["status"] == "online" else "node.offline"
+        told = self._told.get(record["id"], "node.online" if first else "")
+        self._told[record["id"]] = event
+        if event == told:
+            return
+        data = {
+            "id": record["id"],
+            "name": record["name"],
+            "address": record["address"],
+            "port": record["port"],
+            "outOfStep": record["outOfStep"],
+            "status": snapshot["status"],
+            "lastError": snapshot.get("lastError", ""),
+        }
+        with db_session:
+            self.outbox.raise_event(event, [(f"node:{record['id']}", data)])
+
     def _forget(self, node_id: int) -> None:
+        self._told.pop(node_id, None)
         self._snapshots.pop(node_id, None)
         self._histories.pop(node_id, None)
 

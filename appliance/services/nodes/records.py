@@ -31,6 +31,7 @@ from appliance.runtime.changes import Change, ChangeNotice
 from appliance.services.clients.ips import server_of
 from appliance.services.nodes.link import MODES, Details, normalize_pin
 from appliance.services.nodes.sealing import TokenSeal, is_sealed
+from appliance.services.webhooks.outbox import Outbox
 
 # A host name or an IP address (IPv6 bare or in brackets): nothing that could carry a
 # scheme, a path, a user or a port into the URL built from it.
@@ -61,10 +62,13 @@ class Nodes:
         store,
         seal: TokenSeal,
         notice: ChangeNotice,
+        outbox: Outbox,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
         self.notice = notice
+        # Webhook events: node.out_of_step, in the transaction that marks a node so.
+        self.outbox = outbox
         self.clock = clock
         # How API tokens are kept at rest: sealed, with a key kept outside the database.
         self.seal = seal
@@ -165,10 +169,17 @@ class Nodes:
         if not ids:
             return
         with db_session:
+            marked = []
             for row in select(
                 n for n in self.store.entities.Node if n.id in ids and n.dirty != dirty
             ):
                 row.dirty = dirty
+                marked.append(row)
+            if dirty:
+                self.outbox.raise_event(
+                    "node.out_of_step",
+                    [(f"node:{row.id}", _event_view(row)) for row in marked],
+                )
 
     def seal_stored(self) -> tuple[int, list[str]]:
         """Seal the tokens stored in plaintext; returns how many, and the names of the
@@ -365,4 +376,15 @@ def _stored(row) -> dict:
         "outOfStep": row.dirty,
         "createdAt": row.created_at,
         "updatedAt": row.updated_at,
+    }
+
+
+def _event_view(row) -> dict:
+    """A node as its webhook events carry it: which node, where, and in step or not."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "address": row.address,
+        "port": row.port,
+        "outOfStep": row.dirty,
     }

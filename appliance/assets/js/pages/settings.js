@@ -11,11 +11,12 @@ import { checkbox, copyText, DateInput, field, formatDate, Modal, numberInput, Q
 import { BackupsCard, ToolsCard } from "./settings-tools.js";
 import { AuditCard } from "./settings-audit.js";
 import { TemplatesCard } from "./settings-templates.js";
+import { WebhooksCard } from "./settings-webhooks.js";
 import { followRestart, restartMoves } from "../restart.js";
 
 const SECTIONS = {
   panel: ["webListen", "webDomain", "webAllowedHosts", "webPort", "webBasePath", "webCertFile", "webKeyFile", "sessionMaxAge", "trustedProxies", "allowPrivateDestinations", "pageSize", "timeLocation", "auditRetentionDays", "metricsEnable"],
-  clients: ["expireDiff", "trafficDiff", "trafficInterval", "ipLimitEnable", "hwidEnable", "hwidDefaultLimit", "hwidRequired", "hwidAnnounce", "mtprotoDataCenters"],
+  clients: ["expireDiff", "trafficDiff", "webhookUsagePercents", "trafficInterval", "ipLimitEnable", "hwidEnable", "hwidDefaultLimit", "hwidRequired", "hwidAnnounce", "mtprotoDataCenters"],
   subscription: ["subEnable", "subListen", "subPort", "subPath", "subDomain", "subCertFile", "subKeyFile", "subUpdates", "subTitle", "subSupportUrl", "subProfileUrl", "subAnnounce", "subJsonEnable", "subJsonPath", "subYamlEnable", "subYamlPath", "subFormatRules", "remarkModel", "subEnableRouting", "subRoutingRules"],
   chatBot: ["tgBotEnable", "tgBotToken", "tgBotChatId", "tgBotBackup", "tgRunTime", "tgCpuAlert", "tgBotAPIServer"],
   smtp: ["smtpEnable", "smtpHost", "smtpPort", "smtpSecurity", "smtpUsername", "smtpPassword", "smtpFrom"],
@@ -311,6 +312,7 @@ export const SettingsPage = {
         <button class="primary" type="submit">${t("settings.changeAccount")}</button></form>
       <${ApiTokens} />
       <${TemplatesCard} />
+      <${WebhooksCard} />
       <${AuditCard} />
       <${BackupsCard} />
       <${ToolsCard} />

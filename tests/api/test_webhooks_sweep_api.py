@@ -1,0 +1,145 @@
+"""Webhook events no API call raises: the traffic sweep switching off a client over its
+quota (client.limited) or past its expiry (client.expired), and the reminders of an
+expiry near or a day past and of a share of the quota used, each once, on a panel whose
+core is the stand-in Xray so that the sweep and the reminders run every second; and a
+client's first traffic (client.first_connected), once; and the core, seen running,
+stopped (core.stopped)."""
+
+from __future__ import annotations
+
+import time
+
+from access_log import wait_until
+from fake_xray_panel import add_clients, calls, fake_xray_panel, write_state
+from helpers import ok
+from webhook_receiver import Receiver
+
+CLIENTS = "/panel/api/clients"
+SECRET = "a-secret-of-sixteen-or-more"
+
+
+def test_the_sweep_raises_limited_and_expired_once_each(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "sweep", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        events = ["client.limited", "client.expired"]
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
+        inbound = ok(
+            api.post(
+                "/panel/api/inbounds/add",
+                {"protocol": "vless", "port": 4433, "settings": {"decryption": "none"}},
+            )
+        )
+        past = int(time.time() * 1000) - 60_000
+        for client in (
+            {"email": "capped@example.com", "totalGB": 1000},
+            {"email": "late@example.com", "expiryTime": past},
+        ):
+            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+        body = {"upload": 600, "download": 600}
+        ok(api.post(f"{CLIENTS}/updateTraffic/capped@example.com", body))
+        found = receiver.wait_for(2, timeout=30)
+        time.sleep(3)  # more sweeps: nothing more is raised
+        found = receiver.events()
+        assert sorted((e["event"], e["data"]["email"]) for e in found) == [
+            ("client.expired", "late@example.com"),
+            ("client.limited", "capped@example.com"),
+        ]
+        assert all(e["data"]["enable"] is False for e in found)
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_reminders_are_raised_once_each_at_the_nearest_threshold(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "remind", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        events = [
+            "client.expires_in_72_hours",
+            "client.expires_in_48_hours",
+            "client.expires_in_24_hours",
+            "client.expired_24_hours_ago",
+            "client.usage_reached",
+        ]
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
+        inbound = ok(
+            api.post(
+                "/panel/api/inbounds/add",
+                {"protocol": "vless", "port": 4434, "settings": {"decryption": "none"}},
+            )
+        )
+        hour = 3_600_000
+        now = int(time.time() * 1000)
+        for client in (
+            {"email": "soon@example.com", "expiryTime": now + 30 * hour},
+            {"email": "gone@example.com", "expiryTime": now - 25 * hour},
+            {"email": "heavy@example.com", "totalGB": 1000},
+        ):
+            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+        heavy = f"{CLIENTS}/updateTraffic/heavy@example.com"
+        ok(api.post(heavy, {"upload": 850, "download": 0}))
+        receiver.wait_for(3, timeout=30)
+        ok(api.post(heavy, {"upload": 950, "download": 0}))
+        receiver.wait_for(4, timeout=30)
+        time.sleep(3)  # more passes: nothing more is raised
+        found = sorted(
+            (e["event"], e["data"]["email"], e["data"].get("percent")) for e in receiver.events()
+        )
+        assert found == [
+            ("client.expired_24_hours_ago", "gone@example.com", None),
+            ("client.expires_in_48_hours", "soon@example.com", None),
+            ("client.usage_reached", "heavy@example.com", 80),
+            ("client.usage_reached", "heavy@example.com", 90),
+        ]
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_first_traffic_of_a_client_raises_first_connected_once(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "first", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": ["client.first_connected"]}))
+        add_clients(api, {"new@example.com": 0, "idle@example.com": 0})
+        # Counters set before the core's last restart would be taken as its starting point.
+        reads = len(calls(tmp_path / "calls.jsonl"))
+        wait_until(lambda: len(calls(tmp_path / "calls.jsonl")) > reads + 4, "a few more ticks")
+        counter = "user>>>new@example.com>>>traffic>>>uplink"
+        write_state(tmp_path / "state.json", counters={counter: 100})
+        [event] = receiver.wait_for(1, timeout=30)
+        assert event["data"]["email"] == "new@example.com"
+        write_state(tmp_path / "state.json", counters={counter: 500})
+        wait_until(
+            lambda: ok(api.get(f"{CLIENTS}/get/new@example.com"))["client"]["traffic"]["up"] >= 500,
+            "the second tick is counted",
+        )
+        time.sleep(2)
+        assert len(receiver.events()) == 1
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
+def test_a_core_seen_running_then_stopped_raises_core_stopped(tmp_path):
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "core", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": ["core.stopped"]}))
+        time.sleep(5)  # the watch sees the core running
+        assert receiver.events() == []
+        ok(api.post("/panel/api/server/stopCoreService"))
+        [event] = receiver.wait_for(1, timeout=30)
+        assert (event["event"], event["data"]["state"]) == ("core.stopped", "stop")
+    finally:
+        receiver.stop()
+        panel.stop()
