@@ -23,14 +23,15 @@ CORE_ENV = {"APPLIANCE_CORE": V2RAY}
 WAIT = 15
 
 
-def wait_until(condition, what: str, timeout: float = WAIT):
-    """Poll `condition` until it returns something truthy; fail with `what` after `timeout`."""
+def wait_until(condition, what: str, timeout: float = WAIT, step: float = 0.1):
+    """Poll `condition` every `step` seconds until it returns something truthy; fail with
+    `what` after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(step)
     raise AssertionError(f"not within {timeout} s: {what}")
 
 

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 import requests
+from core_panel import wait_until
 from helpers import create_database, create_inbound, drop_database, ok, server_reachable
 from panels import backend, start_panel
 
@@ -66,13 +67,8 @@ def _named(name: str) -> dict:
 
 
 def wait_for(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
+    """`wait_until`, looking often: the propagation it waits for is timed to 2 s."""
+    return wait_until(predicate, what, seconds, step=0.05)
 
 
 def test_three_instances_list_each_other_with_exactly_one_leader(world):
