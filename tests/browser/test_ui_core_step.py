@@ -90,7 +90,10 @@ def test_the_header_and_the_inbound_row_say_the_core_is_out_of_step(browser, out
 def test_a_client_on_an_inbound_the_core_does_not_run_is_marked(browser, out_of_step, watches):
     server, _, _, on_restored, on_fine = out_of_step
     page = signed_in_page(browser, server, watches)
-    reason = page.locator("[data-testid=core-badge]").get_attribute("title")
+    badge = page.locator("[data-testid=core-badge]")
+    # The badge says "unknown" until the page's first status has arrived.
+    expect(badge).to_contain_text("out of step")
+    reason = badge.get_attribute("title")
     go(page, "clients")
     mark = client_row(page, on_restored).locator("[data-testid=stale-client]")
     expect(mark).to_have_text("Not running as saved")
