@@ -416,12 +416,17 @@ def sample_values(kind: str) -> dict:
         "expiry": 0,
     }
     common = {
-        "subscription": {"title": "sample", "upload": 1024, "download": 2048, "total": 0},
+        "subscription": {
+            "title": "sample",
+            "upload": 1024,
+            "download": 2048,
+            "total": 0,
+            "expire": 0,
+        },
         "client": client,
         "clients": [client],
         "links": [f"vless://{SAMPLE_UUID}@{SAMPLE_SERVER}:443?security=tls#sample"],
     }
-    common["subscription"]["expire"] = 0
     if kind == "singbox":
         outbound = {
             "type": "vless",

@@ -38,7 +38,7 @@ from appliance.services.nodes.link import (
     NodeError,
     NodeLink,
 )
-from appliance.services.nodes.records import Nodes, details
+from appliance.services.nodes.records import Nodes, details, node_event
 from appliance.services.nodes.sealing import is_sealed, unopened
 from appliance.services.webhooks.outbox import Outbox
 
@@ -192,17 +192,11 @@ class NodeHealth:
         self._told[record["id"]] = event
         if event == told:
             return
-        data = {
-            "id": record["id"],
-            "name": record["name"],
-            "address": record["address"],
-            "port": record["port"],
-            "outOfStep": record["outOfStep"],
-            "status": snapshot["status"],
-            "lastError": snapshot.get("lastError", ""),
-        }
+        told_of = node_event(
+            record, status=snapshot["status"], lastError=snapshot.get("lastError", "")
+        )
         with db_session:
-            self.outbox.raise_event(event, [(f"node:{record['id']}", data)])
+            self.outbox.raise_event(event, [told_of])
 
     def _forget(self, node_id: int) -> None:
         self._told.pop(node_id, None)

@@ -177,8 +177,7 @@ class Nodes:
                 marked.append(row)
             if dirty:
                 self.outbox.raise_event(
-                    "node.out_of_step",
-                    [(f"node:{row.id}", _event_view(row)) for row in marked],
+                    "node.out_of_step", [node_event(_stored(row)) for row in marked]
                 )
 
     def seal_stored(self) -> tuple[int, list[str]]:
@@ -379,12 +378,8 @@ def _stored(row) -> dict:
     }
 
 
-def _event_view(row) -> dict:
-    """A node as its webhook events carry it: which node, where, and in step or not."""
-    return {
-        "id": row.id,
-        "name": row.name,
-        "address": row.address,
-        "port": row.port,
-        "outOfStep": row.dirty,
-    }
+def node_event(record: dict, **more) -> tuple[str, dict]:
+    """(subject, data) of a webhook event about a node (its stored record): which node,
+    where, in step or not, and `more`."""
+    data = {key: record[key] for key in ("id", "name", "address", "port", "outOfStep")}
+    return f"node:{record['id']}", {**data, **more}
