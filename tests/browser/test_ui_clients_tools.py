@@ -204,7 +204,10 @@ def test_enabling_and_disabling_many_clients_is_one_request(browser, panel, watc
     assert ok(api.post(f"{API}/bulkCreate", items))["created"] == len(names)
     page = signed_in_page(browser, panel, watches, viewport=DESKTOP)
     go(page, "clients")
-    page.fill("[data-testid=client-search]", "switch-")
+    # The search's answer is awaited before its rows are counted: on a loaded machine the
+    # page of every client can still be on screen when the count's own wait runs out.
+    with page.expect_response(lambda r: "list/paged" in r.url and "search=switch-" in r.url):
+        page.fill("[data-testid=client-search]", "switch-")
     expect(page.locator("[data-testid=clients-table] tbody tr")).to_have_count(len(names))
     sent: list[tuple[str, str]] = []
     page.on("request", lambda request: sent.append((request.method, request.url)))
