@@ -54,6 +54,12 @@ DUMP_ACTIONS = frozenset(
 LEADING_WORD = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.DOTALL)
 
 
+# Tables that describe the panels running on the database, not its data: the instances
+# and the log of changes sent between them. A backup leaves their rows behind, so a
+# database restored from it lists only the instances that start on it.
+RUNNING_STATE = frozenset({"panel_instance", "change_log"})
+
+
 # ---- snapshots ------------------------------------------------------------------------------
 
 
@@ -89,6 +95,8 @@ def snapshot_networked(conn, dialect: str, dest_path: str) -> None:
             target.execute("BEGIN")
             target.execute(f"DELETE FROM {VERSION_TABLE.name}")
             for table in tables_in_dependency_order(target, include_versions=True):
+                if table in RUNNING_STATE:
+                    continue
                 _copy_into_sqlite(conn, dialect, target, table, columns(target, table))
             target.execute("COMMIT")
         finally:
