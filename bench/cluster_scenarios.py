@@ -10,6 +10,11 @@ one fresh database of the bench's own (bench/db_scenarios.py's `ServerDatabase`)
 - `failover`: the leader is killed (`kill -9`) and a survivor's `server/cluster` is
   polled until another instance leads; seconds per handover, `runs` handovers (the
   killed one is started again from its data directory in between), median and slowest.
+- `subscriptions`: 2,000 clients with their own subIds, random subIds over 50
+  connections (wrk, 3 s) against A alone, then against A and B at once (a wrk each),
+  `runs` times; `two_over_one` is the median ratio of the two instances' summed req/s to
+  A's alone. The instances share this host, so each one's process tree is pinned to a
+  core of its own (`taskset`) as if on a host of its own; the wrk processes share both.
 """
 
 from __future__ import annotations
@@ -17,11 +22,15 @@ from __future__ import annotations
 import base64
 import re
 import statistics
+import subprocess
+import threading
 import time
 import uuid
 
 from db_scenarios import ServerDatabase
-from harness import BenchError, Client, Context, Panel, log, percentile, scenario
+from harness import BenchError, Client, Context, Panel, children, log, percentile, scenario
+from sub_scenarios import RANDOM_SUB, SEED, sub_id
+from sub_scenarios import _wrk as wrk
 
 KINDS = ("postgres", "mysql")
 CLUSTER = "/panel/api/server/cluster"
@@ -30,6 +39,7 @@ PER_RUN = 20
 POLL_SECONDS = 0.005
 GIVE_UP_SECONDS = 60
 LOG_READ_SECONDS = 1.0
+SUB_CLIENTS = 2_000
 
 
 class Instance(Panel):
@@ -79,28 +89,19 @@ def _measure(ctx: Context, url: str) -> dict:
     return {
         "instances": len(instances),
         "propagation": _propagation(instances[0], instances[1], ctx.runs),
+        "subscriptions": _subscriptions(ctx, instances[0], instances[1]),
         "failover": _failover(ctx, instances, url, dirs),
     }
 
 
 def _propagation(a: Instance, b: Instance, runs: int) -> dict:
     api = a.client()
-    port = 32700 + uuid.uuid4().int % 60
-    inbound = api.call(
-        "POST",
-        "/panel/api/inbounds/add",
-        {
-            "protocol": "vless",
-            "port": port,
-            "settings": {"decryption": "none"},
-            "streamSettings": {"network": "tcp", "security": "none"},
-        },
-    )
+    inbound = _vless(api, 32700)
     sub = Client(b.sub_url(), keep_cookies=False)
     sub_id = uuid.uuid4().hex[:16]
     email = f"{sub_id}@bench"
     client = {"email": email, "subId": sub_id}
-    api.call("POST", "/panel/api/clients/add", {"client": client, "inboundIds": [inbound["id"]]})
+    api.call("POST", "/panel/api/clients/add", {"client": client, "inboundIds": [inbound]})
     _wait(lambda: sub.request("GET", f"/sub/{sub_id}").status == 200, "the client on B")
     stored = api.call("GET", f"/panel/api/clients/get/{email}")["client"]
     seconds = []
@@ -126,6 +127,85 @@ def _propagation(a: Instance, b: Instance, runs: int) -> dict:
         "target": "p99 < 2000 ms",
         "met": percentile(seconds, 99) < 2,
     }
+
+
+def _subscriptions(ctx: Context, a: Instance, b: Instance) -> dict:
+    api = a.client()
+    inbound = _vless(api, 32730)
+    items = [
+        {"client": {"email": f"{sub_id(n)}@tp", "subId": sub_id(n)}, "inboundIds": [inbound]}
+        for n in range(SUB_CLIENTS)
+    ]
+    api.call("POST", "/panel/api/clients/bulkCreate", items)
+    last = f"/sub/{sub_id(SUB_CLIENTS - 1)}"
+    sub_b = Client(b.sub_url(), keep_cookies=False)
+    _wait(lambda: sub_b.request("GET", last).status == 200, "the clients on B")
+    script = ctx.bench.workdir / "cluster-random.lua"
+    script.write_text(RANDOM_SUB % (SEED, "/sub/", SUB_CLIENTS - 1))
+    urls = [a.sub_url() + "/sub/", b.sub_url() + "/sub/"]
+    for cpu, instance in enumerate((a, b)):
+        _pin(instance, str(cpu))
+    try:
+        for url in urls:  # every body rendered once on each instance before measuring
+            wrk(url, script=str(script))
+        ratios, ones, twos = [], [], []
+        for _ in range(ctx.runs):
+            one = wrk(urls[0], script=str(script))["rps"]
+            both = _at_once([lambda u=u: wrk(u, script=str(script))["rps"] for u in urls])
+            ones.append(one)
+            twos.append(sum(both))
+            ratios.append(sum(both) / one)
+    finally:
+        for instance in (a, b):
+            _pin(instance, "0-1")
+    return {
+        "clients": SUB_CLIENTS,
+        "one_rps": round(statistics.median(ones)),
+        "two_rps": round(statistics.median(twos)),
+        "two_over_one": round(statistics.median(ratios), 3),
+        "pinned": "one core per instance",
+    }
+
+
+def _vless(api: Client, first: int) -> int:
+    """A VLESS inbound on a port of 30 from `first` (the bench's two never share one)."""
+    port = first + uuid.uuid4().int % 30
+    inbound = api.call(
+        "POST",
+        "/panel/api/inbounds/add",
+        {
+            "protocol": "vless",
+            "port": port,
+            "settings": {"decryption": "none"},
+            "streamSettings": {"network": "tcp", "security": "none"},
+        },
+    )
+    return inbound["id"]
+
+
+def _pin(instance: Instance, cpus: str) -> None:
+    """Every thread of the instance's process and of its workers to `cpus`."""
+    for pid in (instance.pid, *children(instance.pid)):
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, stdout=subprocess.DEVNULL
+        )
+
+
+def _at_once(calls: list) -> list:
+    """The results of `calls`, each run in its own thread at the same time."""
+    results = [None] * len(calls)
+
+    def run(index: int) -> None:
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if any(result is None for result in results):
+        raise BenchError("a wrk run at once with another failed")
+    return results
 
 
 def _failover(ctx: Context, instances: list[Instance], url: str, dirs) -> dict:
