@@ -20,6 +20,7 @@ from pony.orm import db_session
 
 from appliance.domain import clients as rules
 from appliance.store import Store
+from appliance.store.client_queries import Conditions
 from appliance.store.client_rows import CLIENT_FROM, CLIENT_SELECT, client_records
 from appliance.store.client_rules_sql import active_sql, depleted_sql, expired_sql
 
@@ -154,3 +155,41 @@ def test_served_is_active_with_the_traffic_row_enabled():
     assert not rules.served(base._replace(expiry_time=NOW), NOW)
     assert rules.served(base._replace(expiry_time=NOW + 1), NOW)
     assert rules.served(base._replace(expiry_time=-86_400_000), NOW)
+
+
+# ---- search ----------------------------------------------------------------------------------
+
+# Search texts and needles from few letters, so that needles often match, with LIKE's own
+# wildcards and the escape character among them: a search is a literal substring.
+SEARCH_ALPHABET = "abü1%_! "
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.text(SEARCH_ALPHABET, max_size=14), min_size=1, max_size=10),
+    st.text(SEARCH_ALPHABET, min_size=1, max_size=6),
+)
+def test_a_search_matches_the_clients_whose_text_holds_it_literally(store, texts, needle):
+    """The rows whose search text holds the needle: on PostgreSQL through its trigram
+    index (for a needle long enough to hold a trigram; scans of the table and of other
+    indexes turned off, so the plan must use it), elsewhere by a scan."""
+    written(store, [{"enable": True, "total": 0, "expiry": 0, "traffic": None}] * len(texts))
+    with db_session:
+        ids = [row[0] for row in store.rows("SELECT id FROM client ORDER BY id")]
+        store.execute_many(
+            "UPDATE client SET search_key = ? WHERE id = ?", list(zip(texts, ids, strict=True))
+        )
+    conditions = Conditions()
+    conditions.search(needle)
+    where, params = conditions.where[0], conditions.params
+    with db_session:
+        # A needle of fewer than three characters holds no trigram to look up.
+        if backend["kind"] == "postgres" and len(needle) >= 3:
+            for scan in ("seqscan", "indexscan", "indexonlyscan"):
+                store.execute(f"SET LOCAL enable_{scan} = off")
+            plan = store.rows(f"EXPLAIN SELECT c.id {CLIENT_FROM} WHERE {where}", params)
+            assert "ix_client_search_trigram" in " ".join(row[0] for row in plan), plan
+        found = {row[0] for row in store.rows(f"SELECT c.id {CLIENT_FROM} WHERE {where}", params)}
+    assert found == {row_id for row_id, text in zip(ids, texts, strict=True) if needle in text}

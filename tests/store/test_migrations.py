@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
-from helpers import NETWORKED, fresh_database, without_core_or_nodes
+from helpers import NETWORKED, fresh_database, server_reachable, without_core_or_nodes
 from panels import start_panel
 
 from appliance.runtime.changes import ChangeNotice
@@ -178,6 +178,44 @@ def test_networked_migrations_step_by_step(kind):
             assert migrate(conn, store.dialect) == []
         finally:
             conn.close()
+
+
+def test_a_role_that_may_not_add_extensions_migrates_and_searches_by_a_scan(caplog):
+    """A PostgreSQL role without CREATE on its database cannot add pg_trgm: the panel
+    starts all the same, says in the log how to add the index, and searches by a scan."""
+    if not server_reachable("postgres"):
+        pytest.skip("no postgres server")
+    import psycopg2
+
+    role = f"appliance_limited_{uuid4().hex[:8]}"
+    host, port = NETWORKED["postgres"]
+    try:
+        with fresh_database("postgres") as url:
+            admin = psycopg2.connect(
+                host=host, port=port, user="postgres", dbname=url.rsplit("/", 1)[1]
+            )
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute(f"CREATE ROLE {role} LOGIN")
+                cur.execute(f"GRANT ALL ON SCHEMA public TO {role}")
+            store = Store(url.replace("postgresql://postgres@", f"postgresql://{role}@"))
+            with caplog.at_level("WARNING", logger="appliance.store.migrations"):
+                assert store.open() == list(range(1, LATEST + 1))
+            try:
+                assert "pg_trgm could not be added" in caplog.text
+                assert "CREATE INDEX ix_client_search_trigram" in caplog.text
+                with admin.cursor() as cur:
+                    cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'client'")
+                    assert "ix_client_search_trigram" not in {row[0] for row in cur.fetchall()}
+            finally:
+                store.close()
+                admin.close()
+    finally:
+        with contextlib.closing(
+            psycopg2.connect(host=host, port=port, user="postgres", dbname="postgres")
+        ) as conn:
+            conn.autocommit = True
+            conn.cursor().execute(f"DROP ROLE IF EXISTS {role}")
 
 
 @pytest.mark.parametrize("kind", sorted(NETWORKED))
