@@ -181,7 +181,7 @@ def test_a_search_matches_the_clients_whose_text_holds_it_literally(store, texts
         store.execute_many(
             "UPDATE client SET search_key = ? WHERE id = ?", list(zip(texts, ids, strict=True))
         )
-    conditions = Conditions()
+    conditions = Conditions(dialect=store.dialect)
     conditions.search(needle)
     where, params = conditions.where[0], conditions.params
     with db_session:

@@ -199,7 +199,7 @@ class ClientQuery:
         ]
 
     def _conditions(self, query: dict) -> Conditions:
-        conditions = Conditions()
+        conditions = Conditions(dialect=self.store.dialect)
         search = query.get("search") or ""
         if not isinstance(search, str) or len(search) > 255:
             raise ServiceError("search must be a string of at most 255 characters")
