@@ -170,26 +170,41 @@ SEARCH_ALPHABET = "abü1%_! "
 @given(
     st.lists(st.text(SEARCH_ALPHABET, max_size=14), min_size=1, max_size=10),
     st.text(SEARCH_ALPHABET, min_size=1, max_size=6),
+    st.booleans(),
 )
-def test_a_search_matches_the_clients_whose_text_holds_it_literally(store, texts, needle):
-    """The rows whose search text holds the needle: on PostgreSQL through its trigram
-    index (for a needle long enough to hold a trigram; scans of the table and of other
-    indexes turned off, so the plan must use it), elsewhere by a scan."""
+def test_a_search_matches_the_clients_whose_text_holds_it_or_whose_device_it_names(
+    store, texts, needle, a_device
+):
+    """The rows whose search text holds the needle, and the one whose subscription served
+    a device of that id: on PostgreSQL through its trigram index (for a needle long
+    enough to hold a trigram; scans of the table and of other indexes turned off, so the
+    plan must use it), elsewhere by a scan."""
     written(store, [{"enable": True, "total": 0, "expiry": 0, "traffic": None}] * len(texts))
     with db_session:
+        store.execute("DELETE FROM client_device")
         ids = [row[0] for row in store.rows("SELECT id FROM client ORDER BY id")]
         store.execute_many(
             "UPDATE client SET search_key = ? WHERE id = ?", list(zip(texts, ids, strict=True))
         )
-    conditions = Conditions(dialect=store.dialect)
-    conditions.search(needle)
-    where, params = conditions.where[0], conditions.params
-    with db_session:
-        # A needle of fewer than three characters holds no trigram to look up.
-        if backend["kind"] == "postgres" and len(needle) >= 3:
-            for scan in ("seqscan", "indexscan", "indexonlyscan"):
-                store.execute(f"SET LOCAL enable_{scan} = off")
-            plan = store.rows(f"EXPLAIN SELECT c.id {CLIENT_FROM} WHERE {where}", params)
-            assert "ix_client_search_trigram" in " ".join(row[0] for row in plan), plan
-        found = {row[0] for row in store.rows(f"SELECT c.id {CLIENT_FROM} WHERE {where}", params)}
-    assert found == {row_id for row_id, text in zip(ids, texts, strict=True) if needle in text}
+        if a_device:  # the last client's subscription served a device named as the needle
+            store.execute(
+                "INSERT INTO client_device (sub_id, slot, hwid) VALUES (?, 1, ?)",
+                [f"sub{len(texts) - 1}", needle],
+            )
+    expected = {row_id for row_id, text in zip(ids, texts, strict=True) if needle in text}
+    for hwid in ("", needle):
+        conditions = Conditions(dialect=store.dialect)
+        conditions.search(needle, hwid)
+        where, params = conditions.where[0], conditions.params
+        with db_session:
+            # A needle of fewer than three characters holds no trigram to look up.
+            if backend["kind"] == "postgres" and len(needle) >= 3:
+                for scan in ("seqscan", "indexscan", "indexonlyscan"):
+                    store.execute(f"SET LOCAL enable_{scan} = off")
+                plan = store.rows(f"EXPLAIN SELECT c.id {CLIENT_FROM} WHERE {where}", params)
+                assert "ix_client_search_trigram" in " ".join(row[0] for row in plan), plan
+            found = {
+                row[0] for row in store.rows(f"SELECT c.id {CLIENT_FROM} WHERE {where}", params)
+            }
+        device = {ids[-1]} if hwid and a_device else set()
+        assert found == expected | device, (hwid, where)
