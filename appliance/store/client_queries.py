@@ -149,12 +149,14 @@ class Conditions:
         return (self.sql, tuple(self.params))
 
 
-def page_source(sort: str, direction: str, reads_traffic: bool) -> tuple[str, str]:
+def page_source(sort: str, direction: str, reads_traffic: bool, dialect: str) -> tuple[str, str]:
     """The FROM clause and the ORDER BY of a page: ties broken by id, so pages never
     overlap; the traffic join only when a condition or the order reads the counters."""
     direction = ORDERS[direction]
     if sort == "traffic":
-        return BY_TRAFFIC, f"ORDER BY (t.up + t.down) {direction}, t.id {direction}"
+        # MariaDB's index is on a generated column, and only its name reads the index.
+        used = "t.used" if dialect == "mysql" else "(t.up + t.down)"
+        return BY_TRAFFIC, f"ORDER BY {used} {direction}, t.id {direction}"
     source = CLIENT_FROM if reads_traffic or sort == "remaining" else "FROM client c"
     return source, f"ORDER BY {SORT_SQL[sort]} {direction}, c.id {direction}"
 

@@ -199,7 +199,7 @@ def test_a_role_that_may_not_add_extensions_migrates_and_searches_by_a_scan(capl
                 cur.execute(f"CREATE ROLE {role} LOGIN")
                 cur.execute(f"GRANT ALL ON SCHEMA public TO {role}")
             store = Store(url.replace("postgresql://postgres@", f"postgresql://{role}@"))
-            with caplog.at_level("WARNING", logger="appliance.store.migrations"):
+            with caplog.at_level("WARNING", logger="appliance.store.schema_steps"):
                 assert store.open() == list(range(1, LATEST + 1))
             try:
                 assert "pg_trgm could not be added" in caplog.text

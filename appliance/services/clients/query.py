@@ -144,7 +144,9 @@ class ClientQuery:
             self._counts, self._counts_version = {}, summary.version
         with db_session:
             filtered = self._known_count(query, conditions, summary)
-            source = client_queries.page_source(sort, order, query.get("filter") in TRAFFIC_FILTERS)
+            source = client_queries.page_source(
+                sort, order, query.get("filter") in TRAFFIC_FILTERS, self.store.dialect
+            )
             offset = (page - 1) * size
             if filtered is None or (conditions.where and (offset + size) * WALK_FACTOR > filtered):
                 matches = client_queries.matching_ids(self.store, conditions, source)
