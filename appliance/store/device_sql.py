@@ -10,7 +10,9 @@ admission must write there too, so `DeviceWrites` holds a few plain connections 
 own that are not read-only and can run nothing but the statements below: insert a
 device, note when known devices were last seen. They run in autocommit, so no read or
 insert holds a transaction open; the batch of sightings is one short transaction. The
-panel admits through the same class, so both admit alike.
+panel admits through the same class, so both admit alike. A device refused is written
+the same way, once (`device_refusal`), for the webhook pass that raises
+client.device_refused (services/webhooks/devices.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ import threading
 import gevent
 
 DEVICE_COLUMNS = "hwid, os, os_version, model, user_agent, address, first_seen, last_seen"
+REFUSAL_COLUMNS = "hwid, os, os_version, model, user_agent, address, first_seen"
 # Connections kept for admission per process: a few requests admit at once at most.
 WRITE_CONNECTIONS = 4
+# Refused devices kept per subscription: past this, one that asks with ever new device
+# ids writes nothing more.
+REFUSALS_KEPT = 20
 # How long a write waits for SQLite's writer lock, yielding to the other greenlets (the
 # holder may be one of this process's, which a blocking wait would never let finish).
 SQLITE_WAIT_SECONDS = 10
@@ -67,12 +73,16 @@ def device_counts(rows, sub_ids: list[str]) -> dict[str, int]:
 
 
 def delete_device(store, sub_id: str, hwid: str) -> int:
-    """Forget one device of a subscription (inside the caller's transaction)."""
+    """Forget one device of a subscription (inside the caller's transaction), and the
+    devices it refused: with a place free, a refusal is news again."""
+    store.execute("DELETE FROM device_refusal WHERE sub_id = ?", [sub_id])
     return store.execute("DELETE FROM client_device WHERE sub_id = ? AND hwid = ?", [sub_id, hwid])
 
 
 def delete_devices(store, sub_id: str) -> int:
-    """Forget every device of a subscription (inside the caller's transaction)."""
+    """Forget every device of a subscription and every device it refused (inside the
+    caller's transaction)."""
+    store.execute("DELETE FROM device_refusal WHERE sub_id = ?", [sub_id])
     return store.execute("DELETE FROM client_device WHERE sub_id = ?", [sub_id])
 
 
@@ -97,6 +107,22 @@ class DeviceWrites:
         )
         try:
             self._run(lambda cursor: cursor.execute(statement, [sub_id, slot, *device]))
+        except self._integrity_errors():
+            return False
+        return True
+
+    def refuse(self, sub_id: str, device: tuple) -> bool:
+        """Note that the subscription refused the device (DEVICE_COLUMNS' values up to
+        the address, then when): False when it was noted before or REFUSALS_KEPT are."""
+        kept = self.rows("SELECT COUNT(*) FROM device_refusal WHERE sub_id = ?", [sub_id])
+        if kept[0][0] >= REFUSALS_KEPT:
+            return False
+        statement = self._dialect(
+            f"INSERT INTO device_refusal (sub_id, {REFUSAL_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        try:
+            self._run(lambda cursor: cursor.execute(statement, [sub_id, *device]))
         except self._integrity_errors():
             return False
         return True

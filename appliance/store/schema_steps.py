@@ -680,6 +680,29 @@ def _v22_traffic_order_on_mariadb(dialect: str) -> list[str]:
     ]
 
 
+def _v23_device_refusals(dialect: str) -> list[str]:
+    """Webhooks hear of refused devices: each device a subscription refused (beyond its
+    limit) is one row, unique per subscription and device, so a refused app polling all
+    day is one row and one event. `webhook_mark` gets an index by reminder, so the
+    usage reminders of clients back under their quota's first share (a traffic reset)
+    are found without reading every reminder."""
+    table = Table(
+        "device_refusal",
+        (
+            Column("sub_id", "str", 64),
+            Column("hwid", "str", 128),
+            Column("os", "str", 255, default=""),
+            Column("os_version", "str", 255, default=""),
+            Column("model", "str", 255, default=""),
+            Column("user_agent", "str", 255, default=""),
+            Column("address", "str", 64, default=""),
+            Column("first_seen", "bigint", default=0),
+        ),
+        (Index(("sub_id", "hwid"), unique=True),),
+    )
+    return [*table.create(dialect), create_index("webhook_mark", Index(("event",)), dialect)]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -707,4 +730,5 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (20, "webhooks: endpoints, the outbox of their deliveries, reminders raised", _v20_webhooks),
     (21, "PostgreSQL: a trigram index for searching clients", _v21_trigram_search),
     (22, "MariaDB: an index to sort clients by traffic", _v22_traffic_order_on_mariadb),
+    (23, "webhooks: the devices refused, reminders indexed by event", _v23_device_refusals),
 ]

@@ -201,6 +201,20 @@ def using(store, least_percent: int) -> list[tuple[str, int, int]]:
     )
 
 
+def forget_usage_under(store, reminders: list[str], least_percent: int) -> int:
+    """Forget the usage `reminders` (event:percent names) of clients now under
+    `least_percent` of their quota, or gone: a traffic reset, by whatever path, lets
+    them be raised again. The reminders are named exactly, to read migration 23's index."""
+    names = ", ".join("?" for _ in reminders)
+    return store.execute(
+        f"DELETE FROM webhook_mark WHERE event IN ({names}) AND NOT EXISTS ("
+        "SELECT 1 FROM client c JOIN client_traffic t ON t.email_key = c.email_key "
+        "WHERE c.email_key = webhook_mark.subject AND c.total_bytes > 0 "
+        "AND (t.up + t.down) * 100 >= c.total_bytes * ?)",
+        [*reminders, least_percent],
+    )
+
+
 def marks(store, subjects: list[str]) -> dict[tuple[str, str], int]:
     """(subject, reminder) -> the expiry or quota it was raised for."""
     if not subjects:
@@ -224,16 +238,17 @@ def set_marks(store, new: list[tuple[str, str, int]], changed: list[tuple[int, s
 # ---- devices ---------------------------------------------------------------------------
 
 
-def last_device_id(store) -> int:
-    return store.rows("SELECT COALESCE(MAX(id), 0) FROM client_device")[0][0]
+def last_id(store, table: str) -> int:
+    """The last row of a device table (`client_device` or `device_refusal`)."""
+    return store.rows(f"SELECT COALESCE(MAX(id), 0) FROM {table}")[0][0]
 
 
-def devices_after(store, after_id: int, limit: int) -> list[tuple]:
+def devices_after(store, table: str, after_id: int, limit: int) -> list[tuple]:
     """(id, email key, hwid, os, os version, model, user agent, address, first seen) of
-    the devices admitted after row `after_id`, in the order admitted."""
+    the rows of `table` (devices admitted or refused) after row `after_id`, in order."""
     return store.rows(
         "SELECT d.id, c.email_key, d.hwid, d.os, d.os_version, d.model, d.user_agent, "
-        "d.address, d.first_seen FROM client_device d JOIN client c ON c.sub_id = d.sub_id "
+        f"d.address, d.first_seen FROM {table} d JOIN client c ON c.sub_id = d.sub_id "
         "WHERE d.id > ? ORDER BY d.id LIMIT ?",
         [after_id, limit],
     )

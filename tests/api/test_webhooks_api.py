@@ -228,6 +228,39 @@ def test_a_device_admitted_raises_device_added_once(api, hooks, receiver, panel)
     assert len(events) == 2
 
 
+def test_a_device_refused_raises_device_refused_once_until_a_place_is_freed(
+    api, hooks, receiver, panel
+):
+    ok(api.post("/panel/api/setting/update", {"hwidEnable": True, "hwidRequired": False}))
+    inbound_id = create_plain_vless(api, next(_ports))
+    add_endpoint(api, hooks, receiver.url, events=["client.device_refused"])
+    client = add_client(api, inbound_id, "tablet@example.com", deviceLimit=1)
+    time.sleep(3)  # the first pass starts at the refusals already there
+
+    def fetch(hwid: str) -> int:
+        headers = {"User-Agent": "v2RayTun/5.1", "x-hwid": hwid, "x-device-os": "Android"}
+        url = f"{panel.sub_url}/sub/{client['subId']}"
+        return requests.get(url, headers=headers, timeout=10).status_code
+
+    assert fetch("tablet-one") == 200
+    assert [fetch("tablet-two"), fetch("tablet-two"), fetch("tablet-three")] == [403] * 3
+    receiver.wait_for(2)
+    time.sleep(3)  # more passes: a refused device asking again raises nothing more
+    assert [e["data"]["device"]["hwid"] for e in receiver.events()] == [
+        "tablet-two",
+        "tablet-three",
+    ]
+    event = receiver.events()[0]
+    assert event["data"]["email"] == "tablet@example.com"
+    assert event["data"]["device"]["os"] == "Android"
+    ok(api.post(f"{CLIENTS}/devices/tablet@example.com/del", {"hwid": "tablet-one"}))
+    assert fetch("tablet-two") == 200
+    assert fetch("tablet-three") == 403
+    receiver.wait_for(3)
+    time.sleep(3)
+    assert [e["data"]["device"]["hwid"] for e in receiver.events()][2:] == ["tablet-three"]
+
+
 # ---- durability -----------------------------------------------------------------------------
 
 

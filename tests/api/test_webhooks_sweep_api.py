@@ -53,7 +53,7 @@ def test_the_sweep_raises_limited_and_expired_once_each(tmp_path):
         panel.stop()
 
 
-def test_reminders_are_raised_once_each_at_the_nearest_threshold(tmp_path):
+def test_reminders_are_raised_once_each_at_the_nearest_threshold_and_again_after_a_reset(tmp_path):
     receiver = Receiver().start()
     panel = fake_xray_panel(tmp_path)
     try:
@@ -87,12 +87,19 @@ def test_reminders_are_raised_once_each_at_the_nearest_threshold(tmp_path):
         ok(api.post(heavy, {"upload": 950, "download": 0}))
         receiver.wait_for(4, timeout=30)
         time.sleep(3)  # more passes: nothing more is raised
+        assert len(receiver.events()) == 4
+        ok(api.post(f"{CLIENTS}/resetTraffic/heavy@example.com"))
+        time.sleep(3)  # a pass sees the client back under its first share
+        ok(api.post(heavy, {"upload": 800, "download": 0}))
+        receiver.wait_for(5, timeout=30)
+        time.sleep(3)
         found = sorted(
             (e["event"], e["data"]["email"], e["data"].get("percent")) for e in receiver.events()
         )
         assert found == [
             ("client.expired_24_hours_ago", "gone@example.com", None),
             ("client.expires_in_48_hours", "soon@example.com", None),
+            ("client.usage_reached", "heavy@example.com", 80),
             ("client.usage_reached", "heavy@example.com", 80),
             ("client.usage_reached", "heavy@example.com", 90),
         ]

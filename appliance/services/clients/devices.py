@@ -20,7 +20,8 @@ id is served and not counted unless `hwidRequired` is on.
 Whether the requesting device is known comes with the subscription's own read (the
 lookup of its clients carries the slot the device holds), so a known device costs no
 query of its own, and a device removed anywhere is refused from the next request on, in
-every process. Admission inserts a new device at the lowest free slot
+every process. A device refused is noted once, for the webhook client.device_refused.
+Admission inserts a new device at the lowest free slot
 (appliance.store.device_sql): the database's unique keys make it exactly once, whichever
 process admits. That a known device was seen again is kept in memory and written every
 FLUSH_SECONDS in one batch, not once per request: client apps poll all day.
@@ -134,13 +135,23 @@ class Devices:
             slot = _lowest_free(taken)
             if limit and (len(taken) >= limit or slot > limit):
                 # full, unless a request of this device admitted it since the lookup
-                return device_sql.device_slot(rows, sub_id, hwid) is not None
+                if device_sql.device_slot(rows, sub_id, hwid) is not None:
+                    return True
+                break
             if self.writes.insert(sub_id, slot, device) or (
                 # the same device, admitted by a request at the same moment
                 device_sql.device_slot(rows, sub_id, hwid) is not None
             ):
                 return True
+        self._refused(sub_id, device[:-1])
         return False
+
+    def _refused(self, sub_id: str, device: tuple) -> None:
+        """Note the refusal, once per device: the database's unique key refuses a repeat."""
+        try:
+            self.writes.refuse(sub_id, device)
+        except Exception as exc:
+            log.warning("a refused device was not noted: %s", exc)
 
     def of_email(self, email) -> list[dict]:
         """The devices of a client's subscription id, in the order they first asked."""

@@ -21,6 +21,8 @@ EVENTS: dict[str, str] = {
     "first time",
     "client.device_added": "a new device of a client was admitted to its subscription "
     "(data.device says which); raised within a few seconds",
+    "client.device_refused": "a new device was refused: the subscription's device limit "
+    "is reached (data.device says which); once per device until a device is removed",
     "client.usage_reached": "a client used a share of its quota given in webhookUsagePercents "
     "(data.percent says which); once per share and quota",
     "client.expires_in_72_hours": "a client's expiry is 72 hours away or less",

@@ -4,7 +4,8 @@ A client nearing its expiry (72, 48 and 24 hours before), a day past it, and a c
 that used a given share of its quota (`webhookUsagePercents`, default 80 and 90) each
 raise their event once: what was raised is remembered per client in `webhook_mark`,
 with the expiry or quota it was about, so a renewed expiry or a new quota raises it
-again and nothing else does. Of several thresholds passed at once (a client created 30
+again, as does a client's use falling back under the lowest share (a traffic reset),
+and nothing else does. Of several thresholds passed at once (a client created 30
 hours before its expiry, or one that jumped from 50 % to 95 %) only the nearest is
 raised. A pass runs at each traffic tick, one transaction for the marks and the events
 together; with no endpoint that wants a reminder it reads nothing.
@@ -72,6 +73,8 @@ class Reminders:
                     due.append((key, event, expiry, {}))
         percents = self.percents()
         if USAGE in wanted and percents:
+            reminders = [f"{USAGE}:{percent}" for percent in percents]
+            webhook_sql.forget_usage_under(self.store, reminders, percents[-1])
             for key, quota, used in webhook_sql.using(self.store, percents[-1]):
                 reached = next(p for p in percents if used * 100 >= quota * p)
                 due.append((key, f"{USAGE}:{reached}", quota, {"percent": reached}))
