@@ -73,6 +73,16 @@ def stored_keys(store, table: str, keys: list[str]) -> set[str]:
     }
 
 
+def keys_with_traffic(store) -> list[str]:
+    """The email keys of the clients whose counters are not zero."""
+    return [
+        row[0]
+        for row in store.rows(
+            "SELECT email_key FROM client_traffic WHERE up <> 0 OR down <> 0 ORDER BY email_key"
+        )
+    ]
+
+
 def reset_all_traffic(store) -> int:
     """Every client's counters to zero; returns the rows that moved."""
     return store.execute("UPDATE client_traffic SET up = 0, down = 0 WHERE up <> 0 OR down <> 0")

@@ -157,6 +157,9 @@ def test_each_client_call_raises_its_event_once(api, hooks, receiver):
     ok(api.post(f"{CLIENTS}/bulkEnable", {"emails": [email], "enable": True}))
     ok(api.post(f"{CLIENTS}/resetTraffic/{email}"))
     ok(api.post(f"{CLIENTS}/bulkResetTraffic", {"emails": [email]}))
+    ok(api.post(f"{CLIENTS}/updateTraffic/{email}", {"upload": 5, "download": 7}))
+    ok(api.post(f"{CLIENTS}/resetAllTraffics"))
+    ok(api.post(f"{CLIENTS}/resetAllTraffics"))  # nothing moved: nothing raised
     ok(api.post(f"{CLIENTS}/bulkEnable", {"emails": [email], "enable": False}))
     ok(api.post(f"{CLIENTS}/del/{email}"))
     expected = [
@@ -167,11 +170,15 @@ def test_each_client_call_raises_its_event_once(api, hooks, receiver):
         "client.enabled",
         "client.traffic_reset",
         "client.traffic_reset",
+        "client.traffic_reset",
         "client.disabled",
         "client.deleted",
     ]
-    events = receiver.wait_for(len(expected), event=None)
+    receiver.wait_for(1, event="client.deleted")
+    time.sleep(1)
+    events = [e for e in receiver.events() if e["data"]["email"] == email]
     assert [e["event"] for e in events] == expected
+    assert (events[7]["data"]["traffic"]["up"], events[7]["data"]["traffic"]["down"]) == (0, 0)
     assert len({e["id"] for e in events}) == len(expected)
     assert events[1]["data"]["comment"] == "changed"
     assert events[-1]["data"]["email"] == email

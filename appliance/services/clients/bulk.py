@@ -34,6 +34,7 @@ from appliance.store import client_bulk_sql
 from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
+TRAFFIC_RESET = "client.traffic_reset"
 # 10,000 clients are a second or two of work, which every other request would otherwise
 # wait for in one piece: each loop breathes at its `Pace`, and rows are inserted this many
 # at a time, one statement taking a few milliseconds.
@@ -380,7 +381,7 @@ class ClientBulk:
                 row.enable = True
                 row.updated_at = self.clients.now_ms()
                 reset.append(row)
-            self.clients.tell("client.traffic_reset", reset)
+            self.clients.tell(TRAFFIC_RESET, reset)
         return {"affected": len(reset)}
 
     def bulk_enable(self, body: Any) -> dict:
@@ -411,10 +412,15 @@ class ClientBulk:
     # ---- whole-table operations -------------------------------------------------------------
 
     def reset_all_traffics(self) -> int:
-        """Zero every counter; quotas and expiry stay. Returns the rows that moved."""
+        """Zero every counter; quotas and expiry stay. Returns the rows that moved; each
+        of their clients raises client.traffic_reset, with its counters at zero."""
         with db_session:
             self.store.client_writes.note(everything=True)
-            return client_bulk_sql.reset_all_traffic(self.store)
+            wanted = self.clients.outbox.wanted_by_any(TRAFFIC_RESET)
+            moved = client_bulk_sql.keys_with_traffic(self.store) if wanted else []
+            count = client_bulk_sql.reset_all_traffic(self.store)
+            self.clients.outbox.raise_stored_clients(TRAFFIC_RESET, moved)
+            return count
 
     def delete_depleted(self) -> int:
         """Delete clients whose expiry passed, and those whose quota is used up unless a
