@@ -305,6 +305,44 @@ def test_a_receiver_down_then_back_gets_everything_in_order_per_client(api, hook
         receiver.stop()
 
 
+def test_a_delivery_refused_for_a_day_is_marked_failed_and_the_next_one_goes(
+    api, hooks, receiver, panel
+):
+    receiver.status = 500
+    inbound_id = create_plain_vless(api, next(_ports))
+    endpoint = add_endpoint(api, hooks, receiver.url, events=["client.created", "client.modified"])
+    view = add_client(api, inbound_id, "refused@example.com")
+    deadline = time.time() + 30
+    while not receiver.requests and time.time() < deadline:
+        time.sleep(0.1)
+    [first] = ok(api.get(f"{API}/deliveries/{endpoint['id']}"))
+    assert (first["status"], first["code"]) == ("pending", 500)
+    assert first["error"] == "the endpoint answered 500"
+    # A day of retries, as the database would hold it after one: the event's time goes
+    # back 25 hours and its next try is due now.
+    day = 25 * 3_600_000
+    db_rows(
+        panel,
+        "UPDATE webhook_outbox SET created_at = created_at - ?, next_at = 0 WHERE id = ?",
+        (day, first["row"]),
+    )
+    deadline = time.time() + 30
+    while ok(api.get(f"{API}/deliveries/{endpoint['id']}"))[0]["status"] == "pending":
+        assert time.time() < deadline, "the delivery was not given up"
+        time.sleep(0.2)
+    [failed] = ok(api.get(f"{API}/deliveries/{endpoint['id']}"))
+    assert (failed["status"], failed["code"], failed["nextAt"]) == ("failed", 500, 0)
+    assert failed["attempts"] >= 2
+    listed = next(e for e in ok(api.get(f"{API}/list")) if e["id"] == endpoint["id"])
+    assert (listed["failed"], listed["pending"]) == (1, 0)
+    # The failed event holds nothing back: the client's next event is delivered.
+    receiver.status = 200
+    ok(api.post(f"{CLIENTS}/update/refused@example.com", {**view, "comment": "later"}))
+    [event] = receiver.wait_for(1, event="client.modified")
+    assert event["data"]["comment"] == "later"
+    assert [e["event"] for e in receiver.events()] == ["client.modified"]
+
+
 def test_an_event_committed_before_a_kill_is_delivered_after_the_restart(tmp_path):
     receiver = Receiver()  # down while the panel answers and dies
     server = start_panel(tmp_path)
