@@ -1,6 +1,7 @@
 // The settings page's webhooks: the endpoints events are sent to (added here with their
-// secret, which is never shown again), a switch and a test per endpoint, and the recent
-// deliveries of the one chosen, with their status, attempts and the answer code.
+// secret, which is never shown again; edited in the same form, where an empty secret
+// keeps the stored one), a switch and a test per endpoint, and the recent deliveries of
+// the one chosen, with their status, attempts and the answer code.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
@@ -17,6 +18,7 @@ export const WebhooksCard = {
   setup() {
     const endpoints = Vue.ref([]);
     const form = Vue.reactive(blank());
+    const editing = Vue.ref(null);
     const chosen = Vue.ref(null);
     const deliveries = Vue.ref([]);
     const load = async () => {
@@ -34,20 +36,35 @@ export const WebhooksCard = {
       }
       load().catch(() => {});
     }
-    async function add(event) {
+    async function submit(event) {
       event.preventDefault();
+      const endpoint = editing.value;
       try {
-        await api.post("panel/api/webhooks/add", { ...form, enabled: true });
-        Object.assign(form, blank());
-        toast(t("webhooks.added"), "success", "", "webhooks");
+        if (endpoint) {
+          await api.post(`panel/api/webhooks/update/${endpoint.id}`, { ...form, enabled: endpoint.enabled });
+        } else {
+          await api.post("panel/api/webhooks/add", { ...form, enabled: true });
+        }
+        stopEditing();
+        toast(t(endpoint ? "webhooks.updated" : "webhooks.added"), "success", "", "webhooks");
       } catch (error) {
         // the toast says why
       }
       load().catch(() => {});
     }
+    function edit(endpoint) {
+      const { name, url, events, allowPrivate, batch, withSecrets } = endpoint;
+      Object.assign(form, blank(), { name, url, events: [...events], allowPrivate, batch, withSecrets });
+      editing.value = endpoint;
+    }
+    function stopEditing() {
+      Object.assign(form, blank());
+      editing.value = null;
+    }
     async function remove(endpoint) {
       if (!(await askConfirm(t("webhooks.confirmDelete", { name: endpoint.name })))) return;
       if (chosen.value?.id === endpoint.id) chosen.value = null;
+      if (editing.value?.id === endpoint.id) stopEditing();
       act(`panel/api/webhooks/del/${endpoint.id}`, undefined, t("webhooks.deleted"));
     }
     function show(endpoint) {
@@ -64,6 +81,7 @@ export const WebhooksCard = {
         t("webhooks.updated")), t("webhooks.enable", { name: endpoint.name }))}
       <button onClick=${() => act(`panel/api/webhooks/test/${endpoint.id}`, undefined, t("webhooks.testQueued"))}>${t("webhooks.test")}</button>
       <button onClick=${() => show(endpoint)}>${t("webhooks.deliveries")}</button>
+      <button onClick=${() => edit(endpoint)}>${t("common.edit")}</button>
       <button class="danger" onClick=${() => remove(endpoint)}>${t("common.delete")}</button></li>`;
     const table = () => html`<h3>${t("webhooks.deliveriesOf", { name: chosen.value.name })}</h3>
       ${deliveries.value.length === 0 ? html`<p class="empty">${t("webhooks.noDeliveries")}</p>`
@@ -80,19 +98,22 @@ export const WebhooksCard = {
             <td data-label=${t("webhooks.code")}>${d.code || "—"}</td></tr>`)}</tbody></table></div>`}`;
     return () => html`<div class="card" data-testid="webhooks">
       <h2>${t("webhooks.title")}</h2>
-      <form onSubmit=${add}>
+      <form onSubmit=${submit}>
+        ${editing.value ? html`<h3>${t("webhooks.editing", { name: editing.value.name })}</h3>` : null}
         <div class="form-grid">
           ${field(t("webhooks.name"), textInput(form, "name", { maxlength: 64, required: true, name: "webhookName" }))}
           ${field(t("webhooks.url"), textInput(form, "url", { maxlength: 2048, required: true, name: "webhookUrl", placeholder: "https://" }))}
-          ${field(t("webhooks.secret"), textInput(form, "secret", { type: "password", minlength: 16, maxlength: 256, required: true,
-            autocomplete: "off", name: "webhookSecret" }), t("webhooks.secretHint"))}
+          ${field(t("webhooks.secret"), textInput(form, "secret", { type: "password", minlength: 16, maxlength: 256,
+            required: !editing.value, autocomplete: "off", name: "webhookSecret" }),
+            t(editing.value ? "webhooks.secretKeep" : "webhooks.secretHint"))}
           ${field(t("webhooks.events"), listText(form, "events", { name: "webhookEvents", placeholder: "client.created, client.expired" }),
             t("webhooks.eventsHint"))}
           ${checkbox(form, "allowPrivate", t("webhooks.allowPrivate"))}
           ${checkbox(form, "batch", t("webhooks.batch"))}
           ${checkbox(form, "withSecrets", t("webhooks.withSecrets"))}
         </div>
-        <button class="primary" type="submit">${t("webhooks.add")}</button></form>
+        <button class="primary" type="submit">${t(editing.value ? "common.save" : "webhooks.add")}</button>
+        ${editing.value ? html` <button type="button" onClick=${stopEditing}>${t("common.cancel")}</button>` : null}</form>
       ${endpoints.value.length === 0 ? html`<p class="empty">${t("webhooks.none")}</p>`
         : html`<ul class="plain">${endpoints.value.map(row)}</ul>`}
       ${chosen.value ? table() : null}
