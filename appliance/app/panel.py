@@ -443,6 +443,14 @@ class Panel:
             self._servers.append(sub_server)
         if workers > 1:
             self._start_sub_workers(sub_sock, sub_tls is not None, workers, sub_server)
+        # Before the first line that says the panel listens: whoever reads it may stop
+        # the panel at once (systemd, a script) or put a certificate in its folder.
+        gevent.signal_handler(signal.SIGTERM, self._stopped.set)
+        gevent.signal_handler(signal.SIGINT, self._stopped.set)
+        os.makedirs(self.places.core_dir, exist_ok=True)
+        os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
+        os.makedirs(self.places.sockets_dir, exist_ok=True)
+        os.makedirs(self.places.www_dir, exist_ok=True)
         for server in self._servers:
             server.start()
         scheme = "https" if tls else "http"
@@ -465,18 +473,12 @@ class Panel:
         fault = self.store.unavailable
         every(STEP_SECONDS, self.sample_status, "status", fault)
         every(STEP_SECONDS, self.close_ended_sockets, "WebSocket sessions", fault)
-        os.makedirs(self.places.core_dir, exist_ok=True)
-        os.makedirs(os.path.join(self.options.data_dir, CERTS_DIR), exist_ok=True)
-        os.makedirs(self.places.sockets_dir, exist_ok=True)
-        os.makedirs(self.places.www_dir, exist_ok=True)
         self.core.start()
         self.mtproto.start()
         self.devices.start()
         self.deliverer.start()
         start_jobs(self, fault)
         self.client_query.book.warm()
-        gevent.signal_handler(signal.SIGTERM, self._stopped.set)
-        gevent.signal_handler(signal.SIGINT, self._stopped.set)
         self._stopped.wait()
         self.stop()
 
