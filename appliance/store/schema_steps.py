@@ -685,7 +685,11 @@ def _v23_device_refusals(dialect: str) -> list[str]:
     limit) is one row, unique per subscription and device, so a refused app polling all
     day is one row and one event. `webhook_mark` gets an index by reminder, so the
     usage reminders of clients back under their quota's first share (a traffic reset)
-    are found without reading every reminder."""
+    are found without reading every reminder. The outbox's index by status and next
+    try becomes one by status and id, the order due rows are sent in, so a round walks
+    from the first pending row and stops at a claim's worth: by next try, SQLite took
+    every pending row and sorted them (10 ms a round at 10,000), and where the
+    statistics said otherwise it scanned every delivered row kept before them."""
     table = Table(
         "device_refusal",
         (
@@ -700,7 +704,13 @@ def _v23_device_refusals(dialect: str) -> list[str]:
         ),
         (Index(("sub_id", "hwid"), unique=True),),
     )
-    return [*table.create(dialect), create_index("webhook_mark", Index(("event",)), dialect)]
+    old = "ix_webhook_outbox_status_next_at"
+    return [
+        *table.create(dialect),
+        create_index("webhook_mark", Index(("event",)), dialect),
+        f"DROP INDEX {old} ON webhook_outbox" if dialect == "mysql" else f"DROP INDEX {old}",
+        create_index("webhook_outbox", Index(("status", "id")), dialect),
+    ]
 
 
 MIGRATIONS: list[tuple[int, str, Step]] = [
@@ -730,5 +740,9 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (20, "webhooks: endpoints, the outbox of their deliveries, reminders raised", _v20_webhooks),
     (21, "PostgreSQL: a trigram index for searching clients", _v21_trigram_search),
     (22, "MariaDB: an index to sort clients by traffic", _v22_traffic_order_on_mariadb),
-    (23, "webhooks: the devices refused, reminders indexed by event", _v23_device_refusals),
+    (
+        23,
+        "webhooks: the devices refused, reminders by event, due rows in order",
+        _v23_device_refusals,
+    ),
 ]
