@@ -5,8 +5,9 @@ inbound in about a millisecond, leaving every open connection alone. So a new co
 compared with the running one: when the only differences are client entries of such
 inbounds, those become user operations; anything else (an inbound added, a port moved,
 a Shadowsocks user, the routing) needs a restart. Pure: configs in, operations out;
-`running` calls the caller's `pause` between slices of its fingerprinting (at 100,000
-clients, a fifth of a second of CPU), so a caller on an event loop can let others run.
+`running` and `live_changes` call the caller's `pause` between slices of their work (at
+100,000 clients, a fifth of a second of CPU each), so a caller on an event loop can let
+others run.
 
 A change to a few clients need not rebuild anything: `took` brings what is kept of the
 running config up to date with the user operations the core took, and `with_ops` writes
@@ -55,7 +56,10 @@ def running(config: dict, pause: Callable[[], None] = _no_pause) -> Running:
 
 
 def live_changes(
-    current: Running, wanted: dict, target: Running | None = None
+    current: Running,
+    wanted: dict,
+    target: Running | None = None,
+    pause: Callable[[], None] = _no_pause,
 ) -> list[UserOp] | None:
     """The user operations that make the `current` config into `wanted`, or None when a
     restart is needed. Removals come first, so a changed entry is removed, then added
@@ -75,12 +79,16 @@ def live_changes(
         if protocol not in LIVE_PROTOCOLS:
             return None
         tag = new.get("tag", "")
-        for email, print_ in before.items():
+        for n, (email, print_) in enumerate(before.items(), 1):
             if prints.get(email) != print_:
                 removals.append(UserOp("remove", tag, protocol, email))
-        for email, entry in _entries(new).items():
+            if n % PAUSE_EVERY == 0:
+                pause()
+        for n, (email, entry) in enumerate(_entries(new).items(), 1):
             if before.get(email) != prints[email]:
                 additions.append(UserOp("add", tag, protocol, email, entry))
+            if n % PAUSE_EVERY == 0:
+                pause()
     return removals + additions
 
 

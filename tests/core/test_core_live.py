@@ -97,7 +97,9 @@ def test_a_large_comparison_pauses_between_slices_and_finds_the_same_changes():
     assert pauses == ["running"] * slices
     target = running(wanted, pause=lambda: pauses.append("compare"))
     assert pauses.count("compare") == slices
-    found = live_changes(kept, wanted, target)
+    compared = []
+    found = live_changes(kept, wanted, target, pause=lambda: compared.append(1))
+    assert len(compared) == 2 * (len(many) // PAUSE_EVERY)  # the entries before and after
     assert found == live_changes(running(current), wanted)
     assert [(op.action, op.email) for op in found] == [("remove", "u0"), ("add", "u0")]
 

@@ -671,7 +671,7 @@ class CoreService:
             return
         wanted = self.build()
         target = running(wanted, pause=breathe)
-        operations = live_changes(self.running, wanted, target)
+        operations = live_changes(self.running, wanted, target, pause=breathe)
         if operations == []:
             self._in_step()
             return
