@@ -112,3 +112,15 @@ def adding_upsert(table: str, keys: tuple[str, ...], columns: tuple[str, ...], d
         return f" ON DUPLICATE KEY UPDATE {adds}"
     adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
     return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {adds}"
+
+
+def replacing_upsert(
+    table: str, keys: tuple[str, ...], columns: tuple[str, ...], dialect: str
+) -> str:
+    """The clause that makes an INSERT into `table` set its `columns` on the row already
+    holding its unique `keys`, in the dialect's words."""
+    if dialect == "mysql":
+        sets = ", ".join(f"{c} = VALUES({c})" for c in columns)
+        return f" ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"

@@ -14,6 +14,7 @@ import functools
 
 from appliance.domain.protocols import INT64_MAX
 from appliance.store.batches import chunks
+from appliance.store.ddl import replacing_upsert
 
 ADD_UP_DOWN = (
     "up = CASE WHEN up > ? THEN ? ELSE up + ? END, "
@@ -133,9 +134,13 @@ def zero_core_values(store) -> None:
 
 
 def keep_core_values(store, known: list[tuple[int, str]], fresh: list[tuple[str, int]]) -> None:
-    """Kept counter values: (value, name) of counters kept before, (name, value) of new."""
+    """Kept counter values: (value, name) of counters kept before, (name, value) of new.
+    A new one may have a row all the same (written by the panel process this one
+    replaced while both ran, or by a tick that failed after its commit): it is set, not
+    refused, else every tick after would fail on it."""
     store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
-    store.execute_many("INSERT INTO core_counter (name, value) VALUES (?, ?)", fresh)
+    upsert = replacing_upsert("core_counter", ("name",), ("value",), store.dialect)
+    store.execute_many(f"INSERT INTO core_counter (name, value) VALUES (?, ?){upsert}", fresh)
 
 
 def client_counters(store, keys: list[str] | None) -> list[tuple[str, int, int]]:

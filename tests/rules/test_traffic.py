@@ -146,6 +146,23 @@ def test_a_panel_restart_reads_the_kept_values_and_counts_nothing_twice(world):
     assert traffic(clients, "bob") == (0, 5)
 
 
+def test_a_counter_kept_meanwhile_by_the_panel_process_before_this_one_is_taken_over(world):
+    """The process a restart replaces may still tick while the new one starts: a counter
+    it kept after the new one read the kept values is set by the new one's tick, which
+    does not fail on it (every tick after it would fail the same way, and no traffic
+    would be counted until the next restart)."""
+    store, presence, inbounds, _ = world
+    name = "inbound>>>in-1>>>traffic>>>uplink"
+    replaced, new = accounting(store, presence), accounting(store, presence)
+    new.tick({}, generation=3)  # has read the kept values: none
+    replaced.tick({name: 100}, generation=3)
+    new.tick({name: 100}, generation=3)
+    new.tick({name: 250}, generation=3)
+    with db_session:
+        assert store.rows("SELECT value FROM core_counter WHERE name = ?", [name]) == [(250,)]
+    assert inbounds.get(1)["up"] == 350  # the new one measured its 100 from zero
+
+
 def test_after_a_core_restart_unmoved_counters_do_not_keep_old_baselines(world):
     """A counter the new core has not moved yet must not be measured later against the
     old core's value, even after the panel restarts in between."""
