@@ -84,10 +84,11 @@ def clean_env(**extra: str) -> dict:
 # up), a block of PORT_BLOCK per test process: a port the kernel handed out and released
 # could go to another test process, or to an outgoing connection, before the server bound
 # it; a port from this process's own block cannot. Test runs that go side by side (the
-# PostgreSQL and MariaDB passes) name their first block in APPLIANCE_TEST_PORT_BLOCK.
+# SQLite, PostgreSQL and MariaDB passes) name their first block in
+# APPLIANCE_TEST_PORT_BLOCK.
 # Fixed ports a test saves on an inbound of a panel without a core (checked for being
 # free, never held) are taken from 32000-32767, above every block.
-PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 2000, 6
+PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20000, 1500, 8
 _next_port = itertools.count(random.randrange(PORT_BLOCK))
 
 
