@@ -208,18 +208,26 @@ def test_a_refused_sign_in_raises_admin_login_failed(api, hooks, receiver, panel
     assert "not-the-password" not in json.dumps(event)
 
 
-def test_a_device_admitted_raises_device_added_once(api, hooks, receiver, panel):
+def device_fetcher(api, hooks, receiver, panel, event: str, email: str, headers: dict, **fields):
+    """With device limits on, an endpoint for `event` and a new client: the status its
+    subscription answers a device id sent with the app's `headers`."""
     ok(api.post("/panel/api/setting/update", {"hwidEnable": True, "hwidRequired": False}))
     inbound_id = create_plain_vless(api, next(_ports))
-    add_endpoint(api, hooks, receiver.url, events=["client.device_added"])
-    client = add_client(api, inbound_id, "phone@example.com")
-    time.sleep(3)  # the first pass starts at the devices already there
+    add_endpoint(api, hooks, receiver.url, events=[event])
+    client = add_client(api, inbound_id, email, **fields)
+    time.sleep(3)  # the first pass starts at the rows already there
 
     def fetch(hwid: str) -> int:
-        headers = {"User-Agent": "Happ/3.7.0", "x-hwid": hwid, "x-device-model": "iPhone15,2"}
         url = f"{panel.sub_url}/sub/{client['subId']}"
-        return requests.get(url, headers=headers, timeout=10).status_code
+        return requests.get(url, headers={**headers, "x-hwid": hwid}, timeout=10).status_code
 
+    return fetch
+
+
+def test_a_device_admitted_raises_device_added_once(api, hooks, receiver, panel):
+    app = {"User-Agent": "Happ/3.7.0", "x-device-model": "iPhone15,2"}
+    event, email = "client.device_added", "phone@example.com"
+    fetch = device_fetcher(api, hooks, receiver, panel, event, email, app)
     assert fetch("phone-one") == 200
     [event] = receiver.wait_for(1)
     assert event["data"]["email"] == "phone@example.com"
@@ -238,17 +246,9 @@ def test_a_device_admitted_raises_device_added_once(api, hooks, receiver, panel)
 def test_a_device_refused_raises_device_refused_once_until_a_place_is_freed(
     api, hooks, receiver, panel
 ):
-    ok(api.post("/panel/api/setting/update", {"hwidEnable": True, "hwidRequired": False}))
-    inbound_id = create_plain_vless(api, next(_ports))
-    add_endpoint(api, hooks, receiver.url, events=["client.device_refused"])
-    client = add_client(api, inbound_id, "tablet@example.com", deviceLimit=1)
-    time.sleep(3)  # the first pass starts at the refusals already there
-
-    def fetch(hwid: str) -> int:
-        headers = {"User-Agent": "v2RayTun/5.1", "x-hwid": hwid, "x-device-os": "Android"}
-        url = f"{panel.sub_url}/sub/{client['subId']}"
-        return requests.get(url, headers=headers, timeout=10).status_code
-
+    app = {"User-Agent": "v2RayTun/5.1", "x-device-os": "Android"}
+    event, email = "client.device_refused", "tablet@example.com"
+    fetch = device_fetcher(api, hooks, receiver, panel, event, email, app, deviceLimit=1)
     assert fetch("tablet-one") == 200
     assert [fetch("tablet-two"), fetch("tablet-two"), fetch("tablet-three")] == [403] * 3
     receiver.wait_for(2)
