@@ -90,7 +90,7 @@ def stored_emails(server) -> set[str]:
 
 def test_a_locked_database_answers_unavailable_and_serves_again_once_released(server):
     api = server.client()
-    inbound_id = create_plain_vless(api, 33601)
+    inbound_id = create_plain_vless(api, 32601)
     ok(add_client(api, inbound_id, "before@lock").json())
     locked_at = time.monotonic()
     with locked_externally(db_path(server)):
@@ -127,7 +127,7 @@ def test_a_write_and_a_sign_in_under_the_lock_are_answered_within_three_seconds(
     """The README's bound, loosely: the whole answer, not only the wait for the lock (a
     refused write is also written to the audit log, which waits for the same lock)."""
     api = server.client()
-    inbound_id = create_plain_vless(api, 33604)
+    inbound_id = create_plain_vless(api, 32604)
     with locked_externally(db_path(server)):
         for attempt in (lambda: add_client(api, inbound_id, "w@lock"), lambda: sign_in(server)):
             started = time.monotonic()
@@ -141,7 +141,7 @@ def test_the_panel_serves_others_while_a_write_waits_for_the_lock(server):
     """A write waiting for another program's lock leaves the process free: a
     subscription and a read started after it are answered before it gives up."""
     api = server.client()
-    inbound_id = create_plain_vless(api, 33602)
+    inbound_id = create_plain_vless(api, 32602)
     sub_id = ok(add_client(api, inbound_id, "sub@lock").json())["subId"]
     other = server.client()
     writes: list[requests.Response] = []
@@ -164,7 +164,7 @@ def test_the_panel_serves_others_while_a_write_waits_for_the_lock(server):
 @pytest.mark.parametrize("suffix", ["", "-wal"], ids=["file", "wal"])
 def test_a_read_only_database_answers_unavailable_and_recovers_at_once(server, suffix):
     api = server.client()
-    inbound_id = create_plain_vless(api, 33603)
+    inbound_id = create_plain_vless(api, 32603)
     path = db_path(server) + suffix
     assert os.path.exists(path)
     browser = requests.Session()  # one HTTP connection, opened during the fault
