@@ -24,7 +24,9 @@ from helpers import NETWORKED, create_database, drop_database
 
 LISTEN_RE = re.compile(r"panel listening on (https?)://[^:]+:(\d+)(/\S*)")
 SUB_RE = re.compile(r"subscription server listening on https?://[^:]+:(\d+)/")
-START_TIMEOUT = 30
+# How long a panel may take to say it listens: a first start on a networked database
+# runs every migration, which with the three passes side by side took over 30 s.
+START_TIMEOUT = 90
 NO_CORE = "/nonexistent/core"
 BACKENDS = ("sqlite", *sorted(NETWORKED))
 # The backend the panels of this run use, from --db; databases made for them so far.
