@@ -16,7 +16,7 @@ them into a config read back from its file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -79,17 +79,21 @@ def live_changes(
         if protocol not in LIVE_PROTOCOLS:
             return None
         tag = new.get("tag", "")
-        for n, (email, print_) in enumerate(before.items(), 1):
+        for email, print_ in _pausing(before.items(), pause):
             if prints.get(email) != print_:
                 removals.append(UserOp("remove", tag, protocol, email))
-            if n % PAUSE_EVERY == 0:
-                pause()
-        for n, (email, entry) in enumerate(_entries(new).items(), 1):
+        for email, entry in _pausing(_entries(new).items(), pause):
             if before.get(email) != prints[email]:
                 additions.append(UserOp("add", tag, protocol, email, entry))
-            if n % PAUSE_EVERY == 0:
-                pause()
     return removals + additions
+
+
+def _pausing(items: Iterable, pause: Callable[[], None]) -> Iterator:
+    """`items`, with a pause after every PAUSE_EVERY of them."""
+    for n, item in enumerate(items, 1):
+        yield item
+        if n % PAUSE_EVERY == 0:
+            pause()
 
 
 def took(current: Running, operations: list[UserOp]) -> None:

@@ -107,20 +107,20 @@ def literal(value: object, dialect: str) -> str:
 def adding_upsert(table: str, keys: tuple[str, ...], columns: tuple[str, ...], dialect: str) -> str:
     """The clause that makes an INSERT into `table` add its `columns` to the row already
     holding its unique `keys`, in the dialect's words (SQLite and PostgreSQL share one)."""
-    if dialect == "mysql":
-        adds = ", ".join(f"{c} = {table}.{c} + VALUES({c})" for c in columns)
-        return f" ON DUPLICATE KEY UPDATE {adds}"
-    adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
-    return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {adds}"
+    return _upsert(keys, columns, dialect, lambda column, new: f"{table}.{column} + {new}")
 
 
-def replacing_upsert(
-    table: str, keys: tuple[str, ...], columns: tuple[str, ...], dialect: str
-) -> str:
-    """The clause that makes an INSERT into `table` set its `columns` on the row already
-    holding its unique `keys`, in the dialect's words."""
+def replacing_upsert(keys: tuple[str, ...], columns: tuple[str, ...], dialect: str) -> str:
+    """The clause that makes an INSERT set its `columns` on the row already holding its
+    unique `keys`, in the dialect's words."""
+    return _upsert(keys, columns, dialect, lambda column, new: new)
+
+
+def _upsert(keys: tuple[str, ...], columns: tuple[str, ...], dialect: str, value) -> str:
+    """ON DUPLICATE KEY / ON CONFLICT with each column set to `value(column, the value
+    the INSERT brought)`."""
     if dialect == "mysql":
-        sets = ", ".join(f"{c} = VALUES({c})" for c in columns)
+        sets = ", ".join(f"{c} = {value(c, f'VALUES({c})')}" for c in columns)
         return f" ON DUPLICATE KEY UPDATE {sets}"
-    sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    sets = ", ".join(f"{c} = {value(c, f'excluded.{c}')}" for c in columns)
     return f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"

@@ -139,7 +139,7 @@ def keep_core_values(store, known: list[tuple[int, str]], fresh: list[tuple[str,
     replaced while both ran, or by a tick that failed after its commit): it is set, not
     refused, else every tick after would fail on it."""
     store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
-    upsert = replacing_upsert("core_counter", ("name",), ("value",), store.dialect)
+    upsert = replacing_upsert(("name",), ("value",), store.dialect)
     store.execute_many(f"INSERT INTO core_counter (name, value) VALUES (?, ?){upsert}", fresh)
 
 
