@@ -67,11 +67,12 @@ class Receiver:
         return found
 
     def wait_for(self, count: int, timeout: float = 30, event: str | None = None) -> list[dict]:
-        """The events received once at least `count` (of `event`, if named) have come."""
+        """The events received once at least `count` distinct ones (of `event`, if named) have
+        come: delivery is at least once, so a repeat must not stand in for one still on its way."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             found = [e for e in self.events() if event is None or e["event"] == event]
-            if len(found) >= count:
+            if len({e["id"] for e in found}) >= count:
                 return found
             time.sleep(0.1)
         raise AssertionError(f"{len(found)} events of {count} arrived: {found[-3:]}")
