@@ -384,8 +384,9 @@ def test_a_disabled_node_takes_its_subtree_out_of_the_list(panels):
     api = central.client()
     ok(api.post(f"{NODES}/setEnable/{state['id']}", {"enable": False}))
     try:
-        tree = eventually(api, lambda tree: len(tree) == 1)
-        assert [(e["guid"], e["status"]) for e in tree] == [(state["guids"]["node"], "disabled")]
+        wanted = [(state["guids"]["node"], "disabled")]
+        tree = eventually(api, lambda tree: [(e["guid"], e["status"]) for e in tree] == wanted)
+        assert [(e["guid"], e["status"]) for e in tree] == wanted
     finally:
         enabled = ok(api.post(f"{NODES}/setEnable/{state['id']}", {"enable": True}))
     assert enabled["status"] == "online"
