@@ -346,6 +346,10 @@ class Panel:
 
     def open(self) -> tuple[str, str] | None:
         """Open and migrate the database; returns first-run credentials, if created now."""
+        with self.store.starting():
+            return self._open_and_seed()
+
+    def _open_and_seed(self) -> tuple[str, str] | None:
         self.open_store()
         if not self.settings.internal("panelGuid"):
             self.settings.set_internal("panelGuid", str(uuid.uuid4()))

@@ -38,6 +38,7 @@ from pony.orm.dbapiprovider import InterfaceError, OperationalError
 
 from appliance.errors import ServiceError
 from appliance.store.client_writes import ClientWrites
+from appliance.store.cluster_sql import schema_lock
 from appliance.store.migrations import LATEST, current_version, migrate
 from appliance.store.models import define_entities
 from appliance.store.sqlite_faults import C_BUSY_SECONDS, CooperativeSQLiteProvider, fault_reason
@@ -73,6 +74,8 @@ class Store:
         self.wait_for_server = False
         # Every connection refuses writes (`attach`).
         self.read_only = False
+        # Whether this process holds the schema lock (`starting`).
+        self._starting = False
 
     def raw_connect(self):
         """A plain DB-API connection, for migrations, bulk copies and single reads."""
@@ -118,18 +121,40 @@ class Store:
             charset="utf8mb4",
         )
 
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Held by an instance from opening a networked database to having seeded it
+        (migrations, the first admin, the identity and secrets the instances share):
+        instances started together on an empty database do it one after the other, so
+        the schema is migrated once and there is one admin and one session secret. A
+        SQLite file has one panel by construction."""
+        if self.url.kind == "sqlite" or self._starting:
+            yield
+            return
+        conn = self._connect_at_start()
+        try:
+            with schema_lock(conn, self.dialect, self.url.database):
+                self._starting = True
+                try:
+                    yield
+                finally:
+                    self._starting = False
+        finally:
+            conn.close()
+
     def open(self) -> list[int]:
         """Migrate and map; returns the migration versions applied now."""
         if self.url.kind == "sqlite":
             os.makedirs(os.path.dirname(self.url.path) or ".", exist_ok=True)
-        conn = self._connect_at_start()
-        try:
-            if self.url.kind == "sqlite":
-                applied = _migrate_sqlite_or_restore(conn, self.url.path)
-            else:
-                applied = migrate(conn, self.dialect)
-        finally:
-            conn.close()
+        with self.starting():
+            conn = self._connect_at_start()
+            try:
+                if self.url.kind == "sqlite":
+                    applied = _migrate_sqlite_or_restore(conn, self.url.path)
+                else:
+                    applied = migrate(conn, self.dialect)
+            finally:
+                conn.close()
         self.db.bind(**self._bind_args())
         self.db.generate_mapping(create_tables=False, check_tables=True)
         if applied:

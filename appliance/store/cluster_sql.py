@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import select
 import socket
+import time
 from collections import deque
 from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
 
 CHANNEL = "appliance_changes"
 # How long an idle connection of a host that vanished may hold the lock or listen.
@@ -80,16 +84,52 @@ def prune_change_log(store, cutoff: int) -> int:
     return store.execute("DELETE FROM change_log WHERE at < ?", (cutoff,))
 
 
-def lock_name(database: str) -> str:
-    """The lock's name: MariaDB's locks are server-wide, so it names the database (at
-    most 64 characters); PostgreSQL's advisory locks are per database already."""
-    return "appliance-leader-" + hashlib.sha256(database.encode()).hexdigest()[:40]
+def lock_name(database: str, purpose: str = "leader") -> str:
+    """A lock's name: MariaDB's locks are server-wide, so it names the database (at most
+    64 characters); PostgreSQL's advisory locks are per database already."""
+    return f"appliance-{purpose}-" + hashlib.sha256(database.encode()).hexdigest()[:40]
 
 
-def lock_key(database: str) -> int:
-    """The advisory lock's key, a signed 64-bit number of the database's name."""
-    digest = hashlib.sha256(("appliance-leader:" + database).encode()).digest()
+def lock_key(database: str, purpose: str = "leader") -> int:
+    """An advisory lock's key, a signed 64-bit number of its purpose and the database."""
+    digest = hashlib.sha256(f"appliance-{purpose}:{database}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# How long an instance waits for another's migrations before it gives up starting.
+SCHEMA_LOCK_SECONDS = 600
+
+
+@contextlib.contextmanager
+def schema_lock(connection, dialect: str, database: str) -> Iterator[None]:
+    """Held while an instance migrates: instances started together on one database
+    migrate it one after the other, and each after the first finds nothing left to do.
+    The lock is the session's, so a migrator that dies releases it with its connection.
+    Committed after taking it, so what the holder before wrote is what the next reads."""
+    if dialect == "postgres":
+        key = lock_key(database, "schema")
+        take, release = "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)"
+    else:
+        key = lock_name(database, "schema")
+        take, release = "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)"
+    deadline = time.monotonic() + SCHEMA_LOCK_SECONDS
+    waited = False
+    while _one(connection, take, (key,)) not in (True, 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"another instance held the schema lock for over {SCHEMA_LOCK_SECONDS} s"
+            )
+        if not waited:
+            log.info("another instance is migrating the database; waiting for it")
+            waited = True
+        connection.commit()
+        time.sleep(0.2)
+    connection.commit()
+    try:
+        yield
+    finally:
+        _one(connection, release, (key,))
+        connection.commit()
 
 
 def dedicated_connection(store):
