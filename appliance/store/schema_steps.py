@@ -713,6 +713,19 @@ def _v23_device_refusals(dialect: str) -> list[str]:
     ]
 
 
+def _v24_login_failures(dialect: str) -> list[str]:
+    """Failed sign-ins counted in the database, so the budgets hold across the instances
+    sharing it (each kept its own count in memory: three instances gave a guesser three
+    budgets). One row a failure per budget it spends, named by the budget's key digest,
+    at in milliseconds; read by key within a window, pruned by age."""
+    table = Table(
+        "login_failure",
+        (Column("key_hash", "str", 64), Column("at", "bigint")),
+        (Index(("key_hash", "at")), Index(("at",))),
+    )
+    return table.create(dialect)
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -745,4 +758,5 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
         "webhooks: the devices refused, reminders by event, due rows in order",
         _v23_device_refusals,
     ),
+    (24, "failed sign-ins counted in the database", _v24_login_failures),
 ]

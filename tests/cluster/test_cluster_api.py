@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import threading
 import time
 import uuid
 from urllib.parse import quote
@@ -15,7 +16,14 @@ from urllib.parse import quote
 import pytest
 import requests
 from core_panel import wait_until
-from helpers import create_database, create_inbound, drop_database, ok, server_reachable
+from helpers import (
+    create_database,
+    create_inbound,
+    drop_database,
+    networked_rows,
+    ok,
+    server_reachable,
+)
 from panels import backend, start_panel
 
 CLUSTER = "/panel/api/server/cluster"
@@ -165,6 +173,76 @@ def test_a_setting_changed_on_one_is_seen_by_the_others(world):
             "the new refresh interval in another instance's subscription",
         )
     assert ok(signed_in(b).post("/panel/api/setting/all"))["subUpdates"] == hours
+
+
+def test_failed_sign_ins_on_every_instance_spend_one_budget(world):
+    """Five wrong passwords from one address, spread over the three instances, spend the
+    pair's budget of five: each instance then refuses that address for the username, as
+    one panel would. Counted per instance, each had seen two at most."""
+    username = f"guess-{uuid.uuid4().hex[:8]}"
+
+    def attempt(server) -> requests.Response:
+        body = {"username": username, "password": "not-the-password"}
+        return requests.post(f"{server.url}/login", json=body, timeout=10)
+
+    for number in range(5):
+        answer = attempt(world[number % 3])
+        assert answer.status_code == 200 and answer.json()["success"] is False, answer.text
+    for server in world:
+        answer = attempt(server)
+        assert answer.status_code == 429, answer.text
+        assert "too many failed sign-ins" in answer.json()["msg"]
+        assert 0 < int(answer.headers["Retry-After"]) <= 900
+
+
+def test_three_instances_started_at_once_on_an_empty_database_migrate_and_seed_it_once(
+    tmp_path,
+):
+    kind = backend["kind"]
+    if kind == "sqlite":
+        pytest.skip("several panels share a PostgreSQL or MariaDB database, not a SQLite file")
+    url = create_database(kind)
+    started: dict[str, object] = {}
+    failed: list[BaseException] = []
+
+    def start(name: str) -> None:
+        try:
+            started[name] = start_panel(tmp_path / name, "--db", url, env=_named(name))
+        except BaseException as error:
+            failed.append(error)
+
+    threads = [threading.Thread(target=start, args=(name,)) for name in "xyz"]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failed, failed
+        servers = list(started.values())
+        time.sleep(1)  # credentials follow the listen lines
+        for server in servers:
+            server._read_credentials(server.lines)
+        made = [server for server in servers if server.password]
+        assert len(made) == 1, "exactly one instance made the first admin"
+        for server in servers:
+            server.username, server.password = made[0].username, made[0].password
+            api = server.client()
+            assert ok(api.get(CLUSTER)), "each instance takes the one admin's sign-in"
+        versions = networked_rows(
+            url, "SELECT version, COUNT(*) FROM schema_version GROUP BY version"
+        )
+        assert versions and all(count == 1 for _, count in versions)
+        assert networked_rows(url, "SELECT COUNT(*) FROM admin") == [(1,)]
+        # One session secret: a session begun on one instance is good on the others.
+        first, *others = servers
+        api = first.client()
+        for other in others:
+            api.url = other.url
+            assert ok(api.get(CLUSTER))
+    finally:
+        for server in started.values():
+            server.stop()
+        drop_database(url)
 
 
 def test_the_leader_killed_hands_the_leadership_over_within_30s(world):

@@ -11,7 +11,9 @@ time to time for the ones ended elsewhere (expiry, `admin reset` run offline, an
 process).
 
 Failed sign-ins are limited per address and username, per username, and per browser that
-signed in before (`throttle`): a guesser cannot lock the owner's known browser out.
+signed in before (`throttle`): a guesser cannot lock the owner's known browser out. The
+budgets are counted in the database too, so instances sharing one judge a guesser
+together.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from appliance.services.accounts.throttle import (
     DEVICE,
     DEVICE_COOKIE,
     DEVICE_COOKIE_SECONDS,
+    LONGEST_WINDOW,
     PAIR,
     USERNAME,
     LoginThrottle,
@@ -45,6 +48,7 @@ from appliance.services.accounts.throttle import (
     username_key,
 )
 from appliance.services.webhooks.outbox import Outbox
+from appliance.store import sign_in_sql
 
 COOKIE_NAME = "appliance_session"
 TOTP_STEP = 30
@@ -179,8 +183,10 @@ class Auth:
             # up a good code. Either failure gets the same answer, so the answer never
             # tells whether the password alone was right.
             if ok and (not admin.totp_enabled or self._consume_code(admin, code)):
-                self.throttle.succeeded(
-                    device_key(device) if device else pair_key(address, username)
+                key = device_key(device) if device else pair_key(address, username)
+                self.throttle.succeeded(key)
+                sign_in_sql.forget_failures(
+                    self.store, [key], self._now_ms() - LONGEST_WINDOW * 1000
                 )
                 self._upgrade_stored_password(admin, password)
                 cookie = self._new_session(admin, address)
@@ -210,6 +216,7 @@ class Auth:
                     ", or sign in from a browser that has",
                 ),
             ]
+        self._restore_shared_blocks([key for key, _, _ in checks])
         for key, where, otherwise in checks:
             left = self.throttle.seconds_left(key)
             if left:
@@ -229,12 +236,37 @@ class Auth:
         ):
             admin.password_hash = passwords.hash_password(password)
 
+    def _restore_shared_blocks(self, keys: list[str]) -> None:
+        """Blocks another instance on this database started (or this one, before a
+        restart) join this one's: a guesser who moves to another instance is still
+        blocked."""
+        with db_session:
+            found = sign_in_sql.blocks(self.store, keys, int(self.clock()))
+        now = int(self.clock())
+        for key, until in found.items():
+            if not self.throttle.seconds_left(key):
+                self.throttle.restore(key, until - now)
+
     def _record_failure(self, address: str, username: str, device: str | None) -> None:
+        """Counted twice: in memory, on the monotonic clock (a clock set back cannot stretch
+        a window), and in the database, where every instance on it counts into the same
+        budget. A budget either count finds spent blocks its key on every instance."""
         if device:
             spent = [(device_key(device), DEVICE)]
         else:
             spent = [(pair_key(address, username), PAIR), (username_key(username), USERNAME)]
         blocked = [key for key, budget in spent if self.throttle.failed(key, budget)]
+        now_ms = self._now_ms()
+        with db_session:
+            counts = sign_in_sql.count_failures(
+                self.store, [(key, budget.window) for key, budget in spent], now_ms
+            )
+            for (key, budget), count in zip(spent, counts, strict=True):
+                if count >= budget.failures and key not in blocked:
+                    self.throttle.restore(key, self.throttle.block)
+                    blocked.append(key)
+            if blocked:
+                sign_in_sql.forget_failures(self.store, blocked, now_ms - LONGEST_WINDOW * 1000)
         if not blocked:
             return
         now = int(self.clock())
@@ -247,6 +279,9 @@ class Auth:
                     LoginBlock(pair_hash=key, blocked_until=now + self.throttle.block)
                 else:
                     row.blocked_until = now + self.throttle.block
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
     def restore_blocks(self) -> None:
         """At start: the sign-in blocks a previous run left that have not run out."""
