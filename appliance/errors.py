@@ -26,6 +26,12 @@ class Forbidden(ServiceError):
     status = 403
 
 
+class Unavailable(ServiceError):
+    """Refused by this instance until it is fixed, where another might answer."""
+
+    status = 503
+
+
 class TooManyRequests(ServiceError):
     """Refused for now; `retry_after` is how many seconds until it may be tried again."""
 

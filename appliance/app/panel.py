@@ -400,6 +400,7 @@ class Panel:
             core_lag=self.core.out_of_step,
             managed_by=self.managing_panel.called_by,
             node_certificate_needed=lambda: self.node_certificates_needed,
+            writes_refused=self.cluster.writes_refused,
             request_timings=self.request_timings,
         )
         return build_app(needs, self.routes())

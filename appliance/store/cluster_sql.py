@@ -53,6 +53,11 @@ def beat(store, guid: str, now: int) -> int:
     return store.execute("UPDATE panel_instance SET last_seen = ? WHERE guid = ?", (now, guid))
 
 
+def schema_version(store) -> int:
+    """The highest schema version applied to the database, by whichever instance."""
+    return int(store.rows("SELECT MAX(version) FROM schema_version")[0][0] or 0)
+
+
 def claim_leadership(store, guid: str) -> None:
     """`guid` leads from now on, and no other row says it does."""
     store.execute(

@@ -38,7 +38,7 @@ import gevent
 from bottle import HTTPError, HTTPResponse, request, response
 from pony.orm import TransactionIntegrityError
 
-from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized
+from appliance.errors import Forbidden, ServiceError, TooManyRequests, Unauthorized, Unavailable
 from appliance.runtime.changes import KINDS, CallChanges
 from appliance.runtime.timings import TimingsByName
 from appliance.services.admin.audit import Action
@@ -67,6 +67,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SESSION_KEY = "appliance.session"
+# Signing in and out: allowed on an instance that refuses writes, to read what it says.
+SESSION_PATHS = frozenset({"/login", "/logout"})
 # The one route a session signed in with credentials scanners try may call.
 CHANGE_CREDENTIALS = "/panel/api/setting/updateUser"
 # (kind, name) of who is calling, once known: ("admin", username) or ("token", name).
@@ -100,6 +102,9 @@ class ApiNeeds:
     # Whether calls with a node token must come with a verified client certificate (a
     # managing panel's CA is trusted: nodes/mtls/trustCA, in effect since the start).
     node_certificate_needed: Callable[[], bool] = lambda: False
+    # Why this instance refuses every write but signing in and out ("" while it does not):
+    # a newer release migrated the shared database past what this one knows.
+    writes_refused: Callable[[], str] = lambda: ""
     # How long calls take, by route group: read by the metrics page.
     request_timings: TimingsByName = field(default_factory=TimingsByName)
 
@@ -136,6 +141,7 @@ class ApiPlugin:
             with self.needs.collect_changes() as changes:
                 try:
                     request.environ[SESSION_KEY] = self.identify(spec)
+                    self._refuse_writes_behind_the_schema(spec)
                     _check_declared_length(spec.max_body)
                     refuse_nul(kwargs, "the address")
                     for name, value in request.query.allitems():
@@ -169,6 +175,12 @@ class ApiPlugin:
             return self.answer(spec, result)
 
         return wrapper
+
+    def _refuse_writes_behind_the_schema(self, spec: Route) -> None:
+        if request.method in UNSAFE_METHODS and spec.path not in SESSION_PATHS:
+            reason = self.needs.writes_refused()
+            if reason:
+                raise Unavailable(reason)
 
     def answer(self, spec: Route, result):
         """The envelope of a call that succeeded (its changes already delivered)."""

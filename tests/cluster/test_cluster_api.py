@@ -26,6 +26,8 @@ from helpers import (
 )
 from panels import backend, start_panel
 
+from appliance.store.migrations import LATEST
+
 CLUSTER = "/panel/api/server/cluster"
 CLIENTS = "/panel/api/clients"
 PROPAGATION_SECONDS = 2
@@ -294,3 +296,39 @@ def _sub(server, sub_id: str) -> requests.Response:
     return requests.get(
         f"{server.sub_url}/sub/{sub_id}", headers={"Connection": "close"}, timeout=10
     )
+
+
+def test_instances_behind_a_newer_schema_serve_reads_only_and_stop_leading(world):
+    """A newer release migrated the database (a version past this release's is recorded):
+    within a heartbeat every instance of this release refuses writes, saying why, keeps
+    serving reads and sign-ins, and no instance of it leads. Last in the module: the
+    instances stay so until restarted."""
+    live = [server for server in world if server.process.poll() is None]
+    url = live[0].args[live[0].args.index("--db") + 1]
+    newer = LATEST + 1
+    networked_rows(
+        url,
+        "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+        (newer, "a newer release's migration", int(time.time())),
+    )
+    email = f"{uuid.uuid4().hex[:8]}@behind"
+    for server in live:
+        api = signed_in(server)
+
+        def refused(api=api):
+            answer = api.raw("POST", f"{CLIENTS}/add", json={"client": {"email": email}})
+            return answer.json() if answer.status_code == 503 else None
+
+        answer = wait_for(refused, 10, "writes refused")
+        msg = answer["msg"]
+        assert answer["success"] is False
+        assert f"migrated it to version {newer}" in msg and "upgrade this instance" in msg
+        mine = next(m for m in ok(api.get(CLUSTER)) if m["self"])
+        assert mine["writesRefused"] == msg
+        assert server.client().get(CLUSTER)["success"], "a sign-in is still served"
+    wait_for(
+        lambda: not any(m["leader"] for m in members_signed_in(live[0])),
+        10,
+        "no instance of the older release leading",
+    )
+    assert networked_rows(url, "SELECT COUNT(*) FROM client WHERE email = ?", (email,)) == [(0,)]

@@ -30,6 +30,7 @@ from pony.orm import db_session
 from appliance.runtime.changes import KINDS, Change, ChangeNotice
 from appliance.runtime.jobs import LeaderJobs, every
 from appliance.store import cluster_sql
+from appliance.store.migrations import LATEST
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,9 @@ class Cluster:
         self._outbox: Queue = Queue()
         self._greenlets: list[gevent.Greenlet] = []
         self.started = int(time.time() * 1000)
+        # The database's schema version once an instance of a newer release migrated it
+        # past what this one knows; 0 while this release knows it.
+        self.newer_schema = 0
 
     @property
     def shared(self) -> bool:
@@ -136,8 +140,25 @@ class Cluster:
 
     # ---- instances ------------------------------------------------------------------------
 
+    def writes_refused(self) -> str:
+        """Why this instance refuses writes ("" while it does not): a newer release
+        migrated the database past what this one knows, and what it would write could
+        be wrong for the new schema. It keeps answering reads until it is upgraded."""
+        if not self.newer_schema:
+            return ""
+        return (
+            f"this instance runs release {self.me.version}, which knows the database's "
+            f"schema up to version {LATEST}; another instance of a newer release has "
+            f"migrated it to version {self.newer_schema}: upgrade this instance, which "
+            "serves reads only until then"
+        )
+
     def beat(self) -> None:
         with db_session:
+            version = cluster_sql.schema_version(self.store)
+            if version > LATEST and not self.newer_schema:
+                self.newer_schema = version
+                log.error("%s", self.writes_refused())
             if not cluster_sql.beat(self.store, self.me.guid, _now_ms()):
                 # Removed by a prune while this instance was away: it registers again.
                 me = self.me
@@ -172,6 +193,8 @@ class Cluster:
             "lastSeen": seen,
             "stale": stale,
             "self": guid == self.me.guid,
+            # On this instance's own entry: why it refuses writes, "" while it does not.
+            "writesRefused": self.writes_refused() if guid == self.me.guid else "",
         }
 
     def prune(self) -> None:
@@ -185,7 +208,10 @@ class Cluster:
     def lead_or_follow(self) -> None:
         """Take the lock when it is free; start or stop the leader's jobs as it went."""
         try:
-            held = self.lock.hold()
+            # An instance behind the schema runs no job that writes for everyone.
+            held = not self.newer_schema and self.lock.hold()
+            if self.newer_schema:
+                self.lock.release()
         except Exception as exc:
             held = False
             if self.jobs.leading:
