@@ -1,10 +1,11 @@
 // The dashboard: status cards fed by the WebSocket's status messages, history charts
-// from server/history/:metric/:bucket, and the core's start/stop/restart.
+// from server/history/:metric/:bucket, the core's start/stop/restart, and the instances
+// sharing the database (server/cluster), shown once there is more than this one.
 import { html, Vue } from "../lib.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { askConfirm, state, toast } from "../state.js";
-import { Chart, formatBytes, formatUptime, percent, quantity, tq } from "../components.js";
+import { Chart, formatBytes, formatDate, formatUptime, percent, quantity, tq } from "../components.js";
 
 // History buckets (seconds) of server/history and nodes/history; colours of their series.
 export const BUCKETS = [2, 30, 60, 120, 180, 300];
@@ -15,6 +16,23 @@ const CHARTS = [
   { key: "net", metrics: ["netUp", "netDown"], format: (v) => `${formatBytes(v)}/s` },
   { key: "online", metrics: ["online"], format: (v) => String(Math.round(v)) },
 ];
+
+// How often the instance list is asked for again while the dashboard is open.
+const INSTANCES_SECONDS = 10;
+
+function instancesTable(members) {
+  return html`<div class="table-wrap"><table class="table responsive" data-testid="instances-table">
+    <thead><tr><th>${t("dash.instance.name")}</th><th>${t("dash.instance.address")}</th>
+      <th>${t("dash.instance.version")}</th><th>${t("dash.instance.role")}</th><th>${t("dash.instance.lastSeen")}</th></tr></thead>
+    <tbody>${members.map((m) => html`<tr key=${m.guid} data-testid="instance-row">
+      <td data-label=${t("dash.instance.name")}>${m.name}${m.self ? html` <span class="badge">${t("dash.instance.self")}</span>` : null}</td>
+      <td data-label=${t("dash.instance.address")}>${m.address}</td>
+      <td data-label=${t("dash.instance.version")}>${m.version}</td>
+      <td data-label=${t("dash.instance.role")}>${m.stale
+        ? html`<span class="badge core-stopped">${t("dash.instance.stale")}</span>`
+        : html`<span class=${m.leader ? "badge core-running" : "badge"}>${t(m.leader ? "dash.instance.leader" : "dash.instance.follower")}</span>`}</td>
+      <td data-label=${t("dash.instance.lastSeen")}>${formatDate(m.lastSeen)}</td></tr>`)}</tbody></table></div>`;
+}
 
 function card(title, value, detail, fill) {
   return html`<div class="card stat">
@@ -30,7 +48,13 @@ export const DashboardPage = {
     const bucket = Vue.ref(Number(localStorage.getItem("panel.bucket")) || 30);
     const history = Vue.reactive({});
     const busy = Vue.ref(false);
+    const members = Vue.ref([]);
     let fetchedAt = 0;
+    let instancesTimer = 0;
+
+    async function loadInstances() {
+      members.value = await api.get("panel/api/server/cluster");
+    }
 
     async function loadHistory() {
       fetchedAt = Date.now();
@@ -57,7 +81,10 @@ export const DashboardPage = {
     Vue.onMounted(() => {
       loadStatus().catch(() => {});
       loadHistory().catch(() => {});
+      loadInstances().catch(() => {});
+      instancesTimer = setInterval(() => loadInstances().catch(() => {}), INSTANCES_SECONDS * 1000);
     });
+    Vue.onUnmounted(() => clearInterval(instancesTimer));
     Vue.watch(bucket, (value) => {
       localStorage.setItem("panel.bucket", String(value));
       loadHistory().catch(() => {});
@@ -89,8 +116,10 @@ export const DashboardPage = {
       const s = state.status;
       const core = (state.coreState || "unknown").replace(" ", "_");
       const running = core === "running";
+      const me = members.value.find((m) => m.self);
       return html`<section class="page">
         <div class="page-head"><h1>${t("nav.dashboard")}</h1></div>
+        ${me && me.writesRefused ? html`<div class="card error-text" role="alert" data-testid="writes-refused">${me.writesRefused}</div>` : null}
         ${s
           ? html`<div class="cards">
             ${card(t("dash.cpu"), quantity(`${s.cpu.toFixed(1)}%`), t("dash.cores", { count: s.cpuCores }), s.cpu)}
@@ -115,6 +144,8 @@ export const DashboardPage = {
             </div>
           </div>`
           : html`<p class="muted">${t("common.loading")}</p>`}
+        ${members.value.length > 1 ? html`<div class="page-head"><h2>${t("dash.instances")}</h2></div>
+          <p class="muted">${t("dash.instancesIntro")}</p>${instancesTable(members.value)}` : null}
         <div class="page-head">
           <h2>${t("dash.history")}</h2>
           <label class="inline">${t("dash.bucket")}
