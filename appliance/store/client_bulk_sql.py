@@ -115,6 +115,25 @@ def depleted_enabled(store, now_ms: int, master_guid: str) -> list[tuple[int, st
     )
 
 
+def still_enabled(store, ids: list[int]) -> set[int]:
+    """Of `ids`, the clients still enabled, read anew once the caller's write transaction
+    has begun, and on a networked server locked until it ends: two sweeps at once (after
+    a core tick and a node poll, or on two instances) found the same clients, and each
+    disabled them and raised their events. The second now waits for the first and finds
+    them disabled."""
+    lock = "" if store.dialect == "sqlite" else " FOR UPDATE"
+    found: set[int] = set()
+    for chunk in chunks(sorted(ids)):
+        found.update(
+            row[0]
+            for row in store.rows(
+                f"SELECT id FROM client WHERE enable = ? AND id IN ({_marks(chunk)}){lock}",
+                [True, *chunk],
+            )
+        )
+    return found
+
+
 def disable(store, ids: list[int], keys: list[str]) -> None:
     """Disable the clients of `ids` and the traffic rows of their `keys`."""
     store.execute(f"UPDATE client SET enable = ? WHERE id IN ({_marks(ids)})", [False, *ids])

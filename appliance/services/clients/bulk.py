@@ -439,6 +439,10 @@ class ClientBulk:
         with db_session:
             now = self.query.now_ms()
             rows = client_bulk_sql.depleted_enabled(self.store, now, self.master_guid())
+            if rows:
+                self.store.begin_write()
+                kept = client_bulk_sql.still_enabled(self.store, [row[0] for row in rows])
+                rows = [row for row in rows if row[0] in kept]
             for chunk in chunks(rows):
                 ids = [row[0] for row in chunk]
                 self.store.client_writes.note(ids=ids)
