@@ -115,6 +115,16 @@ def depleted_enabled(store, now_ms: int, master_guid: str) -> list[tuple[int, st
     )
 
 
+def due_for_renewal(store, now_ms: int) -> list[str]:
+    """Emails of the clients with a reset period (`reset` days) whose expiry has passed:
+    the sweep renews them before it judges anyone (the index on expiry finds them)."""
+    rows = store.rows(
+        "SELECT email FROM client WHERE expiry_time > 0 AND expiry_time <= ? AND reset_days > 0",
+        (now_ms,),
+    )
+    return [row[0] for row in rows]
+
+
 def still_enabled(store, ids: list[int]) -> set[int]:
     """Of `ids`, the clients still enabled, read anew once the caller's write transaction
     has begun, and on a networked server locked until it ends: two sweeps at once (after

@@ -54,6 +54,53 @@ def test_the_sweep_raises_limited_and_expired_once_each(tmp_path):
         panel.stop()
 
 
+def test_a_client_with_a_reset_period_starts_a_new_one_at_expiry_instead_of_being_cut_off(
+    tmp_path,
+):
+    """`reset` days, as 3x-ui's auto-renew: at its expiry the client's counters go to
+    zero, its expiry moves on by whole periods until it lies ahead, and it stays enabled
+    (one client.traffic_reset, no client.expired); a client without one is cut off."""
+    receiver = Receiver().start()
+    panel = fake_xray_panel(tmp_path)
+    try:
+        api = panel.client()
+        hook = {"name": "renew", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+        events = ["client.traffic_reset", "client.expired"]
+        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
+        inbound = ok(
+            api.post(
+                "/panel/api/inbounds/add",
+                {"protocol": "vless", "port": 4434, "settings": {"decryption": "none"}},
+            )
+        )
+        day = 86_400_000
+        # Two periods and an hour ago: the next expiry is the third period's end.
+        past = int(time.time() * 1000) - 2 * 30 * day - 3_600_000
+        for client in (
+            {"email": "monthly@example.com", "expiryTime": past, "reset": 30, "totalGB": 10**9},
+            {"email": "once@example.com", "expiryTime": past},
+        ):
+            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+        body = {"upload": 600, "download": 700}
+        ok(api.post(f"{CLIENTS}/updateTraffic/monthly@example.com", body))
+        receiver.wait_for(2, timeout=30)
+        time.sleep(3)  # more sweeps: nothing more is raised
+        found = list({e["id"]: e for e in receiver.events()}.values())
+        assert sorted((e["event"], e["data"]["email"]) for e in found) == [
+            ("client.expired", "once@example.com"),
+            ("client.traffic_reset", "monthly@example.com"),
+        ]
+        renewed = ok(api.get(f"{CLIENTS}/get/monthly@example.com"))["client"]
+        assert renewed["expiryTime"] == past + 3 * 30 * day
+        assert renewed["enable"] is True
+        assert (renewed["traffic"]["up"], renewed["traffic"]["down"]) == (0, 0)
+        assert renewed["traffic"]["enable"] is True
+        assert ok(api.get(f"{CLIENTS}/get/once@example.com"))["client"]["enable"] is False
+    finally:
+        receiver.stop()
+        panel.stop()
+
+
 def test_reminders_are_raised_once_each_at_the_nearest_threshold_and_again_after_a_reset(tmp_path):
     receiver = Receiver().start()
     panel = fake_xray_panel(tmp_path)

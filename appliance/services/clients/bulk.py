@@ -35,6 +35,7 @@ from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
 TRAFFIC_RESET = "client.traffic_reset"
+DAY_MS = 86_400_000
 # 10,000 clients are a second or two of work, which every other request would otherwise
 # wait for in one piece: each loop breathes at its `Pace`, and rows are inserted this many
 # at a time, one statement taking a few milliseconds.
@@ -429,13 +430,44 @@ class ClientBulk:
             now = self.query.now_ms()
             return self._delete_ids(client_bulk_sql.depleted_for_deletion(self.store, now))
 
+    def renew_due(self) -> list[str]:
+        """A client with a reset period (`reset` days, 3x-ui's auto-renew) whose expiry
+        passed starts a new period instead of being cut off: its counters go to zero, its
+        expiry moves on by whole periods until it lies ahead, and it is enabled again
+        (client row and traffic row). Raises client.traffic_reset for each; returns their
+        emails. Run by the sweep, before it judges anyone."""
+        with db_session:
+            now = self.query.now_ms()
+            emails = in_lock_order(client_bulk_sql.due_for_renewal(self.store, now))
+            renewed = []
+            for email in emails:
+                row = self.clients.row(email)
+                # Read again in the write: another sweep may have renewed it meanwhile.
+                if not (row.reset_days > 0 and 0 < row.expiry_time <= now):
+                    continue
+                period = row.reset_days * DAY_MS
+                row.expiry_time += period * ((now - row.expiry_time) // period + 1)
+                traffic = self.clients.traffic_row(row)
+                traffic.up = traffic.down = 0
+                traffic.enable = True
+                row.enable = True
+                row.updated_at = now
+                renewed.append(row)
+            self.clients.tell(TRAFFIC_RESET, renewed)
+            emails = [row.email for row in renewed]
+        if emails:
+            self.clients.announce(emails)
+        return emails
+
     def disable_depleted(self) -> list[str]:
-        """The invalid-client sweep: clients still enabled whose quota is used up or whose
-        expiry passed are disabled (client row and traffic row), and the change notice
-        told which. Returns their emails.
+        """The invalid-client sweep: clients due for a new period are renewed first
+        (`renew_due`); then clients still enabled whose quota is used up or whose expiry
+        passed are disabled (client row and traffic row), and the change notice told
+        which. Returns their emails.
 
         On a node, a client its managing panel pushed totals for is judged by those
         totals (`services/nodes/master_traffic.py`), not by this node's share of them."""
+        self.renew_due()
         with db_session:
             now = self.query.now_ms()
             rows = client_bulk_sql.depleted_enabled(self.store, now, self.master_guid())

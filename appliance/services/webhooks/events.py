@@ -14,7 +14,10 @@ EVENTS: dict[str, str] = {
     "client.deleted": "a client was deleted; data is the client as it was",
     "client.enabled": "a client was switched on",
     "client.disabled": "a client was switched off by an admin",
-    "client.traffic_reset": "a client's traffic counters were set back to zero",
+    "client.traffic_reset": (
+        "a client's traffic counters were set back to zero: by an admin, or at expiry "
+        "when its `reset` period started a new one"
+    ),
     "client.limited": "the sweep switched a client off: its traffic quota is used up",
     "client.expired": "the sweep switched a client off: its expiry time passed",
     "client.first_connected": "a client's traffic was counted by this panel's core for the "
