@@ -18,32 +18,40 @@ CLIENTS = "/panel/api/clients"
 SECRET = "a-secret-of-sixteen-or-more"
 
 
+def hooked_inbound(api, receiver: Receiver, name: str, events: list[str], port: int) -> dict:
+    """An endpoint at `receiver` for `events`, and a VLESS inbound on `port` to add the
+    clients of a test to."""
+    hook = {"name": name, "url": receiver.url, "secret": SECRET, "allowPrivate": True}
+    ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
+    inbound = {"protocol": "vless", "port": port, "settings": {"decryption": "none"}}
+    return ok(api.post("/panel/api/inbounds/add", inbound))
+
+
+def swept(api, receiver: Receiver, inbound: dict, clients, email: str, up: int, down: int):
+    """Adds `clients`, sets the traffic of `email`, and returns the events the sweeps
+    raised: two at least, then three seconds more of sweeps that must raise nothing more.
+    A repeat of one delivery (at least once) is one event; two ids would be two."""
+    for client in clients:
+        ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
+    ok(api.post(f"{CLIENTS}/updateTraffic/{email}", {"upload": up, "download": down}))
+    receiver.wait_for(2, timeout=30)
+    time.sleep(3)
+    return list({e["id"]: e for e in receiver.events()}.values())
+
+
 def test_the_sweep_raises_limited_and_expired_once_each(tmp_path):
     receiver = Receiver().start()
     panel = fake_xray_panel(tmp_path)
     try:
         api = panel.client()
-        hook = {"name": "sweep", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
         events = ["client.limited", "client.expired"]
-        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
-        inbound = ok(
-            api.post(
-                "/panel/api/inbounds/add",
-                {"protocol": "vless", "port": 4433, "settings": {"decryption": "none"}},
-            )
-        )
+        inbound = hooked_inbound(api, receiver, "sweep", events, 4433)
         past = int(time.time() * 1000) - 60_000
-        for client in (
+        clients = (
             {"email": "capped@example.com", "totalGB": 1000},
             {"email": "late@example.com", "expiryTime": past},
-        ):
-            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
-        body = {"upload": 600, "download": 600}
-        ok(api.post(f"{CLIENTS}/updateTraffic/capped@example.com", body))
-        found = receiver.wait_for(2, timeout=30)
-        time.sleep(3)  # more sweeps: nothing more is raised
-        # A repeat of one delivery (at least once) is one event; two ids would be two.
-        found = list({e["id"]: e for e in receiver.events()}.values())
+        )
+        found = swept(api, receiver, inbound, clients, "capped@example.com", 600, 600)
         assert sorted((e["event"], e["data"]["email"]) for e in found) == [
             ("client.expired", "late@example.com"),
             ("client.limited", "capped@example.com"),
@@ -64,28 +72,16 @@ def test_a_client_with_a_reset_period_starts_a_new_one_at_expiry_instead_of_bein
     panel = fake_xray_panel(tmp_path)
     try:
         api = panel.client()
-        hook = {"name": "renew", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
         events = ["client.traffic_reset", "client.expired"]
-        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
-        inbound = ok(
-            api.post(
-                "/panel/api/inbounds/add",
-                {"protocol": "vless", "port": 4434, "settings": {"decryption": "none"}},
-            )
-        )
+        inbound = hooked_inbound(api, receiver, "renew", events, 4434)
         day = 86_400_000
         # Two periods and an hour ago: the next expiry is the third period's end.
         past = int(time.time() * 1000) - 2 * 30 * day - 3_600_000
-        for client in (
+        clients = (
             {"email": "monthly@example.com", "expiryTime": past, "reset": 30, "totalGB": 10**9},
             {"email": "once@example.com", "expiryTime": past},
-        ):
-            ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
-        body = {"upload": 600, "download": 700}
-        ok(api.post(f"{CLIENTS}/updateTraffic/monthly@example.com", body))
-        receiver.wait_for(2, timeout=30)
-        time.sleep(3)  # more sweeps: nothing more is raised
-        found = list({e["id"]: e for e in receiver.events()}.values())
+        )
+        found = swept(api, receiver, inbound, clients, "monthly@example.com", 600, 700)
         assert sorted((e["event"], e["data"]["email"]) for e in found) == [
             ("client.expired", "once@example.com"),
             ("client.traffic_reset", "monthly@example.com"),
@@ -106,7 +102,6 @@ def test_reminders_are_raised_once_each_at_the_nearest_threshold_and_again_after
     panel = fake_xray_panel(tmp_path)
     try:
         api = panel.client()
-        hook = {"name": "remind", "url": receiver.url, "secret": SECRET, "allowPrivate": True}
         events = [
             "client.expires_in_72_hours",
             "client.expires_in_48_hours",
@@ -114,13 +109,7 @@ def test_reminders_are_raised_once_each_at_the_nearest_threshold_and_again_after
             "client.expired_24_hours_ago",
             "client.usage_reached",
         ]
-        ok(api.post("/panel/api/webhooks/add", {**hook, "events": events}))
-        inbound = ok(
-            api.post(
-                "/panel/api/inbounds/add",
-                {"protocol": "vless", "port": 4434, "settings": {"decryption": "none"}},
-            )
-        )
+        inbound = hooked_inbound(api, receiver, "remind", events, 4434)
         hour = 3_600_000
         now = int(time.time() * 1000)
         for client in (
