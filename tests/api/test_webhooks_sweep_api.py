@@ -77,11 +77,18 @@ def test_a_client_with_a_reset_period_starts_a_new_one_at_expiry_instead_of_bein
         day = 86_400_000
         # Two periods and an hour ago: the next expiry is the third period's end.
         past = int(time.time() * 1000) - 2 * 30 * day - 3_600_000
-        clients = (
-            {"email": "monthly@example.com", "expiryTime": past, "reset": 30, "totalGB": 10**9},
-            {"email": "once@example.com", "expiryTime": past},
-        )
-        found = swept(api, receiver, inbound, clients, "monthly@example.com", 600, 700)
+        # Added with its expiry ahead, so that no sweep renews it before its traffic is
+        # set; then its expiry is moved into the past.
+        ahead = past + 3 * 30 * day + day
+        monthly = {"email": "monthly@example.com", "expiryTime": ahead, "reset": 30}
+        ok(api.post(f"{CLIENTS}/add", {"client": monthly, "inboundIds": [inbound["id"]]}))
+        body = {"upload": 600, "download": 700}
+        ok(api.post(f"{CLIENTS}/updateTraffic/monthly@example.com", body))
+        stored = ok(api.get(f"{CLIENTS}/get/monthly@example.com"))["client"]
+        assert (stored["traffic"]["up"], stored["traffic"]["down"]) == (600, 700)
+        ok(api.post(f"{CLIENTS}/update/monthly@example.com", {**stored, "expiryTime": past}))
+        clients = ({"email": "once@example.com", "expiryTime": past},)
+        found = swept(api, receiver, inbound, clients, "once@example.com", 1, 1)
         assert sorted((e["event"], e["data"]["email"]) for e in found) == [
             ("client.expired", "once@example.com"),
             ("client.traffic_reset", "monthly@example.com"),
