@@ -240,9 +240,9 @@ class Auth:
         """Blocks another instance on this database started (or this one, before a
         restart) join this one's: a guesser who moves to another instance is still
         blocked."""
-        with db_session:
-            found = sign_in_sql.blocks(self.store, keys, int(self.clock()))
         now = int(self.clock())
+        with db_session:
+            found = sign_in_sql.blocks(self.store, keys, now)
         for key, until in found.items():
             if not self.throttle.seconds_left(key):
                 self.throttle.restore(key, until - now)

@@ -208,10 +208,12 @@ class Cluster:
     def lead_or_follow(self) -> None:
         """Take the lock when it is free; start or stop the leader's jobs as it went."""
         try:
-            # An instance behind the schema runs no job that writes for everyone.
-            held = not self.newer_schema and self.lock.hold()
             if self.newer_schema:
+                # An instance behind the schema runs no job that writes for everyone.
                 self.lock.release()
+                held = False
+            else:
+                held = self.lock.hold()
         except Exception as exc:
             held = False
             if self.jobs.leading:

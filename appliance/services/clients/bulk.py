@@ -35,7 +35,6 @@ from appliance.store.batches import chunks
 
 DAY_MS = 86_400_000
 TRAFFIC_RESET = "client.traffic_reset"
-DAY_MS = 86_400_000
 # 10,000 clients are a second or two of work, which every other request would otherwise
 # wait for in one piece: each loop breathes at its `Pace`, and rows are inserted this many
 # at a time, one statement taking a few milliseconds.
