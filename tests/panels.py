@@ -167,13 +167,14 @@ class ApiClient:
         return reply
 
     def get(self, path: str, **kwargs) -> dict:
-        return self.http.get(self.url + path, timeout=30, **kwargs).json()
+        return self.raw("GET", path, **kwargs).json()
 
     def post(self, path: str, json=None, **kwargs) -> dict:
-        return self.http.post(self.url + path, json=json, timeout=30, **kwargs).json()
+        return self.raw("POST", path, json=json, **kwargs).json()
 
     def raw(self, method: str, path: str, **kwargs) -> requests.Response:
-        return self.http.request(method, self.url + path, timeout=30, **kwargs)
+        kwargs.setdefault("timeout", 30)
+        return self.http.request(method, self.url + path, **kwargs)
 
 
 def start_panel(tmp_path, *args: str, env: dict | None = None) -> PanelServer:

@@ -34,6 +34,8 @@ CLIENTS = "/panel/api/clients"
 COMMITTED_COUNT = 500
 KILLED_COUNT = 20_000
 WRITE_WAIT_SECONDS = 120
+# A bulk create of the killed size can take over a minute on a loaded two-CPU machine.
+BULK_TIMEOUT = 300
 # SQLite: growth of the write-ahead log that only the killed call's spilled pages explain
 # (the committed batch before it adds a few hundred KiB; the whole killed call about 8 MiB,
 # the last 2 MiB of it, SQLite's page cache, at the commit).
@@ -117,7 +119,7 @@ class BulkCall(threading.Thread):
     def run(self) -> None:
         with contextlib.suppress(requests.ConnectionError):  # killed before it answered
             self.reply = self.client.http.post(
-                f"{self.client.url}{CLIENTS}/bulkCreate", json=self.items, timeout=300
+                f"{self.client.url}{CLIENTS}/bulkCreate", json=self.items, timeout=BULK_TIMEOUT
             ).json()
 
 
@@ -195,7 +197,7 @@ def test_a_kill_during_bulk_create_keeps_committed_batches_whole(tmp_path, late)
         # The panel writes on the database it was killed over: the killed batch, if it
         # was rolled back, goes in now without a clash.
         if len(present) == 1:
-            again = ok(api.post(f"{CLIENTS}/bulkCreate", killed))
+            again = ok(api.post(f"{CLIENTS}/bulkCreate", killed, timeout=BULK_TIMEOUT))
             assert again == {"created": KILLED_COUNT, "skipped": []}
             assert ok(api.get(f"{CLIENTS}/list/paged?pageSize=1"))["total"] == (
                 COMMITTED_COUNT + KILLED_COUNT
