@@ -32,18 +32,23 @@ def calls(path: Path) -> list[tuple[str, bytes]]:
     ]
 
 
-def fake_xray_panel(tmp_path, **state):
-    """A panel running fake_xray.py as its core, traffic ticks every second, IP limit on."""
-    binary = tmp_path / "xray"
+def fake_xray_env(place: Path, **state) -> dict:
+    """The environment of a panel whose core is fake_xray.py, steered by `place`'s
+    state.json (written with `state`) and recording its calls in `place`'s calls.jsonl."""
+    binary = place / "xray"
     binary.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_XRAY}" "$@"\n')
     binary.chmod(0o755)
-    write_state(tmp_path / "state.json", **state)
-    env = {
+    write_state(place / "state.json", **state)
+    return {
         "APPLIANCE_CORE": str(binary),
-        "FAKE_XRAY_STATE": str(tmp_path / "state.json"),
-        "FAKE_XRAY_CALLS": str(tmp_path / "calls.jsonl"),
+        "FAKE_XRAY_STATE": str(place / "state.json"),
+        "FAKE_XRAY_CALLS": str(place / "calls.jsonl"),
     }
-    server = start_panel(tmp_path, env=env)
+
+
+def fake_xray_panel(tmp_path, **state):
+    """A panel running fake_xray.py as its core, traffic ticks every second, IP limit on."""
+    server = start_panel(tmp_path, env=fake_xray_env(tmp_path, **state))
     api = server.client()
     ok(api.post("/panel/api/setting/update", {"trafficInterval": 1, "ipLimitEnable": True}))
     mark = len(server.lines)

@@ -15,14 +15,13 @@ from urllib.parse import quote
 
 import pytest
 import requests
-from core_panel import wait_until
+from cluster_panels import instance_env, three_instances, wait_for
 from helpers import (
     create_database,
     create_inbound,
     drop_database,
     networked_rows,
     ok,
-    server_reachable,
 )
 from panels import backend, start_panel
 
@@ -50,35 +49,8 @@ def test_a_panel_alone_is_the_one_instance_and_leads(panel):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Three instances on one fresh database, the first of which made the admin."""
-    kind = backend["kind"]
-    if kind == "sqlite":
-        pytest.skip("several panels share a PostgreSQL or MariaDB database, not a SQLite file")
-    if not server_reachable(kind):
-        pytest.skip(f"no {kind} server")
-    url = create_database(kind)
-    panels = []
-    try:
-        first = start_panel(tmp_path_factory.mktemp("a"), "--db", url, env=_named("a"))
-        first.await_credentials()
-        panels.append(first)
-        for name in ("b", "c"):
-            other = start_panel(tmp_path_factory.mktemp(name), "--db", url, env=_named(name))
-            other.username, other.password = first.username, first.password
-            panels.append(other)
-        yield panels
-    finally:
-        for server in panels:
-            server.stop()
-        drop_database(url)
-
-
-def _named(name: str) -> dict:
-    return {"APPLIANCE_INSTANCE_NAME": f"panel-{name}"}
-
-
-def wait_for(predicate, seconds: float, what: str):
-    """`wait_until`, looking often: the propagation it waits for is timed to 2 s."""
-    return wait_until(predicate, what, seconds, step=0.05)
+    with three_instances(tmp_path_factory) as servers:
+        yield servers
 
 
 def test_three_instances_list_each_other_with_exactly_one_leader(world):
@@ -209,7 +181,7 @@ def test_three_instances_started_at_once_on_an_empty_database_migrate_and_seed_i
 
     def start(name: str) -> None:
         try:
-            started[name] = start_panel(tmp_path / name, "--db", url, env=_named(name))
+            started[name] = start_panel(tmp_path / name, "--db", url, env=instance_env(name))
         except BaseException as error:
             failed.append(error)
 
