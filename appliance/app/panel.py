@@ -193,7 +193,9 @@ class Panel:
             core_test=self.core_process.test,
             sub_url=self.sub_address.url,
         )
-        self.accounting = TrafficAccounting(store, self.presence, self.outbox)
+        self.accounting = TrafficAccounting(
+            store, self.presence, self.outbox, instance_guid(self.options.data_dir)
+        )
         self.usage = UsageHistory(store)
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(

@@ -80,7 +80,11 @@ def instances(store) -> list[tuple]:
 
 
 def forget_before(store, cutoff: int) -> int:
-    """Remove the instances not seen since `cutoff` (long gone, never coming back)."""
+    """Remove the instances not seen since `cutoff` (long gone, never coming back), and
+    the core counter values they kept."""
+    gone = "SELECT guid FROM panel_instance WHERE last_seen < ?"
+    for table in ("core_counter", "client_core_value"):
+        store.execute(f"DELETE FROM {table} WHERE instance IN ({gone})", (cutoff,))
     return store.execute("DELETE FROM panel_instance WHERE last_seen < ?", (cutoff,))
 
 

@@ -185,8 +185,6 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
         down = Required(int, size=64, default=0)
         enable = Required(bool, default=True)
         last_online = Required(int, size=64, default=0)
-        core_up = Required(int, size=64, default=0)
-        core_down = Required(int, size=64, default=0)
 
         def after_insert(self):
             writes.note(keys=(self.email_key,))
@@ -235,8 +233,10 @@ def define_entities(db: Database, writes: ClientWrites | None = None) -> Entitie
 
     class CoreCounter(db.Entity):
         _table_ = "core_counter"
-        name = Required(str, 255, unique=True, autostrip=False)
+        instance = Optional(str, 64, default="", autostrip=False)
+        name = Required(str, 255, autostrip=False)
         value = Required(int, size=64, default=0)
+        composite_key(instance, name)
 
     class OutboundTraffic(db.Entity):
         _table_ = "outbound_traffic"

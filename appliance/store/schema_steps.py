@@ -726,6 +726,38 @@ def _v24_login_failures(dialect: str) -> list[str]:
     return table.create(dialect)
 
 
+def _v25_core_values_per_instance(dialect: str) -> list[str]:
+    """The core counter values a tick measures against, kept per instance: every instance
+    sharing a networked database runs a core of its own, whose counters are its own. One
+    shared value per counter let each instance's ticks overwrite the others', and an
+    instance restarting beside them (collecting its orphaned core) measured its core
+    against another's. The values already kept belong to the one panel that ran before
+    this release (instance '' until it claims them, `traffic_sql.claim_unowned`); a
+    client's move off its traffic row into a table keyed by instance and email key."""
+    values = Table(
+        "client_core_value",
+        (
+            Column("instance", "str", 64),
+            Column("email_key", "str", 255),
+            Column("up", "bigint", default=0),
+            Column("down", "bigint", default=0),
+        ),
+        (Index(("instance", "email_key"), unique=True),),
+    )
+    old = "ix_core_counter_name"
+    return [
+        add_column("core_counter", Column("instance", "str", 64, default=""), dialect),
+        f"DROP INDEX {old} ON core_counter" if dialect == "mysql" else f"DROP INDEX {old}",
+        create_index("core_counter", Index(("instance", "name"), unique=True), dialect),
+        *values.create(dialect),
+        "INSERT INTO client_core_value (instance, email_key, up, down) "
+        "SELECT '', email_key, core_up, core_down FROM client_traffic "
+        "WHERE core_up <> 0 OR core_down <> 0",
+        "ALTER TABLE client_traffic DROP COLUMN core_up",
+        "ALTER TABLE client_traffic DROP COLUMN core_down",
+    ]
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "foundation: settings, admins, sessions, API tokens, inbounds, fallbacks", _v1_foundation),
     (2, "clients: records, attachments, traffic, IPs, external links, groups", _v2_clients),
@@ -759,4 +791,5 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
         _v23_device_refusals,
     ),
     (24, "failed sign-ins counted in the database", _v24_login_failures),
+    (25, "core counter values kept per instance", _v25_core_values_per_instance),
 ]

@@ -44,19 +44,22 @@ def add_client_traffic(store, moved: dict[str, list[int]], now_ms: int) -> None:
 
 
 def add_client_core_traffic(
-    store, moved: dict[str, list[int]], core_values: dict[str, list[int]], now_ms: int
+    store,
+    moved: dict[str, list[int]],
+    core_values: dict[str, list[int]],
+    instance: str,
+    now_ms: int,
 ) -> None:
     """Add email key -> [up, down] to the clients' totals, in the order of their keys
     (the order bulk calls lock them in, `bulk.in_lock_order`, so a tick and a bulk call
-    never wait on each other in a circle), keeping the core's [up, down] values they
-    were measured against beside them."""
+    never wait on each other in a circle), and keep the core's [up, down] values they
+    were measured against as `instance`'s."""
+    add_client_traffic(store, moved, now_ms)
+    upsert = replacing_upsert(("instance", "email_key"), ("up", "down"), store.dialect)
     store.execute_many(
-        f"UPDATE client_traffic SET {ADD_UP_DOWN}, core_up = ?, "
-        "core_down = ?, last_online = ? WHERE email_key = ?",
-        [
-            (*added(up, down), *core_values[key], now_ms, key)
-            for key, (up, down) in sorted(moved.items())
-        ],
+        "INSERT INTO client_core_value (instance, email_key, up, down) "
+        f"VALUES (?, ?, ?, ?){upsert}",
+        [(instance, key, *core_values[key]) for key in sorted(moved)],
     )
 
 
@@ -112,35 +115,53 @@ def start_clocks(store, moved: set[str], now: int) -> None:
         )
 
 
-def kept_core_values(store) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """The core's counter values kept: by client (email key -> [up, down], those not
-    zero) and the others by counter name."""
+def claim_unowned(store, instance: str) -> None:
+    """The values kept before they were kept per instance (instance '') become
+    `instance`'s, unless it has its own: the first instance to start after the upgrade
+    is the panel that kept them, and collects its orphaned core against them."""
+    if store.rows("SELECT 1 FROM core_counter WHERE instance = ? LIMIT 1", [instance]):
+        return
+    for table in ("core_counter", "client_core_value"):
+        store.execute(f"UPDATE {table} SET instance = ? WHERE instance = ''", [instance])
+
+
+def kept_core_values(store, instance: str) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """The values of `instance`'s core counters kept: by client (email key -> [up,
+    down]) and the others by counter name."""
     users = {
-        key: [core_up, core_down]
-        for key, core_up, core_down in store.rows(
-            "SELECT email_key, core_up, core_down FROM client_traffic "
-            "WHERE core_up <> 0 OR core_down <> 0"
+        key: [up, down]
+        for key, up, down in store.rows(
+            "SELECT email_key, up, down FROM client_core_value WHERE instance = ?", [instance]
         )
     }
-    return users, dict(store.rows("SELECT name, value FROM core_counter"))
+    others = store.rows("SELECT name, value FROM core_counter WHERE instance = ?", [instance])
+    return users, dict(others)
 
 
-def zero_core_values(store) -> None:
-    """Every kept value of the core's counters to zero: they belong to a core gone."""
-    store.execute("UPDATE core_counter SET value = 0")
-    store.execute(
-        "UPDATE client_traffic SET core_up = 0, core_down = 0 WHERE core_up <> 0 OR core_down <> 0"
+def zero_core_values(store, instance: str) -> None:
+    """Every kept value of `instance`'s core counters to zero: they belong to a core
+    gone. The clients' go (rows of clients since deleted among them); the others' are
+    kept at zero, to be set by name."""
+    store.execute("UPDATE core_counter SET value = 0 WHERE instance = ?", [instance])
+    store.execute("DELETE FROM client_core_value WHERE instance = ?", [instance])
+
+
+def keep_core_values(
+    store, instance: str, known: list[tuple[int, str]], fresh: list[tuple[str, int]]
+) -> None:
+    """`instance`'s kept counter values: (value, name) of counters kept before, (name,
+    value) of new. A new one may have a row all the same (written by the panel process
+    this one replaced while both ran, or by a tick that failed after its commit): it is
+    set, not refused, else every tick after would fail on it."""
+    store.execute_many(
+        "UPDATE core_counter SET value = ? WHERE instance = ? AND name = ?",
+        [(value, instance, name) for value, name in known],
     )
-
-
-def keep_core_values(store, known: list[tuple[int, str]], fresh: list[tuple[str, int]]) -> None:
-    """Kept counter values: (value, name) of counters kept before, (name, value) of new.
-    A new one may have a row all the same (written by the panel process this one
-    replaced while both ran, or by a tick that failed after its commit): it is set, not
-    refused, else every tick after would fail on it."""
-    store.execute_many("UPDATE core_counter SET value = ? WHERE name = ?", known)
-    upsert = replacing_upsert(("name",), ("value",), store.dialect)
-    store.execute_many(f"INSERT INTO core_counter (name, value) VALUES (?, ?){upsert}", fresh)
+    upsert = replacing_upsert(("instance", "name"), ("value",), store.dialect)
+    store.execute_many(
+        f"INSERT INTO core_counter (instance, name, value) VALUES (?, ?, ?){upsert}",
+        [(instance, name, value) for name, value in fresh],
+    )
 
 
 def client_counters(store, keys: list[str] | None) -> list[tuple[str, int, int]]:

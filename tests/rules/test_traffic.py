@@ -78,8 +78,8 @@ def traffic(clients: Clients, email: str) -> tuple[int, int]:
     return record["up"], record["down"]
 
 
-def accounting(store, presence) -> TrafficAccounting:
-    return TrafficAccounting(store, presence, Outbox(store), clock=lambda: NOW)
+def accounting(store, presence, instance: str = "a") -> TrafficAccounting:
+    return TrafficAccounting(store, presence, Outbox(store), instance, clock=lambda: NOW)
 
 
 def test_differences_are_added_to_clients_inbounds_and_outbounds(world):
@@ -172,6 +172,47 @@ def test_after_a_core_restart_unmoved_counters_do_not_keep_old_baselines(world):
     accounting(store, presence).tick({up("Alice"): 1500, up("bob"): 1}, generation=2)
     assert traffic(clients, "Alice") == (2500, 0)
     assert traffic(clients, "bob") == (11, 0)
+
+
+def test_instances_sharing_the_database_each_count_their_own_core_once(world):
+    """Two instances on one database, each with its own core: each core's bytes are added
+    to the same totals once, however their ticks interleave, and an instance restarted
+    beside the other (collecting its orphaned core) measures that core against its own
+    values, not the ones the other kept last."""
+    store, presence, inbounds, clients = world
+    name = "inbound>>>in-1>>>traffic>>>uplink"
+    a, b = accounting(store, presence, "a"), accounting(store, presence, "b")
+    a.tick({up("Alice"): 100, name: 100}, generation=1)
+    b.tick({up("Alice"): 5000, name: 5000}, generation=2)
+    a.tick({up("Alice"): 300, name: 300}, generation=1)
+    assert traffic(clients, "Alice") == (5300, 0)
+    restarted = accounting(store, presence, "a")
+    restarted.tick({up("Alice"): 350, name: 350}, generation=1)
+    assert traffic(clients, "Alice") == (5350, 0)
+    assert inbounds.get(1)["up"] == 5350
+    # b's core restarts: only b's values go, a's still measure a's core.
+    b.tick({up("Alice"): 10, name: 10}, generation=3)
+    accounting(store, presence, "a").tick({up("Alice"): 360, name: 360}, generation=1)
+    assert traffic(clients, "Alice") == (5370, 0)
+    assert inbounds.get(1)["up"] == 5370
+
+
+def test_values_kept_before_they_were_per_instance_are_the_first_instances(world):
+    """A database upgraded from before values were kept per instance holds them as
+    instance '': the first instance to tick takes them as its own, so the core left
+    running by a crash before the upgrade is measured against them; another instance
+    starting later does not."""
+    store, presence, _, clients = world
+    accounting(store, presence, "").tick({up("Alice"): 400}, generation=9)
+    accounting(store, presence, "a").tick({up("Alice"): 450}, generation=9)
+    assert traffic(clients, "Alice") == (450, 0)
+    accounting(store, presence, "b").tick({up("Alice"): 20}, generation=4)
+    assert traffic(clients, "Alice") == (470, 0)
+    with db_session:
+        assert store.rows("SELECT DISTINCT instance FROM core_counter ORDER BY 1") == [
+            ("a",),
+            ("b",),
+        ]
 
 
 def test_emails_match_whatever_their_case_in_the_core(world):

@@ -2,17 +2,19 @@
 
 The core's counters are read absolute, never reset (a reset between read and write would
 lose what arrived in between). The last value seen of each counter is kept in the
-database (a client's on its traffic row, beside the totals it moves; the others in
-core_counter), and each tick adds the difference to clients, inbounds and outbounds and
-moves the kept values forward in the same transaction: a panel that crashes before the
-commit counts the same bytes again on the next tick from the old values, never twice.
+database (a client's in client_core_value, the others in core_counter), and each tick
+adds the difference to clients, inbounds and outbounds and moves the kept values forward
+in the same transaction: a panel that crashes before the commit counts the same bytes
+again on the next tick from the old values, never twice. The values are kept per
+instance (the guid of the data directory): several panels on one database each run a
+core of their own and add its bytes to the same totals, each measured against its own.
 
 A core restart starts its counters from zero. Each core process has a generation number
 (kept beside the counters); when it changes, every counter's previous value is taken as
 0. A counter that went down within one generation means the same thing.
 
-Values are held in memory after the first tick (one process owns the database), so a
-tick reads nothing and writes only counters that moved.
+Values are held in memory after the first tick (one process owns an instance's values),
+so a tick reads nothing and writes only counters that moved.
 
 For the metrics page each tick also notes how long it took and what it added (`TickStats`).
 """
@@ -69,14 +71,16 @@ class TickStats:
 
 
 class TrafficAccounting:
-    def __init__(self, store, presence, outbox: Outbox, clock=time.time):
+    def __init__(self, store, presence, outbox: Outbox, instance: str, clock=time.time):
         self.store = store
+        # Whose kept values these are: the guid of this instance (`instance_guid`).
+        self.instance = instance
         self.presence = presence
         # Webhook events: client.first_connected, in the tick's transaction.
         self.outbox = outbox
         self.clock = clock
-        # Last values seen: of each client's counters by email key ([up, down], kept on
-        # its traffic row), of the other counters by name (kept in core_counter).
+        # Last values seen: of each client's counters by email key ([up, down], kept in
+        # client_core_value), of the other counters by name (kept in core_counter).
         self._users: dict[str, list[int]] | None = None
         self._last: dict[str, int] = {}
         self._outbounds: set[str] = set()
@@ -123,7 +127,7 @@ class TrafficAccounting:
                 changed[GENERATION] = generation
                 # Every kept value belongs to the old core: zero them all, so a counter
                 # the new core has not moved yet is not measured against the old one.
-                traffic_sql.zero_core_values(self.store)
+                traffic_sql.zero_core_values(self.store, self.instance)
             new_outbounds = self._write(tick, moved_users, changed, last)
         # Only now that the transaction committed: a tick whose write failed leaves the
         # kept values as they were, and the next tick adds the same bytes again.
@@ -142,7 +146,8 @@ class TrafficAccounting:
 
     def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         if self._users is None:
-            self._users, self._last = traffic_sql.kept_core_values(self.store)
+            traffic_sql.claim_unowned(self.store, self.instance)
+            self._users, self._last = traffic_sql.kept_core_values(self.store, self.instance)
             self._outbounds = traffic_sql.outbound_tags(self.store)
         return self._users, self._last
 
@@ -162,7 +167,9 @@ class TrafficAccounting:
             # order of their keys, as bulk calls lock them (`bulk.in_lock_order`): a
             # tick and a bulk call never wait on each other in a circle.
             first = self._first_time(sorted(tick.clients))
-            traffic_sql.add_client_core_traffic(store, tick.clients, moved_users, now)
+            traffic_sql.add_client_core_traffic(
+                store, tick.clients, moved_users, self.instance, now
+            )
             traffic_sql.start_clocks(store, set(tick.clients), now)
             self.outbox.raise_stored_clients("client.first_connected", first)
         inbounds = [((tag,), up, down) for tag, (up, down) in tick.inbounds.items()]
@@ -178,7 +185,7 @@ class TrafficAccounting:
                 known.append((value, name))
             else:
                 fresh.append((name, value))
-        traffic_sql.keep_core_values(store, known, fresh)
+        traffic_sql.keep_core_values(store, self.instance, known, fresh)
         return new_outbounds
 
     def _first_time(self, keys: list[str]) -> list[str]:
