@@ -143,6 +143,11 @@ def test_a_stored_log_path_from_before_is_left_out_and_never_served(tmp_path, se
         log = ok(api.get(f"{SERVER}/getConfigJson"))["log"]
         assert log["access"] == os.path.join(server.data_dir, "core", "access.log")
         assert "error" not in log
+        # Logged as the config was built; the test reads the panel's output as it comes.
+        wait_until(
+            lambda: "left out of the core config: log.error" in server.output(),
+            "the panel's log names what it left out",
+        )
         output = server.output()
         assert "left out of the core config: log.access may be none" in output
         assert f"(got '{secret_file}')" in output
