@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from core_helpers import echo_server
-from helpers import drop_database
+from helpers import NETWORKED, drop_database
 from internal_service import InternalService
 from panels import BACKENDS, ApiClient, backend, created_databases, start_panel, stop_and_drop
 from release_host import ReleaseHost
@@ -44,9 +44,19 @@ def pytest_collection_modifyitems(config, items) -> None:
     if kind == "sqlite":
         return
     for item in items:
-        why = SQLITE_ONLY.get(item.path.name)
+        why = SQLITE_ONLY.get(item.path.name) or _names_its_database(item)
         if why:
             item.add_marker(pytest.mark.skip(reason=f"{why}; this run uses --db={kind}"))
+
+
+def _names_its_database(item) -> str:
+    """Why a test parametrized by a networked database (`kind`, `target` ...) skips on a
+    run with --db: it picks its database itself, whatever --db says, and the run without
+    --db runs it for each database already; "" for the others."""
+    params = getattr(item, "callspec", None)
+    if params is None or not any(value in NETWORKED for value in params.params.values()):
+        return ""
+    return "it names its database itself and runs in the run without --db"
 
 
 @pytest.fixture(scope="module")
