@@ -5,15 +5,18 @@ On SQLite (a file, one panel) the tests that need them skip."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from core_panel import wait_until
 from helpers import create_database, drop_database, server_reachable
 from panels import PanelServer, backend, start_panel
 
 NAMES = ("a", "b", "c")
+PROPAGATION_SECONDS = 2
 
 
 def instance_env(name: str) -> dict:
@@ -25,10 +28,12 @@ def three_instances(
     tmp_path_factory,
     env_of: Callable[[Path], dict] = lambda place: {},
     prepare: Callable[[PanelServer], None] = lambda first: None,
+    url_of: Callable[[str], str] = lambda url: url,
 ) -> Iterator[list[PanelServer]]:
     """The three instances, each in its own directory with `env_of(it)` added to
     its environment; `prepare(first)` runs before the other two start (a setting they
-    read at start). Stops them and drops the database after."""
+    read at start); they reach the database at `url_of(its URL)` (through a relay).
+    Stops them and drops the database after."""
     kind = backend["kind"]
     if kind == "sqlite":
         pytest.skip("several panels share a PostgreSQL or MariaDB database, not a SQLite file")
@@ -39,7 +44,8 @@ def three_instances(
     try:
         for name in NAMES:
             place = tmp_path_factory.mktemp(name)
-            server = start_panel(place, "--db", url, env={**instance_env(name), **env_of(place)})
+            env = {**instance_env(name), **env_of(place)}
+            server = start_panel(place, "--db", url_of(url), env=env)
             if panels:
                 server.username, server.password = panels[0].username, panels[0].password
             else:
@@ -56,3 +62,20 @@ def three_instances(
 def wait_for(predicate, seconds: float, what: str):
     """`wait_until`, looking often: the propagation it waits for is timed to 2 s."""
     return wait_until(predicate, what, seconds, step=0.05)
+
+
+def subscription(server: PanelServer, sub_id: str) -> requests.Response:
+    return requests.get(
+        f"{server.sub_url}/sub/{sub_id}", headers={"Connection": "close"}, timeout=10
+    )
+
+
+def within_2s(servers, predicate, what: str) -> None:
+    """`predicate(server)` holds on each of `servers` within 2 s of now."""
+    changed = time.monotonic()
+    for server in servers:
+        wait_for(
+            lambda server=server: predicate(server),
+            PROPAGATION_SECONDS - (time.monotonic() - changed),
+            f"{what} in another instance's subscription",
+        )

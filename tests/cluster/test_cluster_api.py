@@ -15,7 +15,14 @@ from urllib.parse import quote
 
 import pytest
 import requests
-from cluster_panels import instance_env, three_instances, wait_for
+from cluster_panels import (
+    PROPAGATION_SECONDS,
+    instance_env,
+    subscription,
+    three_instances,
+    wait_for,
+    within_2s,
+)
 from helpers import (
     create_database,
     create_inbound,
@@ -29,7 +36,6 @@ from appliance.store.migrations import LATEST
 
 CLUSTER = "/panel/api/server/cluster"
 CLIENTS = "/panel/api/clients"
-PROPAGATION_SECONDS = 2
 FAILOVER_SECONDS = 30
 # Fixed ports an inbound is saved on (no core runs here, the port is never bound).
 _ports = itertools.count(32400)
@@ -75,7 +81,7 @@ def test_three_instances_list_each_other_with_exactly_one_leader(world):
     assert all(m["address"] for m in mine)
 
 
-def test_a_client_added_or_edited_on_one_reaches_the_others_subscriptions_within_2s(world):
+def test_a_client_added_or_edited_on_one_reaches_the_others_subscriptionswithin_2s(world):
     a, b, c = world
     api = signed_in(a)
     inbound = create_inbound(
@@ -89,34 +95,26 @@ def test_a_client_added_or_edited_on_one_reaches_the_others_subscriptions_within
     )
     sub_id = uuid.uuid4().hex[:16]
     for other in (b, c):
-        assert _sub(other, sub_id).status_code == 404
+        assert subscription(other, sub_id).status_code == 404
     client = {"email": f"{uuid.uuid4().hex[:8]}@cluster", "subId": sub_id}
     ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
-    _within_2s([b, c], lambda server: _sub(server, sub_id).status_code == 200, "the new client")
+    within_2s(
+        [b, c], lambda server: subscription(server, sub_id).status_code == 200, "the new client"
+    )
     ok(signed_in(b).get(f"{CLIENTS}/get/{quote(client['email'])}"))
     # Each has rendered (and cached) the subscription; an edit on A reaches both bodies.
     for other in (b, c):
-        assert _sub(other, sub_id).status_code == 200
+        assert subscription(other, sub_id).status_code == 200
     stored = ok(api.get(f"{CLIENTS}/get/{quote(client['email'])}"))["client"]
     fresh = str(uuid.uuid4())
     ok(api.post(f"{CLIENTS}/update/{quote(client['email'])}", {**stored, "id": fresh}))
     assert fresh in _links(a, sub_id)
-    _within_2s([b, c], lambda server: fresh in _links(server, sub_id), "the client's new UUID")
-
-
-def _within_2s(servers, predicate, what: str) -> None:
-    changed = time.monotonic()
-    for server in servers:
-        wait_for(
-            lambda server=server: predicate(server),
-            PROPAGATION_SECONDS - (time.monotonic() - changed),
-            f"{what} in another instance's subscription",
-        )
+    within_2s([b, c], lambda server: fresh in _links(server, sub_id), "the client's new UUID")
 
 
 def _links(server, sub_id: str) -> str:
     """The subscription's share links (its body is them in base64)."""
-    return base64.b64decode(_sub(server, sub_id).content).decode()
+    return base64.b64decode(subscription(server, sub_id).content).decode()
 
 
 def test_a_setting_changed_on_one_is_seen_by_the_others(world):
@@ -134,14 +132,15 @@ def test_a_setting_changed_on_one_is_seen_by_the_others(world):
     )
     client = {"email": f"{uuid.uuid4().hex[:8]}@cluster", "subId": sub_id}
     ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
-    wait_for(lambda: _sub(b, sub_id).status_code == 200, 5, "the client on b")
+    wait_for(lambda: subscription(b, sub_id).status_code == 200, 5, "the client on b")
     hours = 7
     ok(api.post("/panel/api/setting/update", {"subUpdates": hours}))
     changed = time.monotonic()
     for other in (b, c):
         wait_for(
             lambda server=other: (
-                _sub(server, sub_id).headers.get("profile-update-interval") == str(hours * 60)
+                subscription(server, sub_id).headers.get("profile-update-interval")
+                == str(hours * 60)
             ),
             PROPAGATION_SECONDS - (time.monotonic() - changed),
             "the new refresh interval in another instance's subscription",
@@ -262,12 +261,6 @@ def signed_in(server):
 
 def members_signed_in(server) -> list[dict]:
     return ok(signed_in(server).get(CLUSTER))
-
-
-def _sub(server, sub_id: str) -> requests.Response:
-    return requests.get(
-        f"{server.sub_url}/sub/{sub_id}", headers={"Connection": "close"}, timeout=10
-    )
 
 
 def test_instances_behind_a_newer_schema_serve_reads_only_and_stop_leading(world):

@@ -17,14 +17,13 @@ import uuid
 from urllib.parse import quote
 
 import pytest
-from cluster_panels import three_instances, wait_for
+from cluster_panels import PROPAGATION_SECONDS, three_instances, wait_for
 from core_panel import wait_until
 from fake_xray import HANDLER
 from fake_xray_panel import calls, fake_xray_env, write_state
 from helpers import create_inbound, ok
 
 CLIENTS = "/panel/api/clients"
-PROPAGATION_SECONDS = 2
 TICK_SECONDS = 1
 _ports = itertools.count(32600)
 

@@ -11,16 +11,13 @@ again once the server is back.
 
 from __future__ import annotations
 
-import itertools
-import json
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 import requests
+from db_load import LOAD_TIMEOUT, Load
 from db_relay import Relay, via
 from helpers import (
     NETWORKED,
@@ -44,8 +41,6 @@ LOAD_PHASE_SECONDS = 2
 # Seconds of outage: long enough that requests begun in it are answered in it too (an
 # answer "unavailable" takes up to three seconds, more on a loaded machine).
 OUTAGE_SECONDS = 6
-# No answer may take longer than this, during the outage or after it.
-LOAD_TIMEOUT = 10
 # A request that started this long after the relay came back must succeed.
 RECONNECT_GRACE = 0.5
 
@@ -134,94 +129,6 @@ def test_the_subscription_server_says_unavailable_during_an_outage(database, tmp
     assert "ERROR" not in server.output()
 
 
-class Load:
-    """Workers that each send requests back to back over their own signed-in session
-    (add a client, a page of clients, the inbound list, in turn) until stopped, recording
-    when each request started and ended and what came back."""
-
-    def __init__(self, server, inbound_id: int, workers: int):
-        self.inbound_id = inbound_id
-        self.sessions = [server.client() for _ in range(workers)]
-        self.stopping = threading.Event()
-        self.answers: list[Answer] = []
-        self.threads = [
-            threading.Thread(target=self._work, args=(n,), daemon=True) for n in range(workers)
-        ]
-
-    def start(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def each_answered_after(self, moment: float, timeout: float) -> None:
-        """Until every worker has had an answer to a request begun after `moment`, or
-        `timeout` seconds: a request begun in the outage may be answered late, and a
-        worker's first request after it with it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if {a.worker for a in list(self.answers) if a.started > moment} == set(
-                range(len(self.threads))
-            ):
-                return
-            time.sleep(0.1)
-
-    def stop(self) -> list[Answer]:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(LOAD_TIMEOUT * 2)
-        return self.answers
-
-    def _work(self, worker: int) -> None:
-        api = self.sessions[worker]
-        for n in itertools.count():
-            if self.stopping.is_set():
-                return
-            email = f"load{worker}-{n}@outage" if n % 3 == 0 else ""
-            started = time.monotonic()
-            try:
-                if email:
-                    reply = api.http.post(
-                        f"{api.url}{CLIENTS}/add",
-                        json={"client": {"email": email}, "inboundIds": [self.inbound_id]},
-                        timeout=LOAD_TIMEOUT,
-                    )
-                elif n % 3 == 1:
-                    reply = api.http.get(
-                        f"{api.url}{CLIENTS}/list/paged?pageSize=10", timeout=LOAD_TIMEOUT
-                    )
-                else:
-                    reply = api.http.get(f"{api.url}/panel/api/inbounds/list", timeout=LOAD_TIMEOUT)
-                status, body = reply.status_code, reply.text
-            except requests.RequestException as exc:
-                status, body = 0, repr(exc)
-            self.answers.append(Answer(worker, email, started, time.monotonic(), status, body))
-
-
-@dataclass(frozen=True)
-class Answer:
-    worker: int
-    email: str  # the client an add request created, "" for reads
-    started: float
-    ended: float
-    status: int  # 0: no HTTP answer within LOAD_TIMEOUT
-    body: str
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status == 200 and json.loads(self.body)["success"] is True
-
-    @property
-    def unavailable(self) -> bool:
-        if self.status != 503:
-            return False
-        reply = json.loads(self.body)
-        return (
-            reply["success"] is False
-            and reply["obj"] is None
-            and reply["msg"].startswith("the database is unavailable: ")
-        )
-
-
 def test_requests_under_load_through_an_outage_succeed_or_say_unavailable(database, tmp_path):
     kind, url = database
     relay = Relay(NETWORKED[kind], free_port()).resume()
@@ -231,7 +138,7 @@ def test_requests_under_load_through_an_outage_succeed_or_say_unavailable(databa
         api = server.client()
         inbound_id = create_plain_vless(api, 32003)
         pid = server.process.pid
-        load = Load(server, inbound_id, LOAD_WORKERS).start()
+        load = Load([server], inbound_id, LOAD_WORKERS).start()
         time.sleep(LOAD_PHASE_SECONDS)
         cut_at = time.monotonic()
         relay.cut()
