@@ -28,11 +28,12 @@ def three_instances(
     tmp_path_factory,
     env_of: Callable[[Path], dict] = lambda place: {},
     prepare: Callable[[PanelServer], None] = lambda first: None,
-    url_of: Callable[[str], str] = lambda url: url,
+    url_of: Callable[[str, str], str] = lambda url, name: url,
 ) -> Iterator[list[PanelServer]]:
     """The three instances, each in its own directory with `env_of(it)` added to
     its environment; `prepare(first)` runs before the other two start (a setting they
-    read at start); they reach the database at `url_of(its URL)` (through a relay).
+    read at start); each reaches the database at `url_of(its URL, the instance's name)`
+    (through a relay).
     Stops them and drops the database after."""
     kind = backend["kind"]
     if kind == "sqlite":
@@ -45,7 +46,7 @@ def three_instances(
         for name in NAMES:
             place = tmp_path_factory.mktemp(name)
             env = {**instance_env(name), **env_of(place)}
-            server = start_panel(place, "--db", url_of(url), env=env)
+            server = start_panel(place, "--db", url_of(url, name), env=env)
             if panels:
                 server.username, server.password = panels[0].username, panels[0].password
             else:

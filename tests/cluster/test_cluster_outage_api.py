@@ -11,6 +11,7 @@ shares is never stopped.
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 
@@ -31,6 +32,8 @@ OUTAGE_SECONDS = 6
 RECONNECT_GRACE = 1.0
 ANSWER_WAIT = 20
 LEADER_WAIT = 30
+# The 2 s a change takes, and the sender's retry (1 s) after its first try failed.
+RESEND_SECONDS = 4
 
 
 @pytest.fixture
@@ -46,7 +49,7 @@ def relay():
 def test_the_database_gone_under_three_instances_loses_nothing_answered_as_saved(
     relay, tmp_path_factory
 ):
-    with three_instances(tmp_path_factory, url_of=lambda url: via(url, relay.port)) as servers:
+    with three_instances(tmp_path_factory, url_of=lambda url, _: via(url, relay.port)) as servers:
         inbound_id = create_plain_vless(servers[0].client(), 32700)
         pids = [server.process.pid for server in servers]
         load = Load(servers, inbound_id, WORKERS).start()
@@ -90,6 +93,55 @@ def test_the_database_gone_under_three_instances_loses_nothing_answered_as_saved
         within_2s(others, lambda s: subscription(s, sub_id).status_code == 200, "a new client")
     for server in servers:
         assert "Traceback" not in server.output()
+
+
+def test_a_change_whose_sending_failed_reaches_the_others_all_the_same(relay, tmp_path_factory):
+    """Instance c alone reaches the database through the relay, cut and resumed at once:
+    it loses every connection, the one it sends its changes on among them. Its next edit
+    is committed on a new connection, the first sending of the change fails, and the
+    change reaches the others' subscriptions all the same. (c is not the leader: a
+    leader's cut would hand the lead over, and the changes of that reach the others too.)"""
+
+    def reach(url: str, name: str) -> str:
+        return via(url, relay.port) if name == "c" else url
+
+    with three_instances(tmp_path_factory, url_of=reach) as servers:
+        a, b, c = servers
+        api = c.client()
+        inbound_id = create_plain_vless(api, 32710)
+        sub_id = uuid.uuid4().hex[:16]
+        email = f"{sub_id}@resent"
+        client = {"email": email, "subId": sub_id}
+        ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound_id]}))
+        within_2s([a, b], lambda s: subscription(s, sub_id).status_code == 200, "the client")
+        stored = ok(api.get(f"{CLIENTS}/get/{email}"))["client"]
+
+        relay.cut()
+        relay.resume()
+        fresh = str(uuid.uuid4())
+        # The first request after the cut may find its connection gone and say so.
+        wait_for(
+            lambda: api.post(f"{CLIENTS}/update/{email}", {**stored, "id": fresh})["success"],
+            ANSWER_WAIT,
+            "the edit saved on the instance that lost its connections",
+        )
+        edited = time.monotonic()
+        for other in (a, b):
+            wait_for(
+                lambda s=other: fresh in links(s, sub_id),
+                max(edited + RESEND_SECONDS - time.monotonic(), 0.1),
+                "the edit in another instance's subscription",
+            )
+        assert "changes are not reaching the other instances" in c.output()
+        wait_for(
+            lambda: "changes reach the other instances again" in c.output(),
+            RESEND_SECONDS,
+            "the sender's log saying it sends again",
+        )
+
+
+def links(server, sub_id: str) -> str:
+    return base64.b64decode(subscription(server, sub_id).content).decode()
 
 
 def one_leader(servers) -> bool:

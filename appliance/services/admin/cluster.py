@@ -9,9 +9,9 @@ connection is lost leadership, and those jobs stop at once.
 
 Every change delivered by this instance's notice is sent to the others (PostgreSQL
 NOTIFY, MariaDB the change log) by one sender greenlet, in the order published, after the
-call that made it committed; a change heard from another instance `arrive`s at the local
-consumers as if made here, and is never sent on. A panel alone on SQLite is one instance
-and the leader, and none of this runs.
+call that made it committed, and tried again until it is sent; a change heard from
+another instance `arrive`s at the local consumers as if made here, and is never sent on.
+A panel alone on SQLite is one instance and the leader, and none of this runs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import socket
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 
 import gevent
@@ -43,6 +44,10 @@ FORGET_SECONDS = 7 * 24 * 3600
 # How often the change log is read (MariaDB), or how long a LISTEN waits between polls.
 LISTEN_SECONDS = 1.0
 LISTEN_RETRY_SECONDS = 2
+# A change that could not be sent is tried again this often; past SEND_BACKLOG changes
+# waiting, every kind is sent as changed instead.
+SEND_RETRY_SECONDS = 1
+SEND_BACKLOG = 1000
 # Change log rows older than this were read by every instance that runs.
 CHANGE_LOG_KEEP_SECONDS = 300
 PRUNE_SECONDS = 60
@@ -235,15 +240,37 @@ class Cluster:
         self._outbox.put(change.as_text())
 
     def _send_loop(self) -> None:
-        for body in self._outbox:
+        """Sends the changes in the order published. One that fails (the sender's
+        connection lost, the database away) is tried again until it is sent, with those
+        published meanwhile behind it: the change was committed, and an instance that
+        never hears of it serves what it cached before. Past SEND_BACKLOG waiting, they
+        become one change of every kind (the others reload everything)."""
+        waiting: deque[str] = deque()
+        failing = False
+        while True:
+            if not waiting:
+                waiting.append(self._outbox.get())
+            while not self._outbox.empty():
+                waiting.append(self._outbox.get_nowait())
+            if len(waiting) > SEND_BACKLOG:
+                waiting = deque(Change(kind).as_text() for kind in KINDS)
             try:
-                self.channel.send(self.me.guid, body, int(time.time()))
+                self.channel.send(self.me.guid, waiting[0], int(time.time()))
             except Exception as exc:
-                log.warning(
-                    "a change was not sent to the other instances (%s): %s",
-                    _first_line(exc),
-                    body[:200],
-                )
+                if not failing:
+                    log.warning(
+                        "changes are not reaching the other instances (%s); trying again "
+                        "every %d s",
+                        _first_line(exc),
+                        SEND_RETRY_SECONDS,
+                    )
+                failing = True
+                gevent.sleep(SEND_RETRY_SECONDS)
+                continue
+            waiting.popleft()
+            if failing:
+                log.info("changes reach the other instances again")
+                failing = False
 
     def _listen_loop(self) -> None:
         lost = False
