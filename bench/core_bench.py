@@ -38,7 +38,7 @@ from appliance.errors import ServiceError
 from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
-from appliance.services.inbounds.records import Inbounds
+from appliance.services.inbounds.core_reads import CoreInbounds
 from appliance.services.webhooks.outbox import Outbox
 
 API_PORT = 10085
@@ -68,9 +68,7 @@ def main() -> int:
         store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         query = ClientQuery(store, settings, presence)
-        inbounds = Inbounds(
-            store, lambda: [], query.by_inbound, places=None
-        )  # building reads no files
+        inbounds = CoreInbounds(store, settings.places, lambda: [])
         figures: dict = {}
 
         def build() -> dict:

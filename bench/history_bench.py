@@ -40,7 +40,7 @@ from appliance.services.clients.presence import Presence
 from appliance.services.clients.query import ClientQuery
 from appliance.services.clients.traffic import TrafficAccounting
 from appliance.services.clients.usage import DAY, HOUR, HOURLY_DAYS, UsageHistory
-from appliance.services.inbounds.records import Inbounds
+from appliance.services.inbounds.core_reads import CoreInbounds
 from appliance.services.webhooks.outbox import Outbox
 
 API_PORT = 10085
@@ -66,7 +66,7 @@ def main() -> int:
         store, settings = opened_dataset(DATASET_NAME, workdir)
         presence = Presence()
         query = ClientQuery(store, settings, presence)
-        inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
+        inbounds = CoreInbounds(store, settings.places, lambda: [])
         config = build_config(default_template(), inbounds.for_core(query.core_clients), API_PORT)
         counters = {
             f"user>>>{client['email']}>>>traffic>>>{direction}": 0

@@ -76,7 +76,19 @@ def profile(path: Path, top: int) -> None:
     settings = Settings(store, FilePlaces(str(path.parent)), ChangeNotice())
     settings.load()
     query = ClientQuery(store, settings, Presence())
-    inbounds = Inbounds(store, lambda: [], query.by_inbound, places=settings.places)
+    inbounds = Inbounds(
+        store,
+        lambda: [],
+        query.by_inbound,
+        places=settings.places,
+        notice=ChangeNotice(),
+        # Read only here: nothing is saved, and no core or node stands behind it.
+        held_sockets=list,
+        check_config=_ignored,
+        place_on_node=_ignored,
+        node_marks=lambda node_ids: {},
+        node_save_failed=_ignored,
+    )
     statements(query, path)
     calls = {
         **{
@@ -197,6 +209,10 @@ def _time_call(call: Call) -> tuple[float, float, int]:
 
 def _nothing() -> None:
     """No preparation."""
+
+
+def _ignored(*args) -> None:
+    """What the inbound service tells a core or a node, here where none is."""
 
 
 def _cprofile(call: Call, top: int) -> None:
