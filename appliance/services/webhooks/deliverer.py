@@ -9,6 +9,11 @@ RETRY_HOURS. Requests run a few at a time in their own greenlets, through the eg
 guard, with short timeouts, and read at most ANSWER_LIMIT bytes of the answer: a slow
 or hostile receiver holds one request of its own, never the panel's other work.
 
+Between rounds it pauses for PAUSE_PER_CPU_SECOND times the CPU the process spent over
+the round, so that a backlog (the 10,000 events of a bulk create) is sent in the gaps of
+the panel's other work instead of ahead of it: a request that arrives meanwhile waits
+for one stretch of a round at most, never for round after round.
+
 The deliverer wakes when a change is published (`wake`) and polls every POLL_SECONDS
 besides, for rows written by other panels or due after a backoff. Of several panels on
 one database only the leader delivers (`leading`); a new leader finds the rows the last
@@ -46,6 +51,7 @@ log = logging.getLogger(__name__)
 
 CLAIM_ROWS = 200
 BATCH_SIZE = 100
+PAUSE_PER_CPU_SECOND = 3
 LEASE_SECONDS = 120
 POLL_SECONDS = 2
 SENDERS = 8
@@ -112,8 +118,14 @@ class Deliverer:
             if not self.leading():
                 continue
             try:
-                while self.deliver_due():
-                    pass
+                while True:
+                    started = time.thread_time()
+                    if not self.deliver_due():
+                        break
+                    # The process's CPU over the round (the deliverer's, and that of the
+                    # requests served meanwhile): delivery takes at most a quarter of an
+                    # idle panel, and less of a busy one.
+                    gevent.sleep(PAUSE_PER_CPU_SECOND * (time.thread_time() - started))
             except Exception as exc:
                 known = self.fault(exc)
                 if known is not None:
