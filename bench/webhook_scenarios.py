@@ -27,11 +27,14 @@ BULK_COUNT = 10_000
 SINGLE_COUNT = 1_000
 DELIVERY_TIMEOUT = 300
 SETTLE_SECONDS = 5
+RECEIVER_POLL_SECONDS = 0.05
 PAGE = "/panel/api/clients/list/paged?page=1&pageSize=25"
 HOOKS = "/panel/api/webhooks"
 
-# The receiver: answers 200 to every POST and counts the events (a batch is an array);
-# GET answers the count and the times of the first and last arrival.
+# The receiver: answers 200 to every POST and counts the events (each has one "event"
+# key; counted in the bytes, not parsed: on this one host the receiver's CPU is taken
+# from the panel's, where a real one runs elsewhere); GET answers the count and the
+# times of the first and last arrival.
 RECEIVER = """
 import json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,12 +43,12 @@ lock = threading.Lock()
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.rfile.read(int(self.headers["Content-Length"]))
         with lock:
             now = time.time()
             state["first"] = state["first"] or now
             state["last"] = now
-            state["events"] += len(body) if isinstance(body, list) else 1
+            state["events"] += body.count(b'"event":"')
             state["requests"] += 1
         self.send_response(200)
         self.send_header("Content-Length", "0")
@@ -162,10 +165,17 @@ def webhooks(ctx: Context) -> dict:
         expected += BULK_COUNT
         deadline = time.monotonic() + DELIVERY_TIMEOUT
 
-        def delivering(p=process, want=expected, until=deadline) -> bool:
-            if time.monotonic() > until:
+        asked = [0.0]
+
+        def delivering(p=process, want=expected, until=deadline, asked=asked) -> bool:
+            now = time.monotonic()
+            if now > until:
                 raise BenchError("the webhooks were not all delivered in time")
-            return p.poll() is None or _received(receiver)["events"] < want
+            if p.poll() is None or now - asked[0] < RECEIVER_POLL_SECONDS:
+                return True
+            # Asked seldom: the probe's loop is the same in both windows, but for this.
+            asked[0] = now
+            return _received(receiver)["events"] < want
 
         samples["with"] += _probe(probe, sub_client, sub_path, delivering)
         window = time.perf_counter() - start
