@@ -54,7 +54,8 @@ def _names_its_database(item) -> str:
     run with --db: it picks its database itself, whatever --db says, and the run without
     --db runs it for each database already; "" for the others."""
     params = getattr(item, "callspec", None)
-    if params is None or not any(value in NETWORKED for value in params.params.values()):
+    values = params.params.values() if params is not None else ()
+    if not any(isinstance(value, str) and value in NETWORKED for value in values):
         return ""
     return "it names its database itself and runs in the run without --db"
 
