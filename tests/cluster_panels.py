@@ -5,6 +5,7 @@ On SQLite (a file, one panel) the tests that need them skip."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,11 +42,14 @@ def three_instances(
     if not server_reachable(kind):
         pytest.skip(f"no {kind} server")
     url = create_database(kind)
+    # One node key on every host, as the README says: what one instance seals (node
+    # tokens, webhook secrets, the shared mTLS CA) the others open.
+    node_key = secrets.token_urlsafe(32)
     panels: list[PanelServer] = []
     try:
         for name in NAMES:
             place = tmp_path_factory.mktemp(name)
-            env = {**instance_env(name), **env_of(place)}
+            env = {**instance_env(name), "APPLIANCE_NODE_KEY": node_key, **env_of(place)}
             server = start_panel(place, "--db", url_of(url, name), env=env)
             if panels:
                 server.username, server.password = panels[0].username, panels[0].password

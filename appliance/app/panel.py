@@ -103,7 +103,7 @@ from appliance.services.nodes.records import Nodes
 from appliance.services.nodes.sealing import KEY_FILE, NODE_KEY_ENV, TokenSeal, node_key
 from appliance.services.nodes.traffic import NodeTraffic
 from appliance.services.nodes.tree import NodeTree
-from appliance.services.nodes.trust import MutualTls
+from appliance.services.nodes.trust import MutualTls, SharedCa
 from appliance.services.outbounds.subscriptions import OutboundSubs, SubscribedOutbounds
 from appliance.services.webhooks.core_watch import CoreWatch
 from appliance.services.webhooks.deliverer import Deliverer, lease_owner
@@ -222,7 +222,8 @@ class Panel:
         )
         percents = lambda: parse_percents(self.settings.get("webhookUsagePercents"))  # noqa: E731
         self.reminders = Reminders(self.store, self.outbox, percents)
-        self.mtls = MutualTls(data_dir, self.guid)
+        shared_ca = SharedCa(self.store, seal) if self.store.dialect != "sqlite" else None
+        self.mtls = MutualTls(data_dir, self.guid, shared=shared_ca)
         # Whether node-token callers must bring a client certificate signed by the
         # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
         self.node_certificates_needed = False

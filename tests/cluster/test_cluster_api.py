@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -23,6 +24,8 @@ from cluster_panels import (
     wait_for,
     within_2s,
 )
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from helpers import (
     create_database,
     create_inbound,
@@ -216,6 +219,39 @@ def test_three_instances_started_at_once_on_an_empty_database_migrate_and_seed_i
         for server in started.values():
             server.stop()
         drop_database(url)
+
+
+def test_every_instance_hands_out_one_mtls_ca_and_presents_a_certificate_it_signed(world):
+    """A node that trusts the CA nodes/mtls/ca answers is driven by whichever instance
+    leads: every instance answers the same CA (asked at once, the first offer is the
+    one kept), and the client certificate each presents to mTLS nodes is signed by it."""
+    answers: list[str] = []
+    threads = [
+        threading.Thread(
+            target=lambda s=server: answers.append(
+                ok(signed_in(s).post("/panel/api/nodes/mtls/ca"))["caCert"]
+            )
+        )
+        for server in world
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 3 and len(set(answers)) == 1
+    ca = x509.load_pem_x509_certificate(answers[0].encode())
+    for server in world:
+        pem = (Path(server.data_dir) / "mtls" / "client.pem").read_bytes()
+        client = x509.load_pem_x509_certificate(pem)
+        assert client.issuer == ca.subject
+        ca.public_key().verify(
+            client.signature,
+            client.tbs_certificate_bytes,
+            ec.ECDSA(client.signature_hash_algorithm),
+        )
+    assert {ok(signed_in(s).post("/panel/api/nodes/mtls/ca"))["caCert"] for s in world} == {
+        answers[0]
+    }
 
 
 def test_the_leader_killed_hands_the_leadership_over_within_30s(world):

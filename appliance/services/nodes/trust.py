@@ -3,10 +3,15 @@ node trusts for the panel that manages it.
 
 Managing side: `nodes/mtls/ca` makes, on its first call, a CA and a client certificate
 that CA signs for this panel (P-256 keys), kept as files in `<data dir>/mtls` (the
-folder 0700, the keys 0600). The keys stay out of the database on purpose, so that no
-dump, backup or chat-bot copy carries them. Later calls hand out the same CA; a node
-record whose `tlsVerifyMode` is `mtls` presents the client certificate, which is made
-again from the same CA when it nears its end.
+folder 0700, the keys 0600). On SQLite the keys stay out of the database on purpose, so
+that no dump, backup or chat-bot copy carries them. Later calls hand out the same CA; a
+node record whose `tlsVerifyMode` is `mtls` presents the client certificate, which is
+made again from the same CA when it nears its end.
+
+Instances sharing a networked database share one CA (`SharedCa`): the first to need it
+stores it in the database, its key sealed like node tokens, and every instance keeps a
+copy in its folder and signs its own client certificate with it. A node trusts that CA,
+so whichever instance leads drives it: a leader change is not a takeover.
 
 Node side: `nodes/mtls/trustCA` stores the managing panel's CA certificate in the same
 folder (`trusted-ca.pem`); an empty one removes it. It is read when the panel starts:
@@ -22,6 +27,8 @@ directory before anything in it is read or written.
 from __future__ import annotations
 
 import datetime
+import json
+import logging
 import os
 import re
 import ssl
@@ -31,11 +38,16 @@ from collections.abc import Callable
 
 from appliance.errors import ServiceError
 from appliance.runtime.file_paths import confined
+from appliance.services.nodes.sealing import is_sealed
+from appliance.store import mtls_sql
+
+log = logging.getLogger(__name__)
 
 MTLS_DIR = "mtls"
 CA_CERT, CA_KEY = "ca.pem", "ca.key"
 CLIENT_CERT, CLIENT_KEY = "client.pem", "client.key"
 TRUSTED_CA = "trusted-ca.pem"
+REPLACED_SUFFIX = ".replaced"
 CA_DAYS = 3650
 CLIENT_DAYS = 825
 RENEW_BEFORE = datetime.timedelta(days=30)
@@ -47,13 +59,51 @@ CA_HINT = (
 )
 
 
+class SharedCa:
+    """The CA of the instances on one networked database, stored in it (store/mtls_sql.py)
+    with its key sealed by the node-token seal (the same APPLIANCE_NODE_KEY on every
+    host opens it)."""
+
+    def __init__(self, store, seal):
+        self.store = store
+        self.seal = seal
+
+    def pair(self, local: Callable[[], tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+        """(certificate PEM, key PEM) of the shared CA. While none is stored, `local()`
+        (this instance's own CA, minted if it has none) is offered; another instance's
+        offer that came first is the one kept."""
+        from pony.orm import db_session
+
+        with db_session:
+            value = mtls_sql.shared_ca(self.store)
+        if value is None:
+            cert, key = local()
+            offer = json.dumps({"cert": cert.decode(), "key": self.seal.seal(key.decode())})
+            with db_session:
+                value = mtls_sql.offer_ca(self.store, offer)
+        stored = json.loads(value)
+        key = self.seal.open(stored["key"])
+        if is_sealed(key):
+            raise ServiceError(
+                "the mTLS CA the instances on this database share is sealed with a key this "
+                "instance does not have: set the same APPLIANCE_NODE_KEY on every host"
+            )
+        return stored["cert"].encode(), key.encode()
+
+
 class MutualTls:
     def __init__(
-        self, data_dir: str, guid: Callable[[], str], clock: Callable[[], float] = time.time
+        self,
+        data_dir: str,
+        guid: Callable[[], str],
+        clock: Callable[[], float] = time.time,
+        shared: SharedCa | None = None,
     ):
         self.data_dir = data_dir
         self.guid = guid
         self.clock = clock
+        # The CA of the instances sharing a networked database; None alone on SQLite.
+        self.shared = shared
         self._lock = threading.Lock()
         self._client: tuple[str, str, float] | None = None  # cert, key, renew after
 
@@ -135,7 +185,9 @@ class MutualTls:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
 
-        if os.path.exists(self._path(CA_CERT)):
+        if self.shared is not None:
+            ca_cert, ca_key = self._shared_ca()
+        elif os.path.exists(self._path(CA_CERT)):
             ca_cert, ca_key = self._stored_ca()
         else:
             ca_cert, ca_key = self._mint_ca()
@@ -155,6 +207,51 @@ class MutualTls:
         renew = (client.not_valid_after_utc - RENEW_BEFORE).timestamp()
         self._client = (self._path(CLIENT_CERT), self._path(CLIENT_KEY), renew)
         return self._client
+
+    def _shared_ca(self):
+        """The CA the instances share, copied into this instance's folder. A CA of its own
+        that differs (made before it joined them) is kept beside, as REPLACED_SUFFIX
+        files: nodes that trusted it must be given the shared one."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        def local() -> tuple[bytes, bytes]:
+            if os.path.exists(self._path(CA_CERT)):
+                cert, key = self._stored_ca()
+            else:
+                cert, key = self._mint_ca()
+            return _cert_bytes(cert), _key_bytes(key)
+
+        cert_pem, key_pem = self.shared.pair(local)
+        own_cert, own_key = self._file(CA_CERT), self._file(CA_KEY)
+        if own_cert is not None and own_cert != cert_pem:
+            for name in (CA_CERT, CA_KEY):
+                if os.path.exists(self._path(name)):
+                    os.replace(self._path(name), self._path(name + REPLACED_SUFFIX))
+            log.warning(
+                "this instance's own mTLS CA is replaced by the one the instances on its "
+                "database share (the old one is kept as %s%s): nodes that trusted it must "
+                "trust the shared one (nodes/mtls/ca on any instance)",
+                CA_CERT,
+                REPLACED_SUFFIX,
+            )
+            own_cert = own_key = None
+        # A copy missing or damaged is made whole from the shared CA: the same CA.
+        if own_key != key_pem:
+            _write(self._path(CA_KEY), key_pem, 0o600)
+        if own_cert != cert_pem:
+            _write(self._path(CA_CERT), cert_pem, 0o644)
+        return (
+            x509.load_pem_x509_certificate(cert_pem),
+            serialization.load_pem_private_key(key_pem, None),
+        )
+
+    def _file(self, name: str) -> bytes | None:
+        try:
+            with open(self._path(name), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
 
     def _stored_ca(self):
         """The CA as stored. One that cannot be read is not replaced: nodes trust it, and
