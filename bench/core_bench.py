@@ -85,7 +85,7 @@ def main() -> int:
             for client in inbound.get("settings", {}).get("clients", []) or []:
                 counters[f"user>>>{client['email']}>>>traffic>>>uplink"] = 0
                 counters[f"user>>>{client['email']}>>>traffic>>>downlink"] = 0
-        accounting = TrafficAccounting(store, presence, Outbox(store), "bench")
+        accounting = TrafficAccounting(store, presence, Outbox(store), lambda: "bench")
         accounting.tick(counters, generation=1)
         step = [0]
 
@@ -149,7 +149,7 @@ def tick_of(store, presence, config: dict, count: int, args) -> dict:
         for client in inbound.get("settings", {}).get("clients", []) or []
     ][: count // 2]
     names = [f"user>>>{e}>>>traffic>>>{d}" for e in emails for d in ("uplink", "downlink")]
-    accounting = TrafficAccounting(store, presence, Outbox(store), "bench")
+    accounting = TrafficAccounting(store, presence, Outbox(store), lambda: "bench")
     accounting.tick(dict.fromkeys(names, 0), generation=2)
     step = [0]
 

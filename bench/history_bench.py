@@ -78,7 +78,7 @@ def main() -> int:
         step = [0]
         now = int(time.time()) // HOUR * HOUR
         clock = Clock(now)
-        accounting = TrafficAccounting(store, presence, Outbox(store), "bench", clock=clock)
+        accounting = TrafficAccounting(store, presence, Outbox(store), lambda: "bench", clock=clock)
         accounting.tick(counters, generation=1)
 
         def tick() -> None:

@@ -46,6 +46,18 @@ def fake_xray_env(place: Path, **state) -> dict:
     }
 
 
+def counting(place: Path) -> None:
+    """Wait until the stand-in core of `place` answers a read of its counters after now:
+    it has read its state file, and counters written from now on are bytes it counted
+    (written before, they would be its starting point)."""
+    path = place / "calls.jsonl"
+    before = len(calls(path))
+    wait_until(
+        lambda: any(method.endswith("/QueryStats") for method, _ in calls(path)[before:]),
+        "the stand-in core answers for its counters",
+    )
+
+
 def fake_xray_panel(tmp_path, **state):
     """A panel running fake_xray.py as its core, traffic ticks every second, IP limit on."""
     server = start_panel(tmp_path, env=fake_xray_env(tmp_path, **state))

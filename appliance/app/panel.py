@@ -193,9 +193,8 @@ class Panel:
             core_test=self.core_process.test,
             sub_url=self.sub_address.url,
         )
-        self.accounting = TrafficAccounting(
-            store, self.presence, self.outbox, instance_guid(self.options.data_dir)
-        )
+        here = partial(instance_guid, self.options.data_dir)
+        self.accounting = TrafficAccounting(store, self.presence, self.outbox, here)
         self.usage = UsageHistory(store)
         # Built before the core starts: it begins reading at the access log's end.
         self.client_ips = ClientIps(
@@ -222,10 +221,8 @@ class Panel:
         )
         percents = lambda: parse_percents(self.settings.get("webhookUsagePercents"))  # noqa: E731
         self.reminders = Reminders(self.store, self.outbox, percents)
-        shared_ca = SharedCa(self.store, seal) if self.store.dialect != "sqlite" else None
-        self.mtls = MutualTls(data_dir, self.guid, shared=shared_ca)
-        # Whether node-token callers must bring a client certificate signed by the
-        # managing panel's CA, as read at the start (nodes/mtls/trustCA applies at the next).
+        self.mtls = MutualTls(data_dir, self.guid, shared=SharedCa.of(self.store, seal))
+        # Whether node-token callers need a certificate the trusted CA signed (at start).
         self.node_certificates_needed = False
         self.node_health = NodeHealth(self.nodes, self.node_identity, self.notice, self.outbox)
         self.node_traffic = NodeTraffic(

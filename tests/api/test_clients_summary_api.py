@@ -314,7 +314,9 @@ def world(tmp_path):
         "query": query,
         "clients": clients,
         "bulk": ClientBulk(clients, query),
-        "accounting": TrafficAccounting(store, presence, Outbox(store), "test", clock=clock),
+        "accounting": TrafficAccounting(
+            store, presence, Outbox(store), lambda: "test", clock=clock
+        ),
         "inbounds": ids,
         "presence": presence,
     }

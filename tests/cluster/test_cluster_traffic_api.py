@@ -20,7 +20,7 @@ import pytest
 from cluster_panels import PROPAGATION_SECONDS, three_instances, wait_for
 from core_panel import wait_until
 from fake_xray import HANDLER
-from fake_xray_panel import calls, fake_xray_env, write_state
+from fake_xray_panel import calls, counting, fake_xray_env, write_state
 from helpers import create_inbound, ok
 
 CLIENTS = "/panel/api/clients"
@@ -98,6 +98,7 @@ def shared_client(cores, **fields) -> str:
     ok(api.post(f"{CLIENTS}/add", {"client": client, "inboundIds": [inbound["id"]]}))
     for instance in cores:
         wait_until(lambda i=instance: i.runs_client(email), "every core runs the client")
+        counting(instance.place)
     return email
 
 

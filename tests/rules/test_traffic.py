@@ -79,7 +79,7 @@ def traffic(clients: Clients, email: str) -> tuple[int, int]:
 
 
 def accounting(store, presence, instance: str = "a") -> TrafficAccounting:
-    return TrafficAccounting(store, presence, Outbox(store), instance, clock=lambda: NOW)
+    return TrafficAccounting(store, presence, Outbox(store), lambda: instance, clock=lambda: NOW)
 
 
 def test_differences_are_added_to_clients_inbounds_and_outbounds(world):

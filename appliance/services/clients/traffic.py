@@ -22,6 +22,7 @@ For the metrics page each tick also notes how long it took and what it added (`T
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pony.orm import db_session
@@ -71,10 +72,14 @@ class TickStats:
 
 
 class TrafficAccounting:
-    def __init__(self, store, presence, outbox: Outbox, instance: str, clock=time.time):
+    def __init__(
+        self, store, presence, outbox: Outbox, instance: Callable[[], str], clock=time.time
+    ):
         self.store = store
-        # Whose kept values these are: the guid of this instance (`instance_guid`).
-        self.instance = instance
+        # Whose kept values these are: the guid of this instance (`instance_guid`), read
+        # at the first tick (an offline command builds this and never ticks).
+        self._instance = instance
+        self.instance = ""
         self.presence = presence
         # Webhook events: client.first_connected, in the tick's transaction.
         self.outbox = outbox
@@ -146,6 +151,7 @@ class TrafficAccounting:
 
     def _load(self) -> tuple[dict[str, list[int]], dict[str, int]]:
         if self._users is None:
+            self.instance = self._instance()
             traffic_sql.claim_unowned(self.store, self.instance)
             self._users, self._last = traffic_sql.kept_core_values(self.store, self.instance)
             self._outbounds = traffic_sql.outbound_tags(self.store)

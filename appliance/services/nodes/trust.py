@@ -68,6 +68,11 @@ class SharedCa:
         self.store = store
         self.seal = seal
 
+    @classmethod
+    def of(cls, store, seal) -> SharedCa | None:
+        """The shared CA of a networked database's instances; None alone on SQLite."""
+        return None if store.dialect == "sqlite" else cls(store, seal)
+
     def pair(self, local: Callable[[], tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
         """(certificate PEM, key PEM) of the shared CA. While none is stored, `local()`
         (this instance's own CA, minted if it has none) is offered; another instance's
