@@ -37,6 +37,22 @@ class Load:
             thread.start()
         return self
 
+    def through_outage(
+        self, relay, phase: float, outage: float, grace: float, wait: float
+    ) -> tuple[float, float]:
+        """`phase` seconds of load, the relay cut for `outage` seconds, `phase` more, then
+        until every worker has had an answer to a request begun `grace` seconds after the
+        relay came back (at most `wait` seconds). Returns when it was cut and resumed."""
+        time.sleep(phase)
+        cut_at = time.monotonic()
+        relay.cut()
+        time.sleep(outage)
+        resumed_at = time.monotonic()
+        relay.resume()
+        time.sleep(phase)
+        self.each_answered_after(resumed_at + grace, wait)
+        return cut_at, resumed_at
+
     def each_answered_after(self, moment: float, timeout: float) -> None:
         """Until every worker has had an answer to a request begun after `moment`, or
         `timeout` seconds: a request begun in the outage may be answered late, and a

@@ -54,14 +54,9 @@ def test_the_database_gone_under_three_instances_loses_nothing_answered_as_saved
         pids = [server.process.pid for server in servers]
         load = Load(servers, inbound_id, WORKERS).start()
         try:
-            time.sleep(LOAD_PHASE_SECONDS)
-            cut_at = time.monotonic()
-            relay.cut()
-            time.sleep(OUTAGE_SECONDS)
-            resumed_at = time.monotonic()
-            relay.resume()
-            time.sleep(LOAD_PHASE_SECONDS)
-            load.each_answered_after(resumed_at + RECONNECT_GRACE, ANSWER_WAIT)
+            cut_at, resumed_at = load.through_outage(
+                relay, LOAD_PHASE_SECONDS, OUTAGE_SECONDS, RECONNECT_GRACE, ANSWER_WAIT
+            )
         finally:
             answers = load.stop()
 

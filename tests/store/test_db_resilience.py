@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
@@ -139,14 +138,9 @@ def test_requests_under_load_through_an_outage_succeed_or_say_unavailable(databa
         inbound_id = create_plain_vless(api, 32003)
         pid = server.process.pid
         load = Load([server], inbound_id, LOAD_WORKERS).start()
-        time.sleep(LOAD_PHASE_SECONDS)
-        cut_at = time.monotonic()
-        relay.cut()
-        time.sleep(OUTAGE_SECONDS)
-        resumed_at = time.monotonic()
-        relay.resume()
-        time.sleep(LOAD_PHASE_SECONDS)
-        load.each_answered_after(resumed_at + RECONNECT_GRACE, LOAD_TIMEOUT * 2)
+        cut_at, resumed_at = load.through_outage(
+            relay, LOAD_PHASE_SECONDS, OUTAGE_SECONDS, RECONNECT_GRACE, LOAD_TIMEOUT * 2
+        )
         answers = load.stop()
 
         odd = [a for a in answers if not (a.succeeded or a.unavailable)]
