@@ -152,13 +152,15 @@ def sign_in_on_installed_settings(root: Path, username: str, password: str) -> s
         text=True,
         env=clean_env(),
     )
+    printed_lines = []
     try:
         for line in process.stdout:
+            printed_lines.append(line)
             match = LISTEN_RE.search(line)
             if match:
                 break
         else:
-            pytest.fail("the installed panel exited before listening")
+            pytest.fail("the installed panel exited before listening:\n" + "".join(printed_lines))
         url = f"http://127.0.0.1:{match.group(2)}{match.group(3)}"
         assert ApiClient(url.rstrip("/")).sign_in(username, password)["success"] is True
         return url

@@ -18,7 +18,7 @@ import pytest
 from core_helpers import V2RAY, V2RAY_PREFIX, inbound, server_config, wait_port
 from helpers import free_port
 
-from appliance.core.api import CoreApi
+from appliance.core.api import CoreApi, CoreApiError
 from appliance.core.process import CoreMissing, CoreProcess
 from appliance.errors import ServiceError
 
@@ -46,6 +46,13 @@ def stats_answer(api_port: int) -> dict[str, int]:
         return api.query_stats("inbound>>>")
     finally:
         api.close()
+
+
+def answers(api_port: int) -> bool:
+    try:
+        return bool(stats_answer(api_port))
+    except CoreApiError:
+        return False
 
 
 def refuses_connections(port: int) -> bool:
@@ -266,7 +273,8 @@ def test_a_killed_core_is_restarted_and_every_state_is_reported(core, recorder):
     )
     assert recorder.events[2] == ("running", "")
     wait_port(api_port)
-    assert stats_answer(api_port)
+    # Listening comes a moment before the API answers, more so on a loaded machine.
+    wait_until(lambda: answers(api_port), "the restarted core answers for its counters")
     assert core_pids() != [pid]
 
 
