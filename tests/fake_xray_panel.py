@@ -58,6 +58,16 @@ def counting(place: Path) -> None:
     )
 
 
+def in_config(api, email: str) -> bool:
+    """Whether the core config the panel wrote lists the client `email`."""
+    config = ok(api.get("/panel/api/server/getConfigJson"))
+    return any(
+        client.get("email") == email
+        for inbound in config["inbounds"]
+        for client in inbound.get("settings", {}).get("clients", [])
+    )
+
+
 def fake_xray_panel(tmp_path, **state):
     """A panel running fake_xray.py as its core, traffic ticks every second, IP limit on."""
     server = start_panel(tmp_path, env=fake_xray_env(tmp_path, **state))

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from cluster_panels import three_instances
 from core_panel import wait_until
-from fake_xray_panel import counting, fake_xray_env, write_state
+from fake_xray_panel import counting, fake_xray_env, in_config, write_state
 from helpers import create_inbound, free_port, ok
 from node_panels import add_node, with_interval
 from panels import start_panel, stop_and_drop
@@ -42,14 +42,8 @@ def down(server, email: str) -> int:
 
 def runs(api, email: str) -> bool:
     """The core runs with the client in its config."""
-    if ok(api.get("/panel/api/server/status"))["core"]["state"] != "running":
-        return False
-    config = ok(api.get("/panel/api/server/getConfigJson"))
-    return any(
-        client.get("email") == email
-        for inbound in config["inbounds"]
-        for client in inbound.get("settings", {}).get("clients", [])
-    )
+    running = ok(api.get("/panel/api/server/status"))["core"]["state"] == "running"
+    return running and in_config(api, email)
 
 
 def leader_of(servers):

@@ -20,7 +20,7 @@ import pytest
 from cluster_panels import PROPAGATION_SECONDS, three_instances, wait_for
 from core_panel import wait_until
 from fake_xray import HANDLER
-from fake_xray_panel import calls, counting, fake_xray_env, write_state
+from fake_xray_panel import calls, counting, fake_xray_env, in_config, write_state
 from helpers import create_inbound, ok
 
 CLIENTS = "/panel/api/clients"
@@ -71,12 +71,7 @@ class Instance:
         write_state(self.place / "state.json", counters=self.counters)
 
     def runs_client(self, email: str) -> bool:
-        config = ok(self.api().get("/panel/api/server/getConfigJson"))
-        return any(
-            client.get("email") == email
-            for inbound in config["inbounds"]
-            for client in inbound.get("settings", {}).get("clients", [])
-        )
+        return in_config(self.api(), email)
 
     def alterations(self) -> list[bytes]:
         return [
